@@ -1,0 +1,10 @@
+# Istio e2e: a real control plane (etcd, kube-apiserver, istiod, pilot-agent) built from pinned Go
+# modules through the module proxy and cached in $(TW_CACHE)/istio (~20 min cold, instant after).
+.PHONY: istio-bins test-istio
+
+istio-bins: deps
+	TW_CACHE=$(TW_CACHE) bash e2e/istio/build/build.sh
+
+# Real processes on 127.0.0.1; the WasmPlugin part uses $(WASM) when it exists (else skipped).
+test-istio: istio-bins
+	TW_CACHE=$(TW_CACHE) $(PYTEST) -q e2e/istio
