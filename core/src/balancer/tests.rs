@@ -1,0 +1,261 @@
+use super::*;
+use crate::endpoint::Outcome;
+use crate::wire::{EndpointReport, EndpointView};
+
+const C: &str = "outbound|80||svc";
+const A: &str = "10.0.0.1:80";
+const B: &str = "10.0.0.2:80";
+const MS: u64 = 1_000;
+
+fn balancer() -> Balancer {
+    Balancer::new(Settings::default(), 7)
+}
+
+fn ok(served: &str, latency_us: u64) -> Outcome<'_> {
+    Outcome { served: Some(served), latency_us, failed: false, load: None }
+}
+
+/// Teach the balancer `addresses` through fallback responses, as Envoy would.
+fn learn(b: &mut Balancer, addresses: &[&str], now: u64) {
+    for a in addresses {
+        b.complete(C, None, &ok(a, 5 * MS), now);
+    }
+}
+
+/// Sequential requests (one at a time): the chosen endpoint answers after its latency; a
+/// fallback (no steering) is served by a uniformly drawn endpoint, like an LB with no signal.
+/// Returns the share of requests each endpoint served.
+fn run(b: &mut Balancer, backends: &[(&str, u64, bool)], n: usize, start: u64) -> Vec<f64> {
+    let mut served = vec![0usize; backends.len()];
+    let mut rng = Rng::new(99);
+    let mut now = start;
+    for _ in 0..n {
+        let pick = b.pick(C, now);
+        let i = match pick.first_choice() {
+            Some(first) => backends.iter().position(|(a, _, _)| *a == first).unwrap(),
+            None => rng.below(backends.len()),
+        };
+        let (address, latency, fails) = backends[i];
+        now += latency;
+        b.complete(C, pick.first_choice(), &Outcome { served: Some(address), latency_us: latency, failed: fails, load: None }, now);
+        served[i] += 1;
+        if now / (200 * MS) != (now - latency) / (200 * MS) {
+            b.tick(now);
+        }
+    }
+    served.iter().map(|&s| s as f64 / n as f64).collect()
+}
+
+#[test]
+fn unknown_cluster_is_left_to_the_fallback_until_an_endpoint_is_seen() {
+    let mut b = balancer();
+    assert_eq!(b.pick(C, 0), Pick::NoCandidate);
+    let done = b.complete(C, None, &ok(A, 5 * MS), 1);
+    assert_eq!(done, Completion { honoured: None, learned: true });
+    assert_eq!(b.endpoints_tracked(), 1);
+}
+
+#[test]
+fn steering_raises_inflight_and_completion_lowers_it() {
+    let mut b = Balancer::new(Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() }, 1);
+    learn(&mut b, &[A, B], 0);
+    let pick = loop {
+        // Novelty keeps exploring at first; steered picks come once it fades.
+        if let p @ Pick::Steer { .. } = b.pick(C, 1) {
+            break p;
+        }
+        b.complete(C, None, &ok(A, 5 * MS), 1);
+    };
+    let Pick::Steer { header, first_len } = &pick else { unreachable!() };
+    let first = &header[..*first_len];
+    assert!(header == &format!("{A},{B}") || header == &format!("{B},{A}"), "{header}");
+    assert_eq!(b.cluster(C).unwrap().get(first).unwrap().local.inflight, 1);
+    let done = b.complete(C, Some(first), &ok(first, 5 * MS), 2);
+    assert_eq!(done.honoured, Some(true));
+    assert_eq!(b.cluster(C).unwrap().get(first).unwrap().local.inflight, 0);
+}
+
+#[test]
+fn retry_choices_bound_the_header() {
+    for (retry_choices, expected) in [(0, 1), (1, 2), (3, 3)] {
+        let settings = Settings { retry_choices, pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() };
+        let mut b = Balancer::new(settings, 3);
+        learn(&mut b, &[A, B, "10.0.0.3:80"], 0);
+        for _ in 0..50 {
+            b.complete(C, None, &ok(A, 5 * MS), 0);
+        }
+        let pick = (0..100).map(|_| b.pick(C, 0)).find(|p| matches!(p, Pick::Steer { .. })).unwrap();
+        let Pick::Steer { header, .. } = pick else { unreachable!() };
+        assert_eq!(header.split(',').count(), expected, "retry_choices={retry_choices}: {header}");
+    }
+}
+
+#[test]
+fn five_times_slower_endpoint_gets_a_small_but_nonzero_share() {
+    let mut b = balancer();
+    let backends = [(A, 5 * MS, false), (B, 25 * MS, false), ("10.0.0.3:80", 5 * MS, false)];
+    let shares = run(&mut b, &backends, 20_000, 0);
+    assert!(shares[1] < 0.05, "slow share {shares:?}");
+    assert!(shares[1] > 0.0, "the slow endpoint still gets probes: {shares:?}");
+    assert!((shares[0] - shares[2]).abs() < 0.1, "fast ones share evenly: {shares:?}");
+}
+
+#[test]
+fn fast_failing_endpoint_is_never_preferred() {
+    let mut b = balancer();
+    // B answers 503 in 0.1 ms; A succeeds in 10 ms.
+    let backends = [(A, 10 * MS, false), (B, 100, true), ("10.0.0.3:80", 10 * MS, false)];
+    let shares = run(&mut b, &backends, 20_000, 0);
+    assert!(shares[1] < 0.05, "failing share {shares:?}");
+}
+
+#[test]
+fn an_endpoint_that_did_not_serve_what_we_chose_is_penalised() {
+    let mut b = Balancer::new(Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() }, 5);
+    learn(&mut b, &[A, B], 0);
+    let before = b.cluster(C).unwrap().get(A).unwrap().local.errors;
+    let done = b.complete(C, Some(A), &ok(B, 5 * MS), 1);
+    assert_eq!(done.honoured, Some(false));
+    let a = b.cluster(C).unwrap().get(A).unwrap();
+    assert_eq!(a.local.errors, before + 1);
+    assert!(a.local.failures.value() > 0.0);
+}
+
+#[test]
+fn no_upstream_reached_is_neither_honoured_nor_a_failure() {
+    let mut b = balancer();
+    learn(&mut b, &[A], 0);
+    let done = b.complete(C, Some(A), &Outcome { served: None, latency_us: 0, failed: true, load: None }, 1);
+    assert_eq!(done.honoured, None);
+    assert_eq!(b.cluster(C).unwrap().get(A).unwrap().local.errors, 0);
+}
+
+#[test]
+fn cluster_limit_leaves_further_clusters_untracked() {
+    let mut b = Balancer::new(Settings { max_clusters: 1, ..Default::default() }, 1);
+    assert_eq!(b.pick("one", 0), Pick::NoCandidate);
+    assert_eq!(b.pick("two", 0), Pick::Untracked);
+    assert_eq!(b.complete("two", None, &ok(A, 1), 0), Completion::default());
+}
+
+#[test]
+fn exploration_settles_at_explore_ratio_once_nothing_new_turns_up() {
+    let mut b = Balancer::new(Settings { pick: PickParams { explore_ratio: 0.05, ..Default::default() }, ..Default::default() }, 11);
+    let backends = [(A, 5 * MS, false), (B, 5 * MS, false)];
+    run(&mut b, &backends, 2_000, 0); // all discovered, novelty faded
+    let explored = (0..20_000).filter(|_| b.pick(C, 10_000 * MS) == Pick::Explore).count();
+    let rate = explored as f64 / 20_000.0;
+    assert!((rate - 0.05).abs() < 0.01, "rate {rate}");
+}
+
+#[test]
+fn aggregator_weights_bias_sampling_and_ejection_excludes() {
+    let settings = Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() };
+    let mut b = Balancer::new(settings, 13);
+    let view = |wa: f64, ejected_b: bool| ClusterView {
+        name: C.into(),
+        endpoints: vec![
+            EndpointView { address: A.into(), weight: wa, latency_us: 5_000, ..Default::default() },
+            EndpointView { address: B.into(), weight: 1.0, latency_us: 5_000, ejected: ejected_b, ..Default::default() },
+            EndpointView { address: "10.0.0.3:80".into(), weight: 1.0, latency_us: 5_000, ..Default::default() },
+        ],
+    };
+    b.apply_view(&view(1.0, true), 0, 10_000 * MS);
+    for _ in 0..40 {
+        b.complete(C, None, &ok(A, 5 * MS), 0); // fade novelty
+    }
+    for _ in 0..2_000 {
+        if let Some(first) = b.pick(C, 1).first_choice().map(str::to_string) {
+            assert_ne!(first, B, "ejected endpoint chosen");
+            b.complete(C, Some(&first), &ok(&first, 5 * MS), 1);
+        }
+    }
+}
+
+#[test]
+fn sibling_inflight_counts_and_dead_siblings_do_not() {
+    let settings = Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() };
+    let mut b = Balancer::new(settings, 17);
+    learn(&mut b, &[A, B], 0);
+    let busy_a = vec![ClusterReport {
+        name: C.into(),
+        endpoints: vec![EndpointReport { address: A.into(), requests: 1, inflight: 50, ..Default::default() }],
+    }];
+    b.apply_siblings(&[Part { written_us: 0, live: true, clusters: &busy_a }], 0);
+    assert_eq!(b.cluster(C).unwrap().get(A).unwrap().siblings.inflight, 50);
+    for _ in 0..40 {
+        b.complete(C, None, &ok(B, 5 * MS), 0);
+    }
+    let mut picks = Vec::new();
+    for _ in 0..200 {
+        if let Some(first) = b.pick(C, 0).first_choice().map(str::to_string) {
+            b.complete(C, Some(&first), &ok(&first, 5 * MS), 0);
+            picks.push(first);
+        }
+    }
+    let to_a = picks.iter().filter(|p| *p == A).count();
+    assert!(to_a * 20 < picks.len(), "A is busy through its siblings: {to_a}/{}", picks.len());
+    b.apply_siblings(&[Part { written_us: 0, live: false, clusters: &busy_a }], 0);
+    assert_eq!(b.cluster(C).unwrap().get(A).unwrap().siblings.inflight, 0);
+}
+
+#[test]
+fn siblings_share_discoveries_and_latency() {
+    let mut b = balancer();
+    let seen = vec![ClusterReport {
+        name: C.into(),
+        endpoints: vec![EndpointReport {
+            address: A.into(),
+            requests: 3,
+            latency_ewma_us: 4_000,
+            latency_age_ms: 10,
+            ..Default::default()
+        }],
+    }];
+    b.apply_siblings(&[Part { written_us: 100 * MS, live: true, clusters: &seen }], 100 * MS);
+    let a = b.cluster(C).unwrap().get(A).unwrap();
+    assert_eq!(a.siblings.latency, Some((4_000.0, 90 * MS)));
+    assert_eq!(a.last_seen_us, 90 * MS, "seen when the sibling sampled it, not now");
+    // Knowledge older than the ttl teaches nothing.
+    let ttl_ms = b.settings().endpoint_ttl_us / MS;
+    let old = vec![ClusterReport {
+        name: C.into(),
+        endpoints: vec![EndpointReport { address: B.into(), requests: 3, latency_ewma_us: 4_000, latency_age_ms: ttl_ms, ..Default::default() }],
+    }];
+    let later = 2 * ttl_ms * MS;
+    b.apply_siblings(&[Part { written_us: later, live: true, clusters: &old }], later);
+    assert!(b.cluster(C).unwrap().get(B).is_none());
+}
+
+#[test]
+fn tick_forgets_unseen_endpoints_and_idle_clusters() {
+    let mut b = balancer();
+    learn(&mut b, &[A], 0);
+    let ttl = b.settings().endpoint_ttl_us;
+    assert_eq!(b.tick(ttl - 1), 0);
+    assert_eq!(b.tick(ttl), 1);
+    assert_eq!(b.endpoints_tracked(), 0);
+    b.tick(2 * ttl);
+    assert_eq!(b.cluster_names().count(), 0);
+}
+
+#[test]
+fn snapshot_reports_cumulative_counts() {
+    let mut b = balancer();
+    b.complete(C, None, &ok(A, 2 * MS), 0);
+    b.complete(C, None, &Outcome { served: Some(A), latency_us: 50, failed: true, load: None }, 0);
+    let snap = b.snapshot(5 * MS);
+    let e = &snap[0].endpoints[0];
+    assert_eq!((e.requests, e.errors, e.latency_sum_us), (2, 1, 2 * MS));
+    assert_eq!(e.latency_age_ms, 5);
+}
+
+#[test]
+fn same_seed_same_decisions() {
+    let decisions = |seed| {
+        let mut b = Balancer::new(Settings::default(), seed);
+        learn(&mut b, &[A, B, "10.0.0.3:80"], 0);
+        (0..200).map(|i| b.pick(C, i)).collect::<Vec<_>>()
+    };
+    assert_eq!(decisions(5), decisions(5));
+}

@@ -1,0 +1,398 @@
+//! The filter's plugin configuration (JSON), parsed and checked field by field so that a mistake is
+//! reported as `field \`x\`: expected ..., got ...`. Every field is optional; see README for the list.
+
+use crate::wire::{is_endpoint_address, REPORT_PATH, SHARD_HEADER};
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FilterConfig {
+    /// Request header the override_host LB policy reads.
+    pub header: String,
+    /// Keep an override header the request already carries (only for trusted callers, e.g. a gateway).
+    pub trust_incoming_header: bool,
+    /// Further addresses after the first choice in the header, used by Envoy for retries.
+    pub retry_choices: usize,
+    /// Clusters to steer; empty means every cluster.
+    pub clusters: Vec<String>,
+    pub pick: PickParams,
+    /// Endpoints not seen for this long are forgotten.
+    pub endpoint_ttl_ms: u64,
+    pub max_clusters: usize,
+    pub max_endpoints_per_cluster: usize,
+    /// Tick: workers publish their counts and read the shared view this often.
+    pub sync_interval_ms: u64,
+    pub aggregator: Option<AggregatorConfig>,
+    /// Overrides the reporter id (default: POD_NAME.POD_NAMESPACE from the VM env, else the node id).
+    pub reporter_id: Option<String>,
+    /// One counter per endpoint (cardinality grows with endpoints; Envoy cannot delete metrics).
+    pub per_endpoint_metrics: bool,
+}
+
+/// Knobs of the per-request pick (see `balancer`). Times in microseconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PickParams {
+    /// Share of requests left to the fallback LB so that every endpoint keeps fresh samples.
+    pub explore_ratio: f64,
+    pub latency_decay_us: f64,
+    /// Latency assumed for an endpoint nobody has measured yet when no other estimate exists.
+    pub default_latency_us: f64,
+    /// A local latency sample older than this yields to the aggregator's estimate or the prior.
+    pub stale_after_us: u64,
+    /// Score multiplier per unit of recent failure ratio: score x (1 + error_penalty x ratio).
+    pub error_penalty: f64,
+    /// A failure counts as a latency sample of at least this much, so failing fast never looks fast.
+    pub failure_latency_us: f64,
+    /// Use the aggregator's view; when false it is reported to but not used (for comparisons).
+    pub use_global_view: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AggregatorConfig {
+    /// Envoy cluster of the aggregator, e.g. `outbound|8080||tailweight-aggregator.tailweight.svc.cluster.local`.
+    pub cluster: String,
+    pub authority: String,
+    pub path: String,
+    pub timeout_ms: u64,
+    pub report_interval_ms: u64,
+    pub shard_header: String,
+}
+
+impl Default for PickParams {
+    fn default() -> Self {
+        PickParams {
+            explore_ratio: 0.01,
+            latency_decay_us: 2_000_000.0,
+            default_latency_us: 30_000.0,
+            stale_after_us: 5_000_000,
+            error_penalty: 8.0,
+            failure_latency_us: 1_000_000.0,
+            use_global_view: true,
+        }
+    }
+}
+
+impl Default for FilterConfig {
+    fn default() -> Self {
+        FilterConfig {
+            header: "x-gateway-destination-endpoint".into(),
+            trust_incoming_header: false,
+            retry_choices: 1,
+            clusters: vec![],
+            pick: PickParams::default(),
+            endpoint_ttl_ms: 60_000,
+            max_clusters: 64,
+            max_endpoints_per_cluster: 512,
+            sync_interval_ms: 200,
+            aggregator: None,
+            reporter_id: None,
+            per_endpoint_metrics: false,
+        }
+    }
+}
+
+impl FilterConfig {
+    /// Parse the plugin configuration. Empty input means all defaults (local-only).
+    pub fn parse(bytes: &[u8]) -> Result<FilterConfig, String> {
+        let text = std::str::from_utf8(bytes).map_err(|_| "configuration is not UTF-8".to_string())?;
+        if text.trim().is_empty() {
+            return Ok(FilterConfig::default());
+        }
+        let value: Value = serde_json::from_str(text).map_err(|e| format!("configuration is not valid JSON: {e}"))?;
+        let map = match value {
+            Value::Object(map) => map,
+            Value::Null => return Ok(FilterConfig::default()),
+            other => return Err(format!("configuration: expected a JSON object, got {}", kind(&other))),
+        };
+        let mut f = Fields::new("", &map);
+        let d = FilterConfig::default();
+        let p = PickParams::default();
+        let config = FilterConfig {
+            header: f.header_name("header", &d.header)?,
+            trust_incoming_header: f.boolean("trust_incoming_header", d.trust_incoming_header)?,
+            retry_choices: f.integer("retry_choices", d.retry_choices as u64, 0..=4)? as usize,
+            clusters: f.string_list("clusters", 256)?,
+            pick: PickParams {
+                explore_ratio: f.number("explore_ratio", p.explore_ratio, 0.0, 0.5)?,
+                latency_decay_us: f.integer("latency_decay_ms", (p.latency_decay_us / 1e3) as u64, 10..=600_000)? as f64 * 1e3,
+                default_latency_us: f.number("default_latency_ms", p.default_latency_us / 1e3, 0.01, 600_000.0)? * 1e3,
+                stale_after_us: f.integer("stale_after_ms", p.stale_after_us / 1_000, 100..=3_600_000)? * 1_000,
+                error_penalty: f.number("error_penalty", p.error_penalty, 0.0, 1_000.0)?,
+                failure_latency_us: f.number("failure_latency_ms", p.failure_latency_us / 1e3, 0.0, 600_000.0)? * 1e3,
+                use_global_view: f.boolean("use_global_view", p.use_global_view)?,
+            },
+            endpoint_ttl_ms: f.integer("endpoint_ttl_ms", d.endpoint_ttl_ms, 1_000..=86_400_000)?,
+            max_clusters: f.integer("max_clusters", d.max_clusters as u64, 1..=10_000)? as usize,
+            max_endpoints_per_cluster: f.integer("max_endpoints_per_cluster", d.max_endpoints_per_cluster as u64, 1..=100_000)?
+                as usize,
+            sync_interval_ms: f.integer("sync_interval_ms", d.sync_interval_ms, 10..=10_000)?,
+            aggregator: match f.object("aggregator")? {
+                None => None,
+                Some(agg) => Some(parse_aggregator(agg)?),
+            },
+            reporter_id: f.optional_string("reporter_id", 253)?,
+            per_endpoint_metrics: f.boolean("per_endpoint_metrics", d.per_endpoint_metrics)?,
+        };
+        f.reject_unknown()?;
+        Ok(config)
+    }
+
+    /// Should this cluster be steered at all?
+    pub fn steers(&self, cluster: &str) -> bool {
+        self.clusters.is_empty() || self.clusters.iter().any(|c| c == cluster)
+    }
+}
+
+fn parse_aggregator(map: &Map<String, Value>) -> Result<AggregatorConfig, String> {
+    let mut f = Fields::new("aggregator.", map);
+    let cluster = f.required_string("cluster", 512)?;
+    let config = AggregatorConfig {
+        authority: f.string("authority", "tailweight-aggregator", 253)?,
+        path: f.string("path", REPORT_PATH, 256)?,
+        timeout_ms: f.integer("timeout_ms", 500, 10..=60_000)?,
+        report_interval_ms: f.integer("report_interval_ms", 1_000, 100..=10_000)?,
+        shard_header: f.header_name("shard_header", SHARD_HEADER)?,
+        cluster,
+    };
+    if !config.path.starts_with('/') {
+        return Err(format!("field `aggregator.path`: expected a path starting with '/', got {:?}", config.path));
+    }
+    f.reject_unknown()?;
+    Ok(config)
+}
+
+/// Reads typed fields out of one JSON object, remembering which were read so that unknown (or
+/// misspelt) fields can be reported.
+struct Fields<'a> {
+    prefix: &'static str,
+    map: &'a Map<String, Value>,
+    read: Vec<&'static str>,
+}
+
+impl<'a> Fields<'a> {
+    fn new(prefix: &'static str, map: &'a Map<String, Value>) -> Self {
+        Fields { prefix, map, read: Vec::new() }
+    }
+
+    fn get(&mut self, key: &'static str) -> Option<&'a Value> {
+        self.read.push(key);
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
+    fn error(&self, key: &str, expected: &str, got: &Value) -> String {
+        let got = match got {
+            Value::String(s) if s.len() > 60 => format!("a string of {} bytes", s.len()),
+            other => other.to_string(),
+        };
+        format!("field `{}{key}`: expected {expected}, got {got}", self.prefix)
+    }
+
+    fn boolean(&mut self, key: &'static str, default: bool) -> Result<bool, String> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(other) => Err(self.error(key, "true or false", other)),
+        }
+    }
+
+    fn integer(&mut self, key: &'static str, default: u64, range: std::ops::RangeInclusive<u64>) -> Result<u64, String> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => match v.as_u64() {
+                Some(n) if range.contains(&n) => Ok(n),
+                _ => Err(self.error(key, &format!("an integer in {}..={}", range.start(), range.end()), v)),
+            },
+        }
+    }
+
+    fn number(&mut self, key: &'static str, default: f64, min: f64, max: f64) -> Result<f64, String> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => match v.as_f64() {
+                Some(x) if x >= min && x <= max => Ok(x),
+                _ => Err(self.error(key, &format!("a number in {min}..={max}"), v)),
+            },
+        }
+    }
+
+    fn string(&mut self, key: &'static str, default: &str, max_len: usize) -> Result<String, String> {
+        Ok(self.optional_string(key, max_len)?.unwrap_or_else(|| default.to_string()))
+    }
+
+    fn required_string(&mut self, key: &'static str, max_len: usize) -> Result<String, String> {
+        self.optional_string(key, max_len)?
+            .ok_or_else(|| format!("field `{}{key}`: required", self.prefix))
+    }
+
+    fn optional_string(&mut self, key: &'static str, max_len: usize) -> Result<Option<String>, String> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) if !s.is_empty() && s.len() <= max_len && !s.chars().any(char::is_control) => {
+                Ok(Some(s.clone()))
+            }
+            Some(other) => Err(self.error(key, &format!("a non-empty string of at most {max_len} bytes"), other)),
+        }
+    }
+
+    /// An HTTP header name: lower case token characters (Envoy's header maps are lower case).
+    fn header_name(&mut self, key: &'static str, default: &str) -> Result<String, String> {
+        let name = self.string(key, default, 128)?;
+        let valid = name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+            && !name.starts_with(':');
+        if valid {
+            Ok(name)
+        } else {
+            Err(self.error(key, "a lower-case header name (a-z, 0-9, '-', '_')", &Value::String(name)))
+        }
+    }
+
+    fn string_list(&mut self, key: &'static str, max_items: usize) -> Result<Vec<String>, String> {
+        let expected = format!("a list of at most {max_items} non-empty strings");
+        match self.get(key) {
+            None => Ok(vec![]),
+            Some(Value::Array(items)) if items.len() <= max_items => items
+                .iter()
+                .map(|item| match item {
+                    Value::String(s) if !s.is_empty() && s.len() <= 512 => Ok(s.clone()),
+                    other => Err(self.error(key, &expected, other)),
+                })
+                .collect(),
+            Some(other) => Err(self.error(key, &expected, other)),
+        }
+    }
+
+    fn object(&mut self, key: &'static str) -> Result<Option<&'a Map<String, Value>>, String> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Object(map)) => Ok(Some(map)),
+            Some(other) => Err(self.error(key, "an object", other)),
+        }
+    }
+
+    fn reject_unknown(&self) -> Result<(), String> {
+        match self.map.keys().find(|k| !self.read.contains(&k.as_str())) {
+            None => Ok(()),
+            Some(unknown) => {
+                let mut known = self.read.clone();
+                known.sort_unstable();
+                Err(format!("field `{}{unknown}`: unknown field (known: {})", self.prefix, known.join(", ")))
+            }
+        }
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Is `s` acceptable as an override header value we did not write ourselves? (`ip:port[,ip:port...]`)
+pub fn is_override_value(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 1024 && s.split(',').all(|a| is_endpoint_address(a.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_or_null_is_all_defaults() {
+        assert_eq!(FilterConfig::parse(b"").unwrap(), FilterConfig::default());
+        assert_eq!(FilterConfig::parse(b"  \n").unwrap(), FilterConfig::default());
+        assert_eq!(FilterConfig::parse(b"null").unwrap(), FilterConfig::default());
+        assert_eq!(FilterConfig::parse(b"{}").unwrap(), FilterConfig::default());
+    }
+
+    #[test]
+    fn full_configuration() {
+        let c = FilterConfig::parse(
+            br#"{
+              "header": "x-pick", "trust_incoming_header": true, "retry_choices": 2,
+              "clusters": ["a", "b"], "explore_ratio": 0.05, "latency_decay_ms": 500,
+              "default_latency_ms": 10, "stale_after_ms": 2000, "error_penalty": 4,
+              "failure_latency_ms": 250, "use_global_view": false, "endpoint_ttl_ms": 30000,
+              "max_clusters": 8, "max_endpoints_per_cluster": 100, "sync_interval_ms": 100,
+              "reporter_id": "pod-1.ns", "per_endpoint_metrics": true,
+              "aggregator": {"cluster": "agg", "authority": "agg.local", "path": "/r",
+                             "timeout_ms": 200, "report_interval_ms": 500, "shard_header": "x-s"}
+            }"#,
+        )
+        .unwrap();
+        assert_eq!(c.header, "x-pick");
+        assert!(c.trust_incoming_header);
+        assert_eq!(c.retry_choices, 2);
+        assert!(c.steers("a") && !c.steers("c"));
+        assert_eq!(c.pick.explore_ratio, 0.05);
+        assert_eq!(c.pick.latency_decay_us, 500_000.0);
+        assert_eq!(c.pick.default_latency_us, 10_000.0);
+        assert_eq!(c.pick.stale_after_us, 2_000_000);
+        assert_eq!(c.pick.failure_latency_us, 250_000.0);
+        assert!(!c.pick.use_global_view);
+        assert_eq!(c.sync_interval_ms, 100);
+        let a = c.aggregator.unwrap();
+        assert_eq!((a.cluster.as_str(), a.authority.as_str(), a.path.as_str()), ("agg", "agg.local", "/r"));
+        assert_eq!((a.timeout_ms, a.report_interval_ms, a.shard_header.as_str()), (200, 500, "x-s"));
+    }
+
+    #[test]
+    fn aggregator_defaults() {
+        let c = FilterConfig::parse(br#"{"aggregator": {"cluster": "outbound|8080||agg"}}"#).unwrap();
+        let a = c.aggregator.unwrap();
+        assert_eq!(a.path, "/v1/report");
+        assert_eq!(a.report_interval_ms, 1000);
+        assert_eq!(a.shard_header, "x-tailweight-shard");
+    }
+
+    #[test]
+    fn every_error_names_the_field() {
+        for (input, message) in [
+            ("[1]", "configuration: expected a JSON object, got an array"),
+            ("{", "configuration is not valid JSON"),
+            (r#"{"explore_ratio": 2}"#, "field `explore_ratio`: expected a number in 0..=0.5, got 2"),
+            (r#"{"explore_ratio": "0.1"}"#, "field `explore_ratio`: expected a number in 0..=0.5, got \"0.1\""),
+            (r#"{"retry_choices": -1}"#, "field `retry_choices`: expected an integer in 0..=4, got -1"),
+            (r#"{"retry_choices": 1.5}"#, "field `retry_choices`: expected an integer in 0..=4, got 1.5"),
+            (r#"{"header": "X-Bad Header"}"#, "field `header`: expected a lower-case header name"),
+            (r#"{"header": ""}"#, "field `header`: expected a non-empty string"),
+            (r#"{"trust_incoming_header": "yes"}"#, "field `trust_incoming_header`: expected true or false"),
+            (r#"{"clusters": "a"}"#, "field `clusters`: expected a list"),
+            (r#"{"clusters": [1]}"#, "field `clusters`: expected a list of at most 256 non-empty strings, got 1"),
+            (r#"{"sync_interval_ms": 1}"#, "field `sync_interval_ms`: expected an integer in 10..=10000, got 1"),
+            (r#"{"aggregator": 5}"#, "field `aggregator`: expected an object, got 5"),
+            (r#"{"aggregator": {}}"#, "field `aggregator.cluster`: required"),
+            (r#"{"aggregator": {"cluster": "a", "report_interval_ms": 50}}"#, "field `aggregator.report_interval_ms`"),
+            (r#"{"aggregator": {"cluster": "a", "path": "v1"}}"#, "field `aggregator.path`: expected a path starting with '/'"),
+            (r#"{"aggregator": {"cluster": "a", "clutser": 1}}"#, "field `aggregator.clutser`: unknown field"),
+            (r#"{"explore_ration": 0.1}"#, "field `explore_ration`: unknown field (known: "),
+        ] {
+            let err = FilterConfig::parse(input.as_bytes()).unwrap_err();
+            assert!(err.contains(message), "{input}: expected {message:?} in {err:?}");
+        }
+    }
+
+    #[test]
+    fn long_strings_are_summarised_in_errors() {
+        let input = format!(r#"{{"header": "{}"}}"#, "A".repeat(500));
+        let err = FilterConfig::parse(input.as_bytes()).unwrap_err();
+        assert!(err.contains("a string of 500 bytes"), "{err}");
+    }
+
+    #[test]
+    fn non_utf8_is_rejected() {
+        assert_eq!(FilterConfig::parse(b"\xff").unwrap_err(), "configuration is not UTF-8");
+    }
+
+    #[test]
+    fn override_values() {
+        assert!(is_override_value("10.0.0.1:80"));
+        assert!(is_override_value("10.0.0.1:80, 10.0.0.2:80"));
+        assert!(!is_override_value("10.0.0.1:80,"));
+        assert!(!is_override_value("evil.example.com:80"));
+        assert!(!is_override_value(""));
+    }
+}

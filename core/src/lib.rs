@@ -1,0 +1,17 @@
+//! tailweight core: pure balancing logic and wire types. No host calls, no I/O, no clock reads:
+//! time is an argument (microseconds), so tests and the simulator drive it exactly.
+//! Compiled into the proxy-wasm filter, the aggregator and the simulator alike.
+
+pub mod balancer;
+pub mod cluster;
+pub mod config;
+pub mod endpoint;
+pub mod ewma;
+pub mod orca;
+pub mod rng;
+pub mod snapshot;
+pub mod wire;
+
+pub use balancer::{Balancer, Completion, Pick, Settings};
+pub use config::FilterConfig;
+pub use endpoint::Outcome;

@@ -1,0 +1,386 @@
+//! Wire protocol v1 between filter and aggregator (JSON). See docs/wire-protocol.md.
+//!
+//! Counters in a report are cumulative since the reporter's `incarnation` began, so a lost report
+//! loses nothing: the aggregator takes differences. Unknown fields are ignored (additions within v1);
+//! anything else unexpected is rejected with a one-line reason naming the field.
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+
+pub const VERSION: u32 = 1;
+pub const REPORT_PATH: &str = "/v1/report";
+/// Header carrying the destination cluster of a report, for consistent hashing across aggregator replicas.
+pub const SHARD_HEADER: &str = "x-tailweight-shard";
+
+/// Largest accepted values; beyond them a report is nonsense, not load.
+pub const MAX_NAME_LEN: usize = 512;
+pub const MAX_INFLIGHT: u32 = 1_000_000;
+pub const MAX_LATENCY_US: u64 = 3_600_000_000; // one hour
+pub const MAX_CPU: f64 = 1_000.0;
+pub const MAX_WEIGHT: f64 = 1e6;
+pub const INTERVAL_MS: std::ops::RangeInclusive<u32> = 10..=600_000;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub version: u32,
+    /// Who reports: pod name and namespace, or the Envoy node id.
+    pub reporter: String,
+    /// Changes when the reporter restarts and its counters start again from zero.
+    pub incarnation: u64,
+    /// The reporter's tick; the aggregator expires a reporter after a few of them.
+    pub interval_ms: u32,
+    pub clusters: Vec<ClusterReport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ClusterReport {
+    /// Envoy cluster name, e.g. `outbound|8080||svc.ns.svc.cluster.local`.
+    pub name: String,
+    pub endpoints: Vec<EndpointReport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct EndpointReport {
+    /// `ip:port` as Envoy's `upstream.address`.
+    pub address: String,
+    /// Completed requests attributed to this endpoint (cumulative).
+    pub requests: u64,
+    /// Of those, failures: 5xx, resets, timeouts, and picks the endpoint did not serve (cumulative).
+    pub errors: u64,
+    /// Sum of the latencies of the successful requests, microseconds (cumulative).
+    pub latency_sum_us: u64,
+    /// Requests in flight to this endpoint now.
+    pub inflight: u32,
+    /// Peak-EWMA latency estimate and the age of its last sample.
+    pub latency_ewma_us: u64,
+    pub latency_age_ms: u64,
+    /// Last ORCA utilisation the endpoint reported, if any, and its age.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_age_ms: Option<u64>,
+}
+
+impl EndpointReport {
+    pub fn successes(&self) -> u64 {
+        self.requests.saturating_sub(self.errors)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    pub version: u32,
+    /// How long the view may be used; past it the filter goes back to local-only decisions.
+    pub ttl_ms: u32,
+    pub clusters: Vec<ClusterView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ClusterView {
+    pub name: String,
+    pub endpoints: Vec<EndpointView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct EndpointView {
+    pub address: String,
+    /// Relative capacity; the mean over a cluster's endpoints is 1.
+    pub weight: f64,
+    /// Requests in flight to this endpoint from all live reporters, and from all but the one asking.
+    pub inflight: f64,
+    pub peer_inflight: f64,
+    /// Merged latency estimate of successful requests.
+    pub latency_us: u64,
+    /// Utilisation (CPU) as last known from ORCA or the metrics store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<f64>,
+    /// Mostly failing: pick only to probe.
+    #[serde(default)]
+    pub ejected: bool,
+}
+
+/// Caps that bound the memory one message can claim.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_clusters: usize,
+    pub max_endpoints_per_cluster: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_clusters: 256, max_endpoints_per_cluster: 2048 }
+    }
+}
+
+/// Parse and validate a report; the error is one line naming the field.
+pub fn parse_report(body: &[u8], limits: &Limits) -> Result<Report, String> {
+    let report: Report = serde_json::from_slice(body).map_err(|e| format!("malformed report: {e}"))?;
+    report.validate(limits)?;
+    Ok(report)
+}
+
+/// Parse and validate a reply (the filter's side: a bad reply is ignored, never used).
+pub fn parse_reply(body: &[u8], limits: &Limits) -> Result<Reply, String> {
+    let reply: Reply = serde_json::from_slice(body).map_err(|e| format!("malformed reply: {e}"))?;
+    reply.validate(limits)?;
+    Ok(reply)
+}
+
+impl Report {
+    pub fn validate(&self, limits: &Limits) -> Result<(), String> {
+        check_version(self.version)?;
+        check_name("reporter", &self.reporter)?;
+        if !INTERVAL_MS.contains(&self.interval_ms) {
+            return Err(format!(
+                "interval_ms: {} is outside {}..={}",
+                self.interval_ms,
+                INTERVAL_MS.start(),
+                INTERVAL_MS.end()
+            ));
+        }
+        check_clusters(self.clusters.iter().map(|c| (&c.name, c.endpoints.len())), limits)?;
+        for (ci, cluster) in self.clusters.iter().enumerate() {
+            check_unique_addresses(ci, cluster.endpoints.iter().map(|e| &e.address))?;
+            for (ei, e) in cluster.endpoints.iter().enumerate() {
+                let at = || format!("clusters[{ci}].endpoints[{ei}]");
+                if e.errors > e.requests {
+                    return Err(format!("{}: errors ({}) exceed requests ({})", at(), e.errors, e.requests));
+                }
+                if e.inflight > MAX_INFLIGHT {
+                    return Err(format!("{}.inflight: {} is above {MAX_INFLIGHT}", at(), e.inflight));
+                }
+                if e.latency_ewma_us > MAX_LATENCY_US {
+                    return Err(format!("{}.latency_ewma_us: {} is above one hour", at(), e.latency_ewma_us));
+                }
+                if let Some(cpu) = e.cpu {
+                    check_range(&format!("{}.cpu", at()), cpu, MAX_CPU)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Reply {
+    pub fn validate(&self, limits: &Limits) -> Result<(), String> {
+        check_version(self.version)?;
+        check_clusters(self.clusters.iter().map(|c| (&c.name, c.endpoints.len())), limits)?;
+        for (ci, cluster) in self.clusters.iter().enumerate() {
+            check_unique_addresses(ci, cluster.endpoints.iter().map(|e| &e.address))?;
+            for (ei, e) in cluster.endpoints.iter().enumerate() {
+                let at = format!("clusters[{ci}].endpoints[{ei}]");
+                check_range(&format!("{at}.weight"), e.weight, MAX_WEIGHT)?;
+                check_range(&format!("{at}.inflight"), e.inflight, MAX_INFLIGHT as f64 * 1e3)?;
+                check_range(&format!("{at}.peer_inflight"), e.peer_inflight, MAX_INFLIGHT as f64 * 1e3)?;
+                if let Some(cpu) = e.cpu {
+                    check_range(&format!("{at}.cpu"), cpu, MAX_CPU)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_version(version: u32) -> Result<(), String> {
+    if version == VERSION {
+        Ok(())
+    } else {
+        Err(format!("version: {version} is not supported (this side speaks {VERSION})"))
+    }
+}
+
+fn check_name(field: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err(format!("{field}: must not be empty"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(format!("{field}: longer than {MAX_NAME_LEN} bytes"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(format!("{field}: contains control characters"));
+    }
+    Ok(())
+}
+
+fn check_clusters<'a>(clusters: impl ExactSizeIterator<Item = (&'a String, usize)>, limits: &Limits) -> Result<(), String> {
+    if clusters.len() > limits.max_clusters {
+        return Err(format!("clusters: {} is more than the limit of {}", clusters.len(), limits.max_clusters));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (ci, (name, endpoints)) in clusters.enumerate() {
+        check_name(&format!("clusters[{ci}].name"), name)?;
+        if !seen.insert(name.as_str()) {
+            return Err(format!("clusters[{ci}].name: {name:?} appears twice"));
+        }
+        if endpoints > limits.max_endpoints_per_cluster {
+            return Err(format!(
+                "clusters[{ci}].endpoints: {endpoints} is more than the limit of {}",
+                limits.max_endpoints_per_cluster
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_unique_addresses<'a>(ci: usize, addresses: impl Iterator<Item = &'a String>) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    for (ei, address) in addresses.enumerate() {
+        if !is_endpoint_address(address) {
+            return Err(format!("clusters[{ci}].endpoints[{ei}].address: {:?} is not ip:port", clip(address)));
+        }
+        if !seen.insert(address.as_str()) {
+            return Err(format!("clusters[{ci}].endpoints[{ei}].address: {address} appears twice"));
+        }
+    }
+    Ok(())
+}
+
+fn check_range(field: &str, value: f64, max: f64) -> Result<(), String> {
+    if value.is_finite() && (0.0..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(format!("{field}: {value} is outside 0..={max}"))
+    }
+}
+
+/// `ip:port` (IPv6 in brackets), the form of Envoy's `upstream.address` and of the override header.
+pub fn is_endpoint_address(s: &str) -> bool {
+    s.len() <= 64 && s.parse::<SocketAddr>().is_ok()
+}
+
+fn clip(s: &str) -> &str {
+    match s.char_indices().nth(64) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint(address: &str) -> EndpointReport {
+        EndpointReport {
+            address: address.into(),
+            requests: 10,
+            errors: 1,
+            latency_sum_us: 9_000,
+            inflight: 2,
+            latency_ewma_us: 1_000,
+            latency_age_ms: 5,
+            cpu: Some(0.5),
+            cpu_age_ms: Some(100),
+        }
+    }
+
+    fn report() -> Report {
+        Report {
+            version: VERSION,
+            reporter: "client-0.default".into(),
+            incarnation: 42,
+            interval_ms: 1000,
+            clusters: vec![ClusterReport {
+                name: "outbound|8080||svc.ns.svc.cluster.local".into(),
+                endpoints: vec![endpoint("10.0.0.1:8080"), endpoint("[::1]:80")],
+            }],
+        }
+    }
+
+    #[test]
+    fn report_round_trips() {
+        let r = report();
+        let body = serde_json::to_vec(&r).unwrap();
+        assert_eq!(parse_report(&body, &Limits::default()).unwrap(), r);
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored_for_forward_compatibility() {
+        let mut v = serde_json::to_value(report()).unwrap();
+        v["future_field"] = serde_json::json!(1);
+        assert!(parse_report(v.to_string().as_bytes(), &Limits::default()).is_ok());
+    }
+
+    fn rejected(mutate: impl FnOnce(&mut serde_json::Value)) -> String {
+        let mut v = serde_json::to_value(report()).unwrap();
+        mutate(&mut v);
+        parse_report(v.to_string().as_bytes(), &Limits { max_clusters: 2, max_endpoints_per_cluster: 3 }).unwrap_err()
+    }
+
+    #[test]
+    fn each_bad_report_names_its_problem() {
+        use serde_json::json;
+        let cases: Vec<(Box<dyn FnOnce(&mut serde_json::Value)>, &str)> = vec![
+            (Box::new(|v| v["version"] = json!(2)), "version: 2 is not supported"),
+            (Box::new(|v| v["reporter"] = json!("")), "reporter: must not be empty"),
+            (Box::new(|v| v["reporter"] = json!("a\nb")), "control characters"),
+            (Box::new(|v| v["interval_ms"] = json!(0)), "interval_ms: 0 is outside"),
+            (Box::new(|v| v["interval_ms"] = json!("1000")), "malformed report: invalid type"),
+            (Box::new(|v| v["clusters"][0]["endpoints"][0]["requests"] = json!(-1)), "malformed report"),
+            (Box::new(|v| v["clusters"][0]["endpoints"][0]["errors"] = json!(11)), "errors (11) exceed requests (10)"),
+            (Box::new(|v| v["clusters"][0]["endpoints"][0]["address"] = json!("pod-a")), "address: \"pod-a\" is not ip:port"),
+            (Box::new(|v| v["clusters"][0]["endpoints"][1]["address"] = json!("10.0.0.1:8080")), "appears twice"),
+            (Box::new(|v| v["clusters"][0]["endpoints"][0]["cpu"] = json!(1e9)), "endpoints[0].cpu"),
+            (Box::new(|v| v["clusters"][0]["endpoints"][0]["inflight"] = json!(2_000_000)), "inflight: 2000000"),
+            (Box::new(|v| v["clusters"][0]["endpoints"][0]["latency_ewma_us"] = json!(u64::MAX)), "above one hour"),
+            (Box::new(|v| v["clusters"][0]["name"] = json!("")), "clusters[0].name"),
+            (
+                Box::new(|v| {
+                    let c = v["clusters"][0].clone();
+                    v["clusters"] = json!([c.clone(), c]);
+                }),
+                "appears twice",
+            ),
+            (
+                Box::new(|v| {
+                    let c = v["clusters"][0].clone();
+                    v["clusters"] = json!([c.clone(), c.clone(), c]);
+                }),
+                "clusters: 3 is more than the limit of 2",
+            ),
+            (
+                Box::new(|v| {
+                    let e = v["clusters"][0]["endpoints"][0].clone();
+                    v["clusters"][0]["endpoints"] = json!([e.clone(), e.clone(), e.clone(), e]);
+                }),
+                "endpoints: 4 is more than the limit of 3",
+            ),
+        ];
+        for (mutate, needle) in cases {
+            let err = rejected(mutate);
+            assert!(err.contains(needle), "expected {needle:?} in {err:?}");
+            assert!(!err.contains('\n'), "one line: {err:?}");
+        }
+    }
+
+    #[test]
+    fn malformed_json_is_rejected() {
+        for body in [&b""[..], b"{", b"[]", b"null", b"\xff\xfe", b"{\"version\":1}"] {
+            assert!(parse_report(body, &Limits::default()).unwrap_err().starts_with("malformed report"));
+        }
+    }
+
+    #[test]
+    fn reply_validation_rejects_non_finite_and_negative_numbers() {
+        let reply = Reply {
+            version: VERSION,
+            ttl_ms: 3000,
+            clusters: vec![ClusterView {
+                name: "c".into(),
+                endpoints: vec![EndpointView { address: "10.0.0.1:80".into(), weight: -1.0, ..Default::default() }],
+            }],
+        };
+        let err = reply.validate(&Limits::default()).unwrap_err();
+        assert!(err.contains("weight: -1 is outside"), "{err}");
+        let body = serde_json::to_vec(&Reply { clusters: vec![], ..reply }).unwrap();
+        assert!(parse_reply(&body, &Limits::default()).is_ok());
+    }
+
+    #[test]
+    fn endpoint_addresses() {
+        assert!(is_endpoint_address("127.0.0.1:8080"));
+        assert!(is_endpoint_address("[2001:db8::1]:443"));
+        for bad in ["127.0.0.1", "host:80", "127.0.0.1:99999", "", ":80", "1.2.3.4:80,5.6.7.8:80"] {
+            assert!(!is_endpoint_address(bad), "{bad}");
+        }
+    }
+}

