@@ -31,7 +31,7 @@ wasm: deps
 native:
 	$(CARGO) build --locked --release --workspace --exclude tailweight-filter
 
-test: test-unit test-e2e
+test: deps test-unit test-e2e
 
 # Pure logic and service tests, natively.
 test-unit:

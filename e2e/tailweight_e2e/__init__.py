@@ -1,0 +1,1 @@
+"""Shared helpers for tailweight's real-process tests and benchmarks."""
