@@ -367,11 +367,22 @@ class ControlPlane:
     # -- credentials --------------------------------------------------------------------------------
 
     def _write_credentials(self) -> None:
-        """Service-account signing key pair and the static admin token (no real auth needed here)."""
+        """A CA + apiserver serving cert for 127.0.0.1, the service-account signing key pair, and
+        the static admin token (authorization is AlwaysAllow, the token just names a user)."""
         pki = self.dir / "pki"
         pki.mkdir()
-        openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
-        openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+        k = lambda name: str(pki / name)  # noqa: E731
+        ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")  # P-256: fast to generate
+        openssl("req", "-x509", *ec, "-nodes", "-days", "2", "-subj", "/CN=tw-e2e-ca",
+                "-keyout", k("ca.key"), "-out", k("ca.crt"))
+        openssl("req", *ec, "-nodes", "-subj", "/CN=kube-apiserver",
+                "-keyout", k("apiserver.key"), "-out", k("apiserver.csr"))
+        (pki / "san.ext").write_text(
+            "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n")
+        openssl("x509", "-req", "-in", k("apiserver.csr"), "-CA", k("ca.crt"), "-CAkey", k("ca.key"),
+                "-CAcreateserial", "-days", "2", "-extfile", k("san.ext"), "-out", k("apiserver.crt"))
+        openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", k("sa.key"))  # ES256
+        openssl("ec", "-in", k("sa.key"), "-pubout", "-out", k("sa.pub"))
         (pki / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin,"system:masters"\n')
 
     # -- etcd ---------------------------------------------------------------------------------------
@@ -404,7 +415,7 @@ class ControlPlane:
             f"--etcd-servers=http://{LOCALHOST}:{self.ports['etcd']}",
             f"--bind-address={LOCALHOST}", f"--advertise-address={LOCALHOST}",
             f"--secure-port={port}",
-            f"--cert-dir={pki / 'apiserver'}",  # self-signed serving cert, generated on start
+            f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--token-auth-file={pki / 'tokens.csv'}",
             "--authorization-mode=AlwaysAllow",
             f"--service-account-issuer={issuer}",
@@ -422,15 +433,17 @@ class ControlPlane:
             "--v=0",
         ])
         headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-        wait_ready(proc, lambda: http_get(f"{self.server}/readyz", headers=headers, verify=False,
+        ca = str(pki / "ca.crt")
+        wait_ready(proc, lambda: http_get(f"{self.server}/readyz", headers=headers, verify=ca,
                                           timeout=2).ok, 90, "kube-apiserver /readyz")
 
     def _write_kubeconfig(self) -> None:
         self.kubeconfig = self.dir / "kubeconfig"
         self.kubeconfig.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "tw",
-            "clusters": [{"name": "tw", "cluster": {"server": self.server,
-                                                    "insecure-skip-tls-verify": True}}],
+            "clusters": [{"name": "tw", "cluster": {
+                "server": self.server,
+                "certificate-authority": str(self.dir / "pki" / "ca.crt")}}],
             "users": [{"name": "admin", "user": {"token": ADMIN_TOKEN}}],
             "contexts": [{"name": "tw", "context": {"cluster": "tw", "user": "admin"}}],
         }))
