@@ -1,0 +1,80 @@
+//! Host calls that never trap: the proxy-wasm trait helpers `unwrap()` host results, so the filter
+//! calls `hostcalls` directly and turns every failure into `None`/`false`.
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::{LogLevel, MapType, MetricType};
+use std::time::UNIX_EPOCH;
+
+/// Wall-clock microseconds (the host's clock; 0 if unavailable).
+pub fn now_us() -> u64 {
+    hostcalls::get_current_time()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+pub fn property(path: &[&str]) -> Option<String> {
+    let bytes = hostcalls::get_property(path.to_vec()).ok()??;
+    String::from_utf8(bytes).ok()
+}
+
+/// A property holding a little-endian integer (e.g. `response.code`).
+pub fn property_u64(path: &[&str]) -> Option<u64> {
+    let bytes = hostcalls::get_property(path.to_vec()).ok()??;
+    let raw: [u8; 8] = bytes.get(..8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(raw))
+}
+
+pub fn request_header(name: &str) -> Option<String> {
+    hostcalls::get_map_value(MapType::HttpRequestHeaders, name).ok()?
+}
+
+pub fn set_request_header(name: &str, value: &str) {
+    let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, Some(value));
+}
+
+pub fn remove_request_header(name: &str) {
+    let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
+}
+
+pub fn response_header(name: &str) -> Option<String> {
+    hostcalls::get_map_value(MapType::HttpResponseHeaders, name).ok()?
+}
+
+pub fn shared_get(key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+    hostcalls::get_shared_data(key).unwrap_or((None, None))
+}
+
+/// Write `value`; with `cas`, only if nobody wrote since that read. True on success.
+pub fn shared_set(key: &str, value: &[u8], cas: Option<u32>) -> bool {
+    hostcalls::set_shared_data(key, Some(value), cas).is_ok()
+}
+
+pub fn log(level: LogLevel, message: &str) {
+    let _ = hostcalls::log(level, message);
+}
+
+pub fn define_counter(name: &str) -> Option<u32> {
+    hostcalls::define_metric(MetricType::Counter, name).ok()
+}
+
+pub fn define_gauge(name: &str) -> Option<u32> {
+    hostcalls::define_metric(MetricType::Gauge, name).ok()
+}
+
+pub fn increment(metric: Option<u32>, by: i64) {
+    if let Some(id) = metric {
+        let _ = hostcalls::increment_metric(id, by);
+    }
+}
+
+pub fn record(metric: Option<u32>, value: u64) {
+    if let Some(id) = metric {
+        let _ = hostcalls::record_metric(id, value);
+    }
+}
+
+/// A VM environment variable (Istio: `vmConfig.env`), if the host passes it.
+pub fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}

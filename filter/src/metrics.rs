@@ -1,0 +1,73 @@
+//! The filter's metrics, as `wasmcustom.tailweight.*` in /stats (`tailweight_*` in /stats/prometheus).
+//! Bounded cardinality: per-endpoint counters only when `per_endpoint_metrics` is on, because Envoy
+//! cannot delete a metric once defined.
+
+use crate::host;
+use std::collections::HashMap;
+
+pub struct Metrics {
+    /// Requests steered with the override header.
+    pub picks: Option<u32>,
+    /// Steered requests served by the first choice, and by another endpoint (gone, refused, retried).
+    pub honoured: Option<u32>,
+    pub not_honoured: Option<u32>,
+    /// Left to the fallback LB on purpose (exploration), and for want of a candidate.
+    pub explorations: Option<u32>,
+    pub fallbacks: Option<u32>,
+    /// Requests of clusters beyond `max_clusters`, or without a cluster name.
+    pub untracked: Option<u32>,
+    /// A request arrived carrying the override header: removed/overwritten, or kept (trusted).
+    pub incoming_header_replaced: Option<u32>,
+    pub incoming_header_trusted: Option<u32>,
+    pub reports_sent: Option<u32>,
+    pub reports_ok: Option<u32>,
+    pub reports_failed: Option<u32>,
+    pub views_applied: Option<u32>,
+    pub endpoints_forgotten: Option<u32>,
+    /// Gauges (process-wide: the last writer wins, so only one VM writes each).
+    pub endpoints_tracked: Option<u32>,
+    pub weights_age_ms: Option<u32>,
+    per_endpoint: Option<HashMap<String, Option<u32>>>,
+}
+
+pub fn inc(metric: Option<u32>) {
+    host::increment(metric, 1);
+}
+
+impl Metrics {
+    pub fn define(per_endpoint: bool) -> Self {
+        let c = |name: &str| host::define_counter(&format!("tailweight.{name}"));
+        let g = |name: &str| host::define_gauge(&format!("tailweight.{name}"));
+        // Defined (not kept) so that a healthy configuration shows `config_errors: 0`.
+        c("config_errors");
+        Metrics {
+            picks: c("picks"),
+            honoured: c("picks_honoured"),
+            not_honoured: c("picks_not_honoured"),
+            explorations: c("explorations"),
+            fallbacks: c("fallbacks"),
+            untracked: c("untracked"),
+            incoming_header_replaced: c("incoming_header_replaced"),
+            incoming_header_trusted: c("incoming_header_trusted"),
+            reports_sent: c("reports_sent"),
+            reports_ok: c("reports_ok"),
+            reports_failed: c("reports_failed"),
+            views_applied: c("views_applied"),
+            endpoints_forgotten: c("endpoints_forgotten"),
+            endpoints_tracked: g("endpoints_tracked"),
+            weights_age_ms: g("weights_age_ms"),
+            per_endpoint: per_endpoint.then(HashMap::new),
+        }
+    }
+
+    /// `tailweight.endpoint.<ip>_<port>.picks`, only when opted in.
+    pub fn endpoint_pick(&mut self, address: &str) {
+        if let Some(map) = &mut self.per_endpoint {
+            let id = *map.entry(address.to_string()).or_insert_with(|| {
+                let name = address.replace([':', '.', '[', ']'], "_");
+                host::define_counter(&format!("tailweight.endpoint.{name}.picks"))
+            });
+            host::increment(id, 1);
+        }
+    }
+}

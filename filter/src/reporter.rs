@@ -1,0 +1,103 @@
+//! Reports to the aggregator (one HTTP call per destination cluster, under the shard header so
+//! replicas behind consistent hashing each see whole clusters) and the handling of its replies:
+//! a valid reply is stored in shared data for every worker's next tick; anything else is counted
+//! and ignored, so the aggregator can never fail or slow a request.
+
+use crate::host;
+use crate::metrics::{self, Metrics};
+use crate::shared::{self, StoredView};
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::{BufferType, LogLevel, MapType};
+use std::collections::HashMap;
+use std::time::Duration;
+use tailweight_core::config::AggregatorConfig;
+use tailweight_core::wire::{self, ClusterReport, Limits, Report};
+
+/// Largest reply body read (bigger ones are cut short and then fail to parse).
+const MAX_REPLY_BYTES: usize = 4 << 20;
+/// Log the first failure and then every n-th, so a dead aggregator does not flood the log.
+const LOG_EVERY: u64 = 100;
+
+pub struct Reporter {
+    id: String,
+    incarnation: u64,
+    pending: HashMap<u32, String>,
+    failures: u64,
+}
+
+impl Reporter {
+    pub fn new(id: String, incarnation: u64) -> Self {
+        Reporter { id, incarnation, pending: HashMap::new(), failures: 0 }
+    }
+
+    pub fn send(&mut self, aggregator: &AggregatorConfig, clusters: Vec<ClusterReport>, metrics: &Metrics) {
+        // Calls time out well before the next period; more pending than this means the host lost some.
+        if self.pending.len() > 4 * clusters.len().max(1) {
+            self.pending.clear();
+        }
+        for cluster in clusters {
+            let name = cluster.name.clone();
+            let report = Report {
+                version: wire::VERSION,
+                reporter: self.id.clone(),
+                incarnation: self.incarnation,
+                interval_ms: aggregator.report_interval_ms as u32,
+                clusters: vec![cluster],
+            };
+            let Ok(body) = serde_json::to_vec(&report) else { continue };
+            let headers = vec![
+                (":method", "POST"),
+                (":path", aggregator.path.as_str()),
+                (":authority", aggregator.authority.as_str()),
+                ("content-type", "application/json"),
+                (aggregator.shard_header.as_str(), name.as_str()),
+            ];
+            let timeout = Duration::from_millis(aggregator.timeout_ms);
+            match hostcalls::dispatch_http_call(&aggregator.cluster, headers, Some(&body), vec![], timeout) {
+                Ok(token) => {
+                    self.pending.insert(token, name);
+                    metrics::inc(metrics.reports_sent);
+                }
+                Err(status) => self.fail(
+                    metrics,
+                    &format!("cannot call aggregator cluster {:?}: {status:?} (is the cluster defined?)", aggregator.cluster),
+                ),
+            }
+        }
+    }
+
+    /// A reply (or a failed call: no headers) to call `token`.
+    pub fn on_response(&mut self, token: u32, body_size: usize, metrics: &Metrics, now_us: u64) {
+        let Some(cluster) = self.pending.remove(&token) else { return };
+        let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status").ok().flatten();
+        let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size.min(MAX_REPLY_BYTES))
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        match status.as_deref() {
+            Some("200") => {}
+            Some(code) => {
+                let reason = String::from_utf8_lossy(&body[..body.len().min(200)]).replace('\n', " ");
+                return self.fail(metrics, &format!("aggregator answered {code} for {cluster}: {reason}"));
+            }
+            None => return self.fail(metrics, &format!("aggregator call for {cluster} failed or timed out")),
+        }
+        match wire::parse_reply(&body, &Limits::default()) {
+            Ok(reply) => {
+                for view in reply.clusters {
+                    shared::store_view(&StoredView { received_us: now_us, ttl_ms: reply.ttl_ms, view });
+                }
+                metrics::inc(metrics.reports_ok);
+            }
+            Err(reason) => self.fail(metrics, &format!("ignoring aggregator reply for {cluster}: {reason}")),
+        }
+    }
+
+    fn fail(&mut self, metrics: &Metrics, message: &str) {
+        metrics::inc(metrics.reports_failed);
+        if self.failures % LOG_EVERY == 0 {
+            host::log(LogLevel::Warn, &format!("{message} (local-only decisions meanwhile)"));
+        }
+        self.failures += 1;
+    }
+}

@@ -1,0 +1,85 @@
+//! The root context of one VM: configuration (fail-open on errors), the tick, aggregator replies,
+//! and the HTTP contexts, which share the VM's state through `Shared`.
+
+use crate::host;
+use crate::http::Request;
+use crate::metrics;
+use crate::worker::Worker;
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{BufferType, ContextType, LogLevel};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+use tailweight_core::FilterConfig;
+
+pub enum State {
+    Unconfigured,
+    /// Invalid configuration: every request passes untouched.
+    Disabled,
+    Active(Box<Worker>),
+}
+
+/// One VM is single-threaded: the root and its HTTP contexts share state without locks.
+pub type Shared = Rc<RefCell<State>>;
+
+pub struct Root {
+    state: Shared,
+}
+
+impl Root {
+    pub fn new(_context_id: u32) -> Self {
+        Root { state: Rc::new(RefCell::new(State::Unconfigured)) }
+    }
+}
+
+impl Context for Root {
+    fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _trailers: usize) {
+        if let State::Active(w) = &mut *self.state.borrow_mut() {
+            let Worker { reporter, metrics, .. } = &mut **w;
+            if let Some(reporter) = reporter {
+                reporter.on_response(token, body_size, metrics, host::now_us());
+            }
+        }
+    }
+}
+
+impl RootContext for Root {
+    fn on_configure(&mut self, _: usize) -> bool {
+        let bytes = hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let state = match FilterConfig::parse(&bytes) {
+            Ok(config) => {
+                let _ = hostcalls::set_tick_period(Duration::from_millis(config.sync_interval_ms));
+                State::Active(Box::new(Worker::new(config)))
+            }
+            Err(reason) => {
+                host::log(
+                    LogLevel::Error,
+                    &format!("invalid plugin configuration: {reason}; passing traffic through untouched"),
+                );
+                metrics::inc(host::define_counter("tailweight.config_errors"));
+                State::Disabled
+            }
+        };
+        *self.state.borrow_mut() = state;
+        // Always accept: a configuration error must not take the listener (and its traffic) down.
+        true
+    }
+
+    fn on_tick(&mut self) {
+        if let State::Active(w) = &mut *self.state.borrow_mut() {
+            w.tick(host::now_us());
+        }
+    }
+
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(Request::new(self.state.clone())))
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
