@@ -11,6 +11,7 @@ pub mod orca;
 pub mod rng;
 pub mod snapshot;
 pub mod wire;
+pub mod weights;
 
 pub use balancer::{Balancer, Completion, Pick, Settings};
 pub use config::FilterConfig;

@@ -1,0 +1,886 @@
+//! The aggregator's weight book: what every reporter said about every endpoint, merged into one
+//! capacity weight per endpoint. Pure: time is an argument (microseconds), no I/O. Used by the
+//! aggregator service and the simulator.
+//!
+//! Per recompute, for each endpoint (reporters silent past their ttl no longer count):
+//! 1. Merge reporters robustly (see [`merge`]): request, error and in-flight rates are sums whose
+//!    contributions are clipped at `sum_clip` x the largest other active reporter's; latency and ORCA
+//!    CPU are weighted medians whose votes are capped at `vote_cap` x the other votes.
+//! 2. Raw capacity, in requests per second:
+//!    - CPU known (metrics store or ORCA, whichever is fresher) and traffic seen: the shape of Envoy's
+//!      client-side WRR, `qps / (cpu + error_penalty x eps / qps)`: throughput per unit of CPU.
+//!    - Otherwise latency and Little's law: `concurrency / service_time`. The service time is a
+//!      "valley follower" of the merged mean latency (drops at once, rises with `service_rise_us`):
+//!      queueing only ever adds latency, so the low envelope estimates the work per request while the
+//!      mean at high load would mostly measure queueing, which the picker already scores per request
+//!      from in-flight counts. The concurrency comes from Little's law: while the endpoint queues
+//!      (mean latency > `saturation_factor` x service time) it serves at capacity, so
+//!      throughput x service time = requests in service = its concurrency; endpoints never seen
+//!      saturated get the cluster's median learned concurrency (else 1). Errors cost twice: the
+//!      capacity counts successes only, and each failure adds `failure_cost_us` to the time per
+//!      request, so failing fast never looks fast: `k x success / (service + failure_cost x errors)`.
+//!    A cluster uses one method for all endpoints (the one most endpoints support); endpoints it
+//!    cannot rate get the median target, as Envoy's CSWRR gives unweighted hosts the median weight.
+//! 3. Target = raw / mean raw, at least `floor`; smoothed geometrically toward it
+//!    (log w moves 1 - exp(-dt / smoothing_us) of the way); then [`normalize`]: mean 1, each weight
+//!    within a factor `max_step` of its previous value, never below `floor`.
+//! 4. Ejected when the smoothed error ratio reaches `eject_ratio` over at least `eject_min_requests`;
+//!    readmitted below half of it; without traffic the ratio fades (`error_fade_us`) so it gets probed.
+//!
+//! Lying-reporter bound (one reporter, about an endpoint that at least one other live reporter also
+//! sends to; a reporter alone on an endpoint is all the evidence there is and is taken as it is):
+//! - it adds at most `sum_clip` x the largest honest contribution to the request, error and
+//!   in-flight sums (clipped against the reporters active on the endpoint), and lowers them only by
+//!   withholding its own: with n equal honest reporters the CPU-path capacity and the in-flight
+//!   estimate rise at most by a factor 1 + sum_clip / n (1 + sum_clip with one), never fall below
+//!   the honest-only value minus its own share;
+//! - it cannot raise the error ratio above what the honest reporters see when they see no errors
+//!   (its errors are clipped at `sum_clip` x theirs): it cannot eject a healthy endpoint;
+//! - its latency / ORCA vote is capped at `vote_cap` x the others', so the merged value stays between
+//!   the honest reporters' weighted (1 - vote_cap)/2 and (1 + vote_cap)/2 quantiles (default 0.25
+//!   and 0.75): when the honest reporters agree it moves nothing on the latency path.
+//! Whatever it reports, each weight still moves at most a factor `max_step` per recompute.
+
+mod merge;
+mod normalize;
+
+pub use merge::{capped_median, clip_contributions, Vote};
+
+use crate::wire::{self, ClusterView, EndpointView, Report, Reply};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+
+/// Tuning and caps of the weight book. Times in microseconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeightParams {
+    /// A reporter (and what it said) expires after this many of its own intervals without a report...
+    pub reporter_ttl_intervals: f64,
+    /// ...but never sooner than this.
+    pub min_reporter_ttl_us: u64,
+    /// The reply's ttl: this many of the asking reporter's intervals (bounded below by `min_view_ttl_us`).
+    pub view_ttl_intervals: f64,
+    pub min_view_ttl_us: u64,
+    /// Time constant of the geometric smoothing of weights toward their targets.
+    pub smoothing_us: f64,
+    /// Largest factor a weight may move by in one recompute (> 1).
+    pub max_step: f64,
+    /// Smallest weight, relative to the mean of 1: slow endpoints keep getting probes.
+    pub floor: f64,
+    /// Eject at this smoothed error ratio (0..1], readmit below half of it.
+    pub eject_ratio: f64,
+    /// Requests needed in a recompute window before its error ratio counts.
+    pub eject_min_requests: f64,
+    /// Time constant of the smoothed error ratio while requests arrive, and of its fading without.
+    pub error_decay_us: f64,
+    pub error_fade_us: f64,
+    /// How fast the service-time estimate rises toward higher latencies (it drops at once).
+    pub service_rise_us: f64,
+    /// Mean latency above this multiple of the service time means the endpoint queues (saturated).
+    pub saturation_factor: f64,
+    /// Time constant of the learned concurrency.
+    pub concurrency_decay_us: f64,
+    /// A CPU value older than this is not used.
+    pub cpu_max_age_us: u64,
+    /// CPU below this is treated as unknown (the formula divides by it).
+    pub min_cpu: f64,
+    /// Latency path: time one failure costs, added per request at the error ratio.
+    pub failure_cost_us: f64,
+    /// Requests per second needed for the CPU formula.
+    pub min_qps_for_cpu: f64,
+    /// Envoy CSWRR's error_utilization_penalty: qps / (cpu + penalty x eps / qps).
+    pub error_penalty: f64,
+    /// A reporter's latency sample without requests in its last window counts if younger than this.
+    pub latency_sample_max_age_us: u64,
+    /// Lying-reporter guards: each vote <= vote_cap x the other votes (< 1); each contribution to a
+    /// sum <= sum_clip x the largest other active contribution (>= 1).
+    pub vote_cap: f64,
+    pub sum_clip: f64,
+    /// Caps; a report that would exceed one is rejected whole.
+    pub max_reporters: usize,
+    pub max_clusters: usize,
+    pub max_endpoints_per_cluster: usize,
+    /// Reporter x endpoint observations in all (bounds memory under churn).
+    pub max_observations: usize,
+    /// IPs whose CPU the metrics store may tell (new IPs beyond it are ignored).
+    pub max_cpu_entries: usize,
+}
+
+impl Default for WeightParams {
+    fn default() -> Self {
+        WeightParams {
+            reporter_ttl_intervals: 3.0,
+            min_reporter_ttl_us: 3_000_000,
+            view_ttl_intervals: 3.0,
+            min_view_ttl_us: 3_000_000,
+            smoothing_us: 2_000_000.0,
+            max_step: 1.5,
+            floor: 0.05,
+            eject_ratio: 0.5,
+            eject_min_requests: 10.0,
+            error_decay_us: 2_000_000.0,
+            error_fade_us: 10_000_000.0,
+            service_rise_us: 30_000_000.0,
+            saturation_factor: 2.0,
+            concurrency_decay_us: 10_000_000.0,
+            cpu_max_age_us: 60_000_000,
+            min_cpu: 0.01,
+            failure_cost_us: 100_000.0,
+            min_qps_for_cpu: 1.0,
+            error_penalty: 1.0,
+            latency_sample_max_age_us: 10_000_000,
+            vote_cap: 0.5,
+            sum_clip: 2.0,
+            max_reporters: 50_000,
+            max_clusters: 4_096,
+            max_endpoints_per_cluster: 2_048,
+            max_observations: 2_000_000,
+            max_cpu_entries: 100_000,
+        }
+    }
+}
+
+impl WeightParams {
+    /// One line naming the first bad field.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("reporter_ttl_intervals", self.reporter_ttl_intervals),
+            ("view_ttl_intervals", self.view_ttl_intervals),
+            ("smoothing_us", self.smoothing_us),
+            ("error_decay_us", self.error_decay_us),
+            ("error_fade_us", self.error_fade_us),
+            ("service_rise_us", self.service_rise_us),
+            ("concurrency_decay_us", self.concurrency_decay_us),
+            ("min_cpu", self.min_cpu),
+            ("eject_ratio", self.eject_ratio),
+        ];
+        for (name, v) in positive {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!("{name}: {v} must be a positive number"));
+            }
+        }
+        let checks = [
+            (self.max_step > 1.0 && self.max_step <= 100.0, "max_step must be in (1, 100]"),
+            (self.floor >= 0.0 && self.floor <= 1.0 - 1.0 / self.max_step, "floor must be in [0, 1 - 1/max_step]"),
+            (self.eject_ratio <= 1.0, "eject_ratio must be at most 1"),
+            (self.eject_min_requests >= 0.0 && self.eject_min_requests.is_finite(), "eject_min_requests must be >= 0"),
+            (self.saturation_factor > 1.0 && self.saturation_factor.is_finite(), "saturation_factor must be > 1"),
+            (self.min_qps_for_cpu >= 0.0 && self.min_qps_for_cpu.is_finite(), "min_qps_for_cpu must be >= 0"),
+            (self.failure_cost_us >= 0.0 && self.failure_cost_us.is_finite(), "failure_cost_us must be >= 0"),
+            (self.error_penalty >= 0.0 && self.error_penalty.is_finite(), "error_penalty must be >= 0"),
+            (self.vote_cap > 0.0 && self.vote_cap < 1.0, "vote_cap must be in (0, 1)"),
+            (self.sum_clip >= 1.0 && self.sum_clip.is_finite(), "sum_clip must be >= 1"),
+            (self.max_reporters > 0 && self.max_clusters > 0, "max_reporters and max_clusters must be > 0"),
+            (self.max_endpoints_per_cluster > 0 && self.max_observations > 0, "endpoint caps must be > 0"),
+        ];
+        match checks.iter().find(|(ok, _)| !ok) {
+            Some((_, why)) => Err((*why).to_string()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Why a report was refused (countable; see `as_str`). A refused report changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rejection {
+    TooManyReporters,
+    TooManyClusters,
+    TooManyEndpoints,
+    TooManyObservations,
+}
+
+impl Rejection {
+    pub const ALL: [Rejection; 4] =
+        [Rejection::TooManyReporters, Rejection::TooManyClusters, Rejection::TooManyEndpoints, Rejection::TooManyObservations];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Rejection::TooManyReporters => "too_many_reporters",
+            Rejection::TooManyClusters => "too_many_clusters",
+            Rejection::TooManyEndpoints => "too_many_endpoints",
+            Rejection::TooManyObservations => "too_many_observations",
+        }
+    }
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self {
+            Rejection::TooManyReporters => "the reporter limit is reached",
+            Rejection::TooManyClusters => "the cluster limit is reached",
+            Rejection::TooManyEndpoints => "the per-cluster endpoint limit is reached",
+            Rejection::TooManyObservations => "the reporter x endpoint limit is reached",
+        };
+        f.write_str(what)
+    }
+}
+
+/// Sizes of the book, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub reporters: usize,
+    pub clusters: usize,
+    pub endpoints: usize,
+    pub observations: usize,
+    pub cpu_entries: usize,
+}
+
+/// How an endpoint's capacity was estimated in the last recompute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    Cpu,
+    Latency,
+    /// No usable data: the median target.
+    #[default]
+    Median,
+}
+
+/// Everything behind one endpoint's weight, for `GET /v1/weights`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EndpointDecision {
+    pub address: String,
+    pub weight: f64,
+    pub method: Method,
+    /// Raw capacity (requests per second) and the target it gave before smoothing and bounds.
+    pub capacity: Option<f64>,
+    pub target: f64,
+    pub qps: f64,
+    pub eps: f64,
+    pub inflight: f64,
+    pub latency_us: u64,
+    pub service_time_us: Option<f64>,
+    pub concurrency: Option<f64>,
+    pub cpu: Option<f64>,
+    pub cpu_source: Option<&'static str>,
+    pub error_ratio: f64,
+    pub ejected: bool,
+    pub reporters: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClusterDecision {
+    pub name: String,
+    /// Recomputes of this cluster so far (the view's version).
+    pub generation: u64,
+    pub computed_at_us: u64,
+    pub endpoints: Vec<EndpointDecision>,
+}
+
+#[derive(Debug, Clone)]
+struct Reporter {
+    id: u64,
+    incarnation: u64,
+    interval_us: u64,
+    expires_us: u64,
+}
+
+/// What one reporter last said about one endpoint.
+#[derive(Debug, Clone)]
+struct Observation {
+    incarnation: u64,
+    /// Cumulative counters at the start of the current window.
+    requests: u64,
+    errors: u64,
+    latency_sum_us: u64,
+    window_start_us: u64,
+    /// Over the last completed window.
+    qps: f64,
+    eps: f64,
+    successes: u64,
+    mean_latency_us: Option<f64>,
+    inflight: u32,
+    /// Its peak-EWMA latency and when it was sampled (fallback when the window has no success).
+    ewma: Option<(f64, u64)>,
+    cpu: Option<(f64, u64)>,
+    expires_us: u64,
+    /// Its clipped in-flight contribution at the last recompute (subtracted for peer_inflight).
+    counted_inflight: f64,
+}
+
+#[derive(Debug, Clone)]
+struct Endpoint {
+    ip: Option<IpAddr>,
+    obs: HashMap<u64, Observation>,
+    service_us: Option<f64>,
+    concurrency: Option<f64>,
+    error_ratio: f64,
+    ejected: bool,
+    weight: Option<f64>,
+    decision: Option<EndpointDecision>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Cluster {
+    endpoints: BTreeMap<String, Endpoint>,
+    generation: u64,
+    computed_at_us: Option<u64>,
+}
+
+/// Reused buffers: a recompute allocates nothing in steady state.
+#[derive(Debug, Default)]
+struct Scratch {
+    votes: Vec<Vote>,
+    qps: Vec<f64>,
+    eps: Vec<f64>,
+    inflight: Vec<f64>,
+    active: Vec<bool>,
+    ids: Vec<u64>,
+    raw: Vec<Option<f64>>,
+    cpu_raw: Vec<Option<f64>>,
+    desired: Vec<f64>,
+    lo_hi: Vec<(f64, f64)>,
+    out: Vec<f64>,
+    sorted: Vec<f64>,
+}
+
+#[derive(Debug)]
+pub struct WeightBook {
+    params: WeightParams,
+    clusters: HashMap<String, Cluster>,
+    reporters: HashMap<String, Reporter>,
+    next_reporter_id: u64,
+    external_cpu: HashMap<IpAddr, (f64, u64)>,
+    observations: usize,
+    scratch: Scratch,
+}
+
+impl WeightBook {
+    pub fn new(params: WeightParams) -> Self {
+        WeightBook {
+            params,
+            clusters: HashMap::new(),
+            reporters: HashMap::new(),
+            next_reporter_id: 0,
+            external_cpu: HashMap::new(),
+            observations: 0,
+            scratch: Scratch::default(),
+        }
+    }
+
+    pub fn params(&self) -> &WeightParams {
+        &self.params
+    }
+
+    pub fn counts(&self) -> Counts {
+        Counts {
+            reporters: self.reporters.len(),
+            clusters: self.clusters.len(),
+            endpoints: self.clusters.values().map(|c| c.endpoints.len()).sum(),
+            observations: self.observations,
+            cpu_entries: self.external_cpu.len(),
+        }
+    }
+
+    /// Merge one already-validated report received at `now_us`. Err = refused by a cap; a refused
+    /// report changes nothing. O(endpoints in the report).
+    pub fn ingest(&mut self, report: &Report, now_us: u64) -> Result<(), Rejection> {
+        self.admit(report)?;
+        let p = &self.params;
+        let interval_us = u64::from(report.interval_ms) * 1_000;
+        let ttl_us = ((interval_us as f64 * p.reporter_ttl_intervals) as u64).max(p.min_reporter_ttl_us);
+        let expires_us = now_us.saturating_add(ttl_us);
+        let id = match self.reporters.get_mut(&report.reporter) {
+            Some(r) => {
+                (r.incarnation, r.interval_us, r.expires_us) = (report.incarnation, interval_us, expires_us);
+                r.id
+            }
+            None => {
+                let id = self.next_reporter_id;
+                self.next_reporter_id += 1;
+                let r = Reporter { id, incarnation: report.incarnation, interval_us, expires_us };
+                self.reporters.insert(report.reporter.clone(), r);
+                id
+            }
+        };
+        for c in &report.clusters {
+            let cluster = self.clusters.entry(c.name.clone()).or_default();
+            for e in &c.endpoints {
+                let endpoint = match cluster.endpoints.get_mut(&e.address) {
+                    Some(endpoint) => endpoint,
+                    None => cluster.endpoints.entry(e.address.clone()).or_insert_with(|| Endpoint::new(&e.address)),
+                };
+                match endpoint.obs.get_mut(&id) {
+                    Some(o) => o.update(e, report.incarnation, interval_us, expires_us, now_us),
+                    None => {
+                        endpoint.obs.insert(id, Observation::first(e, report.incarnation, expires_us, now_us));
+                        self.observations += 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Check the caps before touching anything. Exact counting only when a cap is within reach.
+    fn admit(&self, report: &Report) -> Result<(), Rejection> {
+        let p = &self.params;
+        let known = self.reporters.get(&report.reporter);
+        if known.is_none() && self.reporters.len() >= p.max_reporters {
+            return Err(Rejection::TooManyReporters);
+        }
+        let in_report: usize = report.clusters.iter().map(|c| c.endpoints.len()).sum();
+        if self.clusters.len() + report.clusters.len() > p.max_clusters {
+            let new = report.clusters.iter().filter(|c| !self.clusters.contains_key(&c.name)).count();
+            if self.clusters.len() + new > p.max_clusters {
+                return Err(Rejection::TooManyClusters);
+            }
+        }
+        let mut new_obs = 0usize;
+        let near_obs_cap = self.observations + in_report > p.max_observations;
+        for c in &report.clusters {
+            let cluster = self.clusters.get(&c.name);
+            let existing = cluster.map_or(0, |cl| cl.endpoints.len());
+            if existing + c.endpoints.len() <= p.max_endpoints_per_cluster && !near_obs_cap {
+                continue;
+            }
+            let mut new_endpoints = 0usize;
+            for e in &c.endpoints {
+                match cluster.and_then(|cl| cl.endpoints.get(&e.address)) {
+                    None => {
+                        new_endpoints += 1;
+                        new_obs += 1;
+                    }
+                    Some(endpoint) => {
+                        if known.is_none_or(|r| !endpoint.obs.contains_key(&r.id)) {
+                            new_obs += 1;
+                        }
+                    }
+                }
+            }
+            if existing + new_endpoints > p.max_endpoints_per_cluster {
+                return Err(Rejection::TooManyEndpoints);
+            }
+        }
+        if near_obs_cap && self.observations + new_obs > p.max_observations {
+            return Err(Rejection::TooManyObservations);
+        }
+        Ok(())
+    }
+
+    /// CPU utilisation of an endpoint IP from the metrics store (applies to every port of that IP).
+    /// Non-finite or negative values are ignored; new IPs beyond `max_cpu_entries` are ignored.
+    pub fn set_external_cpu(&mut self, ip: IpAddr, cpu: f64, now_us: u64) {
+        if !cpu.is_finite() || !(0.0..=wire::MAX_CPU).contains(&cpu) {
+            return;
+        }
+        if self.external_cpu.len() >= self.params.max_cpu_entries && !self.external_cpu.contains_key(&ip) {
+            return;
+        }
+        self.external_cpu.insert(ip, (cpu, now_us));
+    }
+
+    /// The external CPU of an IP and when it was set.
+    pub fn external_cpu(&self, ip: IpAddr) -> Option<(f64, u64)> {
+        self.external_cpu.get(&ip).copied()
+    }
+
+    /// Names of the clusters, so a caller may recompute them one at a time (and yield between).
+    pub fn cluster_names(&self) -> Vec<String> {
+        self.clusters.keys().cloned().collect()
+    }
+
+    /// Recompute weights of every cluster.
+    pub fn recompute(&mut self, now_us: u64) {
+        let names: Vec<String> = self.cluster_names();
+        for name in names {
+            self.recompute_cluster(&name, now_us);
+        }
+    }
+
+    /// Recompute the weights of one cluster (no-op if unknown). O(observations of the cluster).
+    pub fn recompute_cluster(&mut self, name: &str, now_us: u64) {
+        let WeightBook { params: p, clusters, external_cpu, scratch: s, .. } = self;
+        let Some(cluster) = clusters.get_mut(name) else { return };
+        let dt_us = cluster.computed_at_us.map_or(f64::INFINITY, |t| now_us.saturating_sub(t) as f64);
+        s.raw.clear();
+        s.cpu_raw.clear();
+        let (mut by_cpu_count, mut rated_count) = (0usize, 0usize);
+        for (address, endpoint) in cluster.endpoints.iter_mut() {
+            let m = merge_endpoint(endpoint, p, s, external_cpu, now_us);
+            endpoint.learn(&m, p, dt_us);
+            let by_cpu = m
+                .cpu
+                .filter(|(cpu, _)| *cpu >= p.min_cpu && m.qps > 0.0 && m.qps >= p.min_qps_for_cpu)
+                .map(|(cpu, _)| m.qps / (cpu + p.error_penalty * m.eps / m.qps))
+                .filter(|v| v.is_finite() && *v > 0.0);
+            by_cpu_count += by_cpu.is_some() as usize;
+            rated_count += (by_cpu.is_some() || endpoint.service_us.is_some()) as usize;
+            s.cpu_raw.push(by_cpu);
+            endpoint.decision = Some(m.into_decision(address, endpoint));
+        }
+        // One method per cluster (raw capacities in different units must not be compared): CPU when
+        // at least half of the endpoints that can be rated at all can be rated by CPU.
+        let use_cpu = by_cpu_count > 0 && by_cpu_count * 2 >= rated_count;
+        let median_concurrency = {
+            s.sorted.clear();
+            s.sorted.extend(cluster.endpoints.values().filter_map(|e| e.concurrency));
+            median(&mut s.sorted).unwrap_or(1.0)
+        };
+        for (endpoint, by_cpu) in cluster.endpoints.values_mut().zip(&s.cpu_raw) {
+            let (raw, method) = if use_cpu {
+                (*by_cpu, Method::Cpu)
+            } else {
+                let k = endpoint.concurrency.unwrap_or(median_concurrency);
+                let errors = endpoint.error_ratio.clamp(0.0, 1.0);
+                let per_request_us = |s_us: f64| s_us + p.failure_cost_us * errors;
+                (endpoint.service_us.filter(|s| *s > 0.0).map(|s_us| k * 1e6 * (1.0 - errors) / per_request_us(s_us)), Method::Latency)
+            };
+            let raw = raw.filter(|v| v.is_finite() && *v > 0.0);
+            s.raw.push(raw);
+            if let Some(d) = endpoint.decision.as_mut() {
+                d.capacity = raw;
+                d.method = if raw.is_some() { method } else { Method::Median };
+            }
+        }
+        // Targets: raw / mean raw, at least the floor; endpoints without a raw get the median target.
+        let known = s.raw.iter().flatten().count();
+        let mean_raw = if known == 0 { 1.0 } else { s.raw.iter().flatten().sum::<f64>() / known as f64 };
+        s.sorted.clear();
+        s.sorted.extend(s.raw.iter().flatten().map(|r| (r / mean_raw).max(p.floor)));
+        let median_target = median(&mut s.sorted).unwrap_or(1.0);
+        let alpha = if dt_us.is_finite() { 1.0 - (-dt_us / p.smoothing_us).exp() } else { 1.0 };
+        s.desired.clear();
+        s.lo_hi.clear();
+        for (endpoint, raw) in cluster.endpoints.values_mut().zip(&s.raw) {
+            let target = raw.map_or(median_target, |r| (r / mean_raw).max(p.floor)).max(f64::MIN_POSITIVE);
+            if let Some(d) = endpoint.decision.as_mut() {
+                d.target = target;
+            }
+            // Geometric smoothing: log w moves a share alpha of the way to log target.
+            let desired = match endpoint.weight {
+                Some(w) if w > 0.0 && w.is_finite() => (w.ln() * (1.0 - alpha) + target.ln() * alpha).exp(),
+                _ => target,
+            };
+            s.desired.push(if desired.is_finite() && desired > 0.0 { desired } else { 1.0 });
+            s.lo_hi.push(normalize::bounds(endpoint.weight, p.max_step, p.floor));
+        }
+        normalize::normalize(&s.desired, &s.lo_hi, &mut s.out);
+        for (endpoint, w) in cluster.endpoints.values_mut().zip(&s.out) {
+            let w = if w.is_finite() && *w >= 0.0 { w.min(wire::MAX_WEIGHT) } else { 1.0 };
+            endpoint.weight = Some(w);
+            if let Some(d) = endpoint.decision.as_mut() {
+                d.weight = w;
+            }
+        }
+        cluster.generation += 1;
+        cluster.computed_at_us = Some(now_us);
+    }
+
+    /// The view of `clusters` as seen by `reporter` (peer_inflight excludes that reporter's own
+    /// in-flight); unknown clusters are omitted, and so are endpoints not yet recomputed.
+    pub fn reply<'a>(&self, reporter: &str, clusters: impl IntoIterator<Item = &'a str>, now_us: u64) -> Reply {
+        let p = &self.params;
+        let asking = self.reporters.get(reporter);
+        let interval_us = asking.map_or(1_000_000, |r| r.interval_us);
+        let ttl_us = ((interval_us as f64 * p.view_ttl_intervals) as u64).max(p.min_view_ttl_us);
+        let mut views = Vec::new();
+        for name in clusters {
+            let Some(cluster) = self.clusters.get(name) else { continue };
+            let endpoints = cluster
+                .endpoints
+                .iter()
+                .filter_map(|(address, e)| {
+                    let d = e.decision.as_ref()?;
+                    let own = asking
+                        .and_then(|r| e.obs.get(&r.id))
+                        .filter(|o| o.expires_us > now_us)
+                        .map_or(0.0, |o| o.counted_inflight);
+                    Some(EndpointView {
+                        address: address.clone(),
+                        weight: d.weight,
+                        inflight: d.inflight,
+                        peer_inflight: (d.inflight - own).max(0.0),
+                        latency_us: d.latency_us,
+                        cpu: d.cpu,
+                        ejected: d.ejected,
+                    })
+                })
+                .collect();
+            views.push(ClusterView { name: name.to_string(), endpoints });
+        }
+        Reply { version: wire::VERSION, ttl_ms: (ttl_us / 1_000).min(u64::from(u32::MAX)) as u32, clusters: views }
+    }
+
+    /// What the last recompute decided, for all clusters or one (sorted by name).
+    pub fn decisions(&self, cluster: Option<&str>) -> Vec<ClusterDecision> {
+        let mut out: Vec<ClusterDecision> = self
+            .clusters
+            .iter()
+            .filter(|(name, _)| cluster.is_none_or(|c| c == name.as_str()))
+            .map(|(name, c)| ClusterDecision {
+                name: name.clone(),
+                generation: c.generation,
+                computed_at_us: c.computed_at_us.unwrap_or(0),
+                endpoints: c.endpoints.values().filter_map(|e| e.decision.clone()).collect(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// Drop reporters silent for longer than their ttl, what they said, endpoints nobody reports,
+    /// empty clusters, and CPU values too old to be used.
+    pub fn expire(&mut self, now_us: u64) {
+        let mut removed = 0usize;
+        self.clusters.retain(|_, cluster| {
+            cluster.endpoints.retain(|_, e| {
+                let before = e.obs.len();
+                e.obs.retain(|_, o| o.expires_us > now_us);
+                removed += before - e.obs.len();
+                if e.obs.capacity() > 4 * e.obs.len().max(4) {
+                    e.obs.shrink_to_fit();
+                }
+                !e.obs.is_empty()
+            });
+            !cluster.endpoints.is_empty()
+        });
+        self.observations -= removed.min(self.observations);
+        self.reporters.retain(|_, r| r.expires_us > now_us);
+        let max_age = self.params.cpu_max_age_us;
+        self.external_cpu.retain(|_, (_, at)| now_us.saturating_sub(*at) <= max_age);
+        if self.reporters.capacity() > 4 * self.reporters.len().max(64) {
+            self.reporters.shrink_to_fit();
+        }
+        if self.clusters.capacity() > 4 * self.clusters.len().max(64) {
+            self.clusters.shrink_to_fit();
+        }
+        if self.external_cpu.capacity() > 4 * self.external_cpu.len().max(64) {
+            self.external_cpu.shrink_to_fit();
+        }
+    }
+}
+
+impl Endpoint {
+    fn new(address: &str) -> Self {
+        Endpoint {
+            ip: address.parse::<SocketAddr>().ok().map(|a| a.ip()),
+            obs: HashMap::new(),
+            service_us: None,
+            concurrency: None,
+            error_ratio: 0.0,
+            ejected: false,
+            weight: None,
+            decision: None,
+        }
+    }
+
+    /// Fold one recompute's merged numbers into the slow state: error ratio and ejection, service
+    /// time, concurrency.
+    fn learn(&mut self, m: &Merged, p: &WeightParams, dt_us: f64) {
+        let dt = if dt_us.is_finite() { dt_us } else { 1_000_000.0 };
+        let window_requests = m.qps * dt / 1e6;
+        if window_requests >= p.eject_min_requests && m.qps > 0.0 {
+            let a = (-dt / p.error_decay_us).exp();
+            let sample = (m.eps / m.qps).clamp(0.0, 1.0);
+            self.error_ratio = if self.weight.is_none() { sample } else { self.error_ratio * a + sample * (1.0 - a) };
+        } else if m.qps == 0.0 {
+            self.error_ratio *= (-dt / p.error_fade_us).exp();
+        }
+        if self.error_ratio >= p.eject_ratio {
+            self.ejected = true;
+        } else if self.error_ratio < p.eject_ratio / 2.0 {
+            self.ejected = false;
+        }
+        if let Some(latency) = m.latency_us.filter(|l| *l > 0.0) {
+            let s = match self.service_us {
+                Some(s) if latency > s => s + (latency - s) * (1.0 - (-dt / p.service_rise_us).exp()),
+                _ => latency,
+            };
+            self.service_us = Some(s);
+            // Little's law while queueing: requests in service = throughput x service time.
+            if latency > p.saturation_factor * s && m.qps > 0.0 {
+                let k = (m.qps * s / 1e6).max(1.0);
+                let a = (-dt / p.concurrency_decay_us).exp();
+                self.concurrency = Some(match self.concurrency {
+                    Some(old) => old * a + k * (1.0 - a),
+                    None => k,
+                });
+            }
+        }
+    }
+}
+
+/// One endpoint's numbers merged over its live reporters.
+struct Merged {
+    qps: f64,
+    eps: f64,
+    inflight: f64,
+    latency_us: Option<f64>,
+    cpu: Option<(f64, &'static str)>,
+    reporters: usize,
+}
+
+impl Merged {
+    fn into_decision(self, address: &str, e: &Endpoint) -> EndpointDecision {
+        EndpointDecision {
+            address: address.to_string(),
+            weight: e.weight.unwrap_or(1.0),
+            method: Method::Median,
+            capacity: None,
+            target: 1.0,
+            qps: self.qps,
+            eps: self.eps,
+            inflight: self.inflight,
+            latency_us: self.latency_us.map_or(0, |l| l.round().min(wire::MAX_LATENCY_US as f64) as u64),
+            service_time_us: e.service_us,
+            concurrency: e.concurrency,
+            cpu: self.cpu.map(|(c, _)| c),
+            cpu_source: self.cpu.map(|(_, s)| s),
+            error_ratio: e.error_ratio,
+            ejected: e.ejected,
+            reporters: self.reporters,
+        }
+    }
+}
+
+fn merge_endpoint(
+    e: &mut Endpoint,
+    p: &WeightParams,
+    s: &mut Scratch,
+    external_cpu: &HashMap<IpAddr, (f64, u64)>,
+    now_us: u64,
+) -> Merged {
+    s.qps.clear();
+    s.eps.clear();
+    s.inflight.clear();
+    s.active.clear();
+    s.ids.clear();
+    for (id, o) in &e.obs {
+        if o.expires_us <= now_us {
+            continue;
+        }
+        s.ids.push(*id);
+        s.qps.push(o.qps);
+        s.eps.push(o.eps);
+        s.inflight.push(f64::from(o.inflight));
+        s.active.push(o.qps > 0.0 || o.inflight > 0);
+    }
+    let reporters = s.ids.len();
+    let qps = clip_contributions(&mut s.qps, &s.active, p.sum_clip);
+    let eps = clip_contributions(&mut s.eps, &s.active, p.sum_clip).min(qps);
+    let inflight = clip_contributions(&mut s.inflight, &s.active, p.sum_clip);
+    for (id, counted) in s.ids.iter().zip(&s.inflight) {
+        if let Some(o) = e.obs.get_mut(id) {
+            o.counted_inflight = *counted;
+        }
+    }
+    // Latency: each reporter's mean over its last window, voting with its successes; without
+    // successes there, its recent peak-EWMA with one vote.
+    s.votes.clear();
+    for o in e.obs.values().filter(|o| o.expires_us > now_us) {
+        match (o.mean_latency_us, o.ewma) {
+            (Some(mean), _) if o.successes > 0 => s.votes.push(Vote { value: mean, weight: o.successes as f64 }),
+            (_, Some((ewma, at))) if now_us.saturating_sub(at) <= p.latency_sample_max_age_us => {
+                s.votes.push(Vote { value: ewma, weight: 1.0 })
+            }
+            _ => {}
+        }
+    }
+    let latency_us = capped_median(&mut s.votes, p.vote_cap);
+    // ORCA CPU: fresh samples vote with their request rate (at least 1); the freshest stamp dates it.
+    s.votes.clear();
+    let mut orca_at = 0u64;
+    for o in e.obs.values().filter(|o| o.expires_us > now_us) {
+        if let Some((cpu, at)) = o.cpu {
+            if now_us.saturating_sub(at) <= p.cpu_max_age_us {
+                s.votes.push(Vote { value: cpu, weight: o.qps.max(1.0) });
+                orca_at = orca_at.max(at);
+            }
+        }
+    }
+    let orca = capped_median(&mut s.votes, p.vote_cap).map(|c| (c, orca_at));
+    let external = e
+        .ip
+        .and_then(|ip| external_cpu.get(&ip).copied())
+        .filter(|(_, at)| now_us.saturating_sub(*at) <= p.cpu_max_age_us);
+    let cpu = match (orca, external) {
+        (Some((o, oat)), Some((x, xat))) => Some(if oat >= xat { (o, "orca") } else { (x, "metrics") }),
+        (Some((o, _)), None) => Some((o, "orca")),
+        (None, Some((x, _))) => Some((x, "metrics")),
+        (None, None) => None,
+    };
+    Merged { qps, eps, inflight, latency_us, cpu, reporters }
+}
+
+impl Observation {
+    fn first(e: &wire::EndpointReport, incarnation: u64, expires_us: u64, now_us: u64) -> Self {
+        let mut o = Observation {
+            incarnation,
+            requests: e.requests,
+            errors: e.errors,
+            latency_sum_us: e.latency_sum_us,
+            window_start_us: now_us,
+            qps: 0.0,
+            eps: 0.0,
+            successes: 0,
+            mean_latency_us: None,
+            inflight: 0,
+            ewma: None,
+            cpu: None,
+            expires_us,
+            counted_inflight: 0.0,
+        };
+        o.instant(e, expires_us, now_us);
+        o
+    }
+
+    /// Take the differences since the window started (if it is long enough), or start again after
+    /// a reset (new incarnation, or a counter that went down).
+    fn update(&mut self, e: &wire::EndpointReport, incarnation: u64, interval_us: u64, expires_us: u64, now_us: u64) {
+        let reset = incarnation != self.incarnation
+            || e.requests < self.requests
+            || e.errors < self.errors
+            || e.latency_sum_us < self.latency_sum_us;
+        let elapsed = now_us.saturating_sub(self.window_start_us);
+        if reset {
+            self.incarnation = incarnation;
+            self.restart(e, now_us);
+        } else if elapsed >= interval_us / 2 && elapsed > 0 {
+            let dt_s = elapsed as f64 / 1e6;
+            let d_requests = e.requests - self.requests;
+            let d_errors = e.errors - self.errors;
+            let d_successes = d_requests.saturating_sub(d_errors);
+            let d_latency = e.latency_sum_us - self.latency_sum_us;
+            self.qps = d_requests as f64 / dt_s;
+            self.eps = d_errors as f64 / dt_s;
+            self.successes = d_successes;
+            self.mean_latency_us =
+                (d_successes > 0).then(|| (d_latency as f64 / d_successes as f64).min(wire::MAX_LATENCY_US as f64));
+            self.restart(e, now_us);
+        }
+        // else: too soon after the last window (a duplicate or a burst): keep accumulating.
+        self.instant(e, expires_us, now_us);
+    }
+
+    fn restart(&mut self, e: &wire::EndpointReport, now_us: u64) {
+        (self.requests, self.errors, self.latency_sum_us, self.window_start_us) =
+            (e.requests, e.errors, e.latency_sum_us, now_us);
+    }
+
+    /// The values that are not counters: in flight now, latency estimate, ORCA CPU.
+    fn instant(&mut self, e: &wire::EndpointReport, expires_us: u64, now_us: u64) {
+        self.inflight = e.inflight;
+        self.expires_us = expires_us;
+        self.ewma = (e.latency_ewma_us > 0)
+            .then(|| (e.latency_ewma_us as f64, now_us.saturating_sub(e.latency_age_ms.saturating_mul(1_000))));
+        self.cpu = match (e.cpu, e.cpu_age_ms) {
+            (Some(cpu), age) if cpu.is_finite() && cpu >= 0.0 => {
+                Some((cpu, now_us.saturating_sub(age.unwrap_or(0).saturating_mul(1_000))))
+            }
+            _ => None,
+        };
+    }
+}
+
+fn median(values: &mut [f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_unstable_by(|a, b| a.total_cmp(b));
+    let mid = values.len() / 2;
+    Some(if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,517 @@
+use super::*;
+use crate::wire::{ClusterReport, EndpointReport, VERSION};
+
+const SEC: u64 = 1_000_000;
+const CLUSTER: &str = "outbound|8080||svc.ns.svc.cluster.local";
+
+/// What one endpoint does in the test world: per reporter per second.
+#[derive(Clone, Copy, Debug)]
+struct Traffic {
+    requests: u64,
+    errors: u64,
+    latency_us: u64,
+    inflight: u32,
+    cpu: Option<f64>,
+}
+
+fn ok(requests: u64, latency_us: u64) -> Traffic {
+    Traffic { requests, errors: 0, latency_us, inflight: 1, cpu: None }
+}
+
+/// Reporters with cumulative counters; each `step` adds one second of traffic, reports, recomputes.
+struct World {
+    book: WeightBook,
+    now: u64,
+    counters: HashMap<(String, String), (u64, u64, u64)>,
+}
+
+impl World {
+    fn new(params: WeightParams) -> Self {
+        World { book: WeightBook::new(params), now: 10 * SEC, counters: HashMap::new() }
+    }
+
+    fn report(&mut self, reporter: &str, endpoints: &[(&str, Traffic)]) -> Report {
+        let eps = endpoints
+            .iter()
+            .map(|(address, t)| {
+                let c = self.counters.entry((reporter.to_string(), address.to_string())).or_default();
+                c.0 += t.requests;
+                c.1 += t.errors;
+                c.2 += (t.requests - t.errors) * t.latency_us;
+                EndpointReport {
+                    address: address.to_string(),
+                    requests: c.0,
+                    errors: c.1,
+                    latency_sum_us: c.2,
+                    inflight: t.inflight,
+                    latency_ewma_us: t.latency_us,
+                    latency_age_ms: 0,
+                    cpu: t.cpu,
+                    cpu_age_ms: t.cpu.map(|_| 0),
+                }
+            })
+            .collect();
+        report_of(reporter, vec![ClusterReport { name: CLUSTER.into(), endpoints: eps }])
+    }
+
+    /// One second: every reporter reports `traffic(reporter index)`, then a recompute.
+    fn step(&mut self, reporters: &[&str], traffic: impl Fn(usize) -> Vec<(&'static str, Traffic)>) {
+        self.now += SEC;
+        for (i, r) in reporters.iter().enumerate() {
+            let report = self.report(r, &traffic(i));
+            self.book.ingest(&report, self.now).unwrap();
+        }
+        self.book.recompute(self.now);
+    }
+
+    fn weights(&self) -> BTreeMap<String, f64> {
+        self.book.decisions(Some(CLUSTER))[0].endpoints.iter().map(|e| (e.address.clone(), e.weight)).collect()
+    }
+
+    fn decision(&self, address: &str) -> EndpointDecision {
+        self.book.decisions(Some(CLUSTER))[0].endpoints.iter().find(|e| e.address == address).unwrap().clone()
+    }
+}
+
+fn report_of(reporter: &str, clusters: Vec<ClusterReport>) -> Report {
+    Report { version: VERSION, reporter: reporter.into(), incarnation: 1, interval_ms: 1000, clusters }
+}
+
+const A: &str = "10.0.0.1:8080";
+const B: &str = "10.0.0.2:8080";
+const C: &str = "10.0.0.3:8080";
+const REPORTERS: [&str; 4] = ["r0", "r1", "r2", "r3"];
+
+fn assert_mean_one(w: &BTreeMap<String, f64>) {
+    let mean = w.values().sum::<f64>() / w.len() as f64;
+    assert!((mean - 1.0).abs() < 1e-9, "mean {mean} of {w:?}");
+}
+
+#[test]
+fn a_five_times_slower_endpoint_ends_with_a_fifth_of_the_weight_by_latency() {
+    let mut w = World::new(WeightParams::default());
+    for _ in 0..40 {
+        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000)), (C, ok(50, 50_000))]);
+    }
+    let weights = w.weights();
+    assert_mean_one(&weights);
+    let ratio = weights[C] / weights[A];
+    assert!((ratio - 0.2).abs() < 0.01, "C/A = {ratio}, {weights:?}");
+    assert!((weights[A] - weights[B]).abs() < 1e-9);
+    assert_eq!(w.decision(C).method, Method::Latency);
+}
+
+#[test]
+fn a_five_times_slower_endpoint_ends_with_a_fifth_of_the_weight_by_cpu() {
+    // Same request rates; C burns 5x the CPU per request. Latency says nothing (equal).
+    let mut w = World::new(WeightParams::default());
+    let t = |cpu| Traffic { cpu: Some(cpu), ..ok(50, 10_000) };
+    for _ in 0..40 {
+        w.step(&REPORTERS, |_| vec![(A, t(0.1)), (B, t(0.1)), (C, t(0.5))]);
+    }
+    let weights = w.weights();
+    assert!((weights[C] / weights[A] - 0.2).abs() < 0.01, "{weights:?}");
+    assert_eq!(w.decision(C).method, Method::Cpu);
+    assert_eq!(w.decision(C).cpu_source, Some("orca"));
+}
+
+#[test]
+fn external_cpu_applies_to_every_port_of_the_ip_and_the_fresher_source_wins() {
+    let mut w = World::new(WeightParams::default());
+    for _ in 0..40 {
+        let now = w.now + SEC;
+        w.book.set_external_cpu(A.parse::<SocketAddr>().unwrap().ip(), 0.1, now);
+        w.book.set_external_cpu(B.parse::<SocketAddr>().unwrap().ip(), 0.4, now);
+        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000))]);
+    }
+    let weights = w.weights();
+    assert!((weights[B] / weights[A] - 0.25).abs() < 0.01, "{weights:?}");
+    assert_eq!(w.decision(A).cpu_source, Some("metrics"));
+    // An ORCA value newer than the metrics store's wins.
+    w.step(&REPORTERS, |_| vec![(A, Traffic { cpu: Some(0.3), ..ok(50, 10_000) }), (B, ok(50, 10_000))]);
+    assert_eq!((w.decision(A).cpu, w.decision(A).cpu_source), (Some(0.3), Some("orca")));
+}
+
+#[test]
+fn littles_law_learns_concurrency_of_saturated_endpoints() {
+    // Same service time (10 ms); A serves 4 at a time, B one. Both saturated: queueing triples the
+    // latency; throughput reveals the concurrency (A 400/s, B 100/s).
+    let mut w = World::new(WeightParams::default());
+    for _ in 0..5 {
+        w.step(&["r0"], |_| vec![(A, ok(10, 10_000)), (B, ok(10, 10_000))]);
+    }
+    for _ in 0..60 {
+        w.step(&["r0"], |_| vec![(A, ok(400, 30_000)), (B, ok(100, 30_000))]);
+    }
+    let (a, b) = (w.decision(A), w.decision(B));
+    // Under sustained queueing the service-time estimate creeps up (it cannot tell a slower endpoint
+    // from a queue forever), which scales both concurrencies alike: their ratio is what matters.
+    let k_ratio = a.concurrency.unwrap() / b.concurrency.unwrap();
+    assert!((k_ratio - 4.0).abs() < 0.1, "{a:?} {b:?}");
+    assert!((a.weight / b.weight - 4.0).abs() < 0.2, "{a:?} {b:?}");
+}
+
+#[test]
+fn errors_eject_and_recovery_readmits() {
+    let mut w = World::new(WeightParams::default());
+    let failing = Traffic { errors: 40, ..ok(50, 1_000) };
+    for _ in 0..5 {
+        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, failing)]);
+    }
+    assert!(w.decision(B).ejected, "{:?}", w.decision(B));
+    assert!(!w.decision(A).ejected);
+    let reply = w.book.reply("r0", [CLUSTER], w.now);
+    let b = reply.clusters[0].endpoints.iter().find(|e| e.address == B).unwrap();
+    assert!(b.ejected);
+    // Failing fast must not look like capacity: each failure costs failure_cost_us. (The weight
+    // moves at most x1.5 per recompute, and the first window only had B's fast EWMA to go by.)
+    for _ in 0..10 {
+        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, failing)]);
+    }
+    assert!(w.decision(B).weight < 0.1 * w.decision(A).weight, "{:?}", w.weights());
+    for _ in 0..10 {
+        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000))]);
+    }
+    assert!(!w.decision(B).ejected, "{:?}", w.decision(B));
+}
+
+#[test]
+fn an_ejected_endpoint_without_traffic_fades_back_to_probing() {
+    let mut w = World::new(WeightParams::default());
+    for _ in 0..5 {
+        w.step(&["r0"], |_| vec![(A, ok(50, 10_000)), (B, Traffic { errors: 50, ..ok(50, 1_000) })]);
+    }
+    assert!(w.decision(B).ejected);
+    let mut readmitted_after = None;
+    for i in 0..60 {
+        // The filter stops sending to B; its cumulative counters stand still.
+        w.step(&["r0"], |_| vec![(A, ok(50, 10_000)), (B, Traffic { inflight: 0, ..ok(0, 1_000) })]);
+        if !w.decision(B).ejected {
+            readmitted_after = Some(i);
+            break;
+        }
+    }
+    let after = readmitted_after.expect("never readmitted");
+    assert!(after > 3, "readmitted too soon: {after} s");
+}
+
+#[test]
+fn few_requests_do_not_eject() {
+    let mut w = World::new(WeightParams::default());
+    for _ in 0..10 {
+        w.step(&["r0"], |_| vec![(A, ok(50, 10_000)), (B, Traffic { errors: 2, ..ok(2, 1_000) })]);
+    }
+    assert!(!w.decision(B).ejected);
+}
+
+#[test]
+fn smoothing_and_the_step_bound_hold_on_every_recompute() {
+    let p = WeightParams::default();
+    let mut w = World::new(p.clone());
+    for _ in 0..20 {
+        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000)), (C, ok(50, 10_000))]);
+    }
+    let mut prev = w.weights();
+    assert!(prev.values().all(|x| (x - 1.0).abs() < 1e-9), "{prev:?}");
+    // C becomes 20x slower at once: its target is ~0.14 of A's. The weight must get there gradually.
+    let mut steps = 0;
+    for i in 0..60 {
+        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000)), (C, ok(50, 200_000))]);
+        let now = w.weights();
+        assert_mean_one(&now);
+        for (k, v) in &now {
+            let r = v / prev[k];
+            assert!(r <= p.max_step + 1e-9 && r >= 1.0 / p.max_step - 1e-9, "step {i}: {k} moved x{r}");
+        }
+        if i == 0 {
+            // Smoothing: one second of a 2 s time constant moves log w by 1 - e^-0.5 = 39% of the way.
+            let target = w.decision(C).target;
+            let expected_log = (target.ln()) * (1.0 - (-0.5f64).exp());
+            assert!(now[C].ln() > expected_log - 0.2, "moved too far at once: {} vs target {target}", now[C]);
+            assert!(now[C] < 1.0 / 1.05, "did not move: {}", now[C]);
+        }
+        if (now[C] - prev[C]).abs() > 1e-6 {
+            steps = i + 1;
+        }
+        prev = now;
+    }
+    assert!(steps >= 3, "converged in {steps} recomputes: not smoothed");
+    let ratio = prev[C] / prev[A];
+    assert!((ratio - 0.05).abs() < 0.01, "20x slower -> 1/20: {ratio} {prev:?}");
+}
+
+#[test]
+fn the_floor_keeps_a_very_slow_endpoint_probed() {
+    let p = WeightParams::default();
+    let mut w = World::new(p.clone());
+    for _ in 0..60 {
+        w.step(&REPORTERS, |_| vec![(A, ok(50, 1_000)), (B, ok(50, 1_000)), (C, ok(5, 1_000_000))]);
+        assert!(w.weights()[C] >= p.floor - 1e-12, "{:?}", w.weights());
+    }
+    assert!((w.weights()[C] - p.floor).abs() < 1e-9, "{:?}", w.weights());
+}
+
+#[test]
+fn an_endpoint_without_data_gets_the_median_weight() {
+    let mut w = World::new(WeightParams::default());
+    let idle = Traffic { inflight: 1, ..ok(0, 0) };
+    for _ in 0..40 {
+        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 20_000)), (C, ok(50, 40_000)), ("10.0.0.4:8080", idle)]);
+    }
+    let weights = w.weights();
+    assert_eq!(w.decision("10.0.0.4:8080").method, Method::Median);
+    assert!((weights["10.0.0.4:8080"] - weights[B]).abs() < 1e-6, "{weights:?}");
+}
+
+// ---- the lying reporter ----
+
+fn honest_world(liar: Option<&'static str>, lie: Traffic, truth: impl Fn() -> Vec<(&'static str, Traffic)>) -> World {
+    let mut w = World::new(WeightParams::default());
+    let mut names: Vec<&str> = REPORTERS.to_vec();
+    if let Some(l) = liar {
+        names.push(l);
+    }
+    let honest = REPORTERS.len();
+    for _ in 0..40 {
+        w.step(&names, |i| {
+            let mut t = truth();
+            if i >= honest {
+                t[0].1 = lie;
+            }
+            t
+        });
+    }
+    w
+}
+
+#[test]
+fn a_liar_cannot_move_latency_weights_when_the_honest_reporters_agree() {
+    let truth = || vec![(A, ok(50, 10_000)), (B, ok(50, 10_000)), (C, ok(50, 50_000))];
+    let fair = honest_world(None, ok(0, 0), truth);
+    // Lies about A: absurd volume at tiny latency, then absurd latency.
+    for lie in [ok(1_000_000, 1), ok(1_000_000, 3_000_000_000), Traffic { inflight: 1_000_000, ..ok(0, 1) }] {
+        let lied = honest_world(Some("liar"), lie, truth);
+        for (k, v) in fair.weights() {
+            assert!((lied.weights()[&k] - v).abs() < 1e-9, "{lie:?}: {k} {v} -> {}", lied.weights()[&k]);
+        }
+    }
+}
+
+#[test]
+fn a_liar_moves_cpu_capacity_at_most_by_the_documented_factor() {
+    let p = WeightParams::default();
+    let t = |cpu| Traffic { cpu: Some(cpu), ..ok(50, 10_000) };
+    let truth = || vec![(A, t(0.2)), (B, t(0.2)), (C, t(0.2))];
+    let fair = honest_world(None, t(0.2), truth);
+    let honest = REPORTERS.len() as f64;
+    for lie in [ok(u32::MAX as u64, 10_000), Traffic { cpu: Some(0.000_1), ..ok(u32::MAX as u64, 10_000) }] {
+        let lied = honest_world(Some("liar"), lie, truth);
+        let (a, fa) = (lied.decision(A), fair.decision(A));
+        // Sum bound: with n equal honest reporters, qps rises at most by 1 + sum_clip / n.
+        assert!(a.qps <= fa.qps * (1.0 + p.sum_clip / honest) + 1e-9, "{} vs {}", a.qps, fa.qps);
+        // ORCA vote bound: the honest reporters agree on 0.2, so the CPU stays 0.2.
+        assert_eq!(a.cpu, Some(0.2));
+        let bound = 1.0 + p.sum_clip / honest;
+        let ratio = a.capacity.unwrap() / fa.capacity.unwrap();
+        assert!(ratio <= bound + 1e-9 && ratio >= 1.0 - 1e-9, "capacity x{ratio} > {bound}");
+        let (wa, wb) = (lied.weights()[A], lied.weights()[B]);
+        assert!(wa / wb <= bound + 1e-6, "weight ratio {}", wa / wb);
+    }
+}
+
+#[test]
+fn a_liar_cannot_eject_a_healthy_endpoint_nor_inflate_inflight_beyond_the_clip() {
+    let p = WeightParams::default();
+    let truth = || vec![(A, ok(50, 10_000)), (B, ok(50, 10_000))];
+    let lie = Traffic { requests: 1_000_000, errors: 1_000_000, latency_us: 1, inflight: 1_000_000, cpu: None };
+    let lied = honest_world(Some("liar"), lie, truth);
+    let a = lied.decision(A);
+    assert!(!a.ejected && a.error_ratio == 0.0, "{a:?}");
+    // Each honest reporter holds 1 in flight: the liar adds at most sum_clip x 1.
+    assert!(a.inflight <= 4.0 + p.sum_clip, "{}", a.inflight);
+    // A lone reporter, however, is all the evidence there is.
+    let mut w = World::new(p);
+    for _ in 0..5 {
+        w.step(&["only"], |_| vec![(A, Traffic { errors: 50, ..ok(50, 10_000) })]);
+    }
+    assert!(w.decision(A).ejected);
+}
+
+// ---- reply, expiry, resets, caps ----
+
+#[test]
+fn reply_excludes_the_askers_own_inflight_and_omits_unknown_clusters() {
+    let mut w = World::new(WeightParams::default());
+    w.step(&["r0", "r1"], |i| vec![(A, Traffic { inflight: if i == 0 { 3 } else { 5 }, ..ok(10, 1_000) })]);
+    let reply = w.book.reply("r0", [CLUSTER, "unknown"], w.now);
+    assert_eq!(reply.version, VERSION);
+    assert_eq!(reply.clusters.len(), 1);
+    let a = &reply.clusters[0].endpoints[0];
+    assert_eq!((a.inflight, a.peer_inflight), (8.0, 5.0));
+    assert_eq!(w.book.reply("r1", [CLUSTER], w.now).clusters[0].endpoints[0].peer_inflight, 3.0);
+    assert_eq!(w.book.reply("stranger", [CLUSTER], w.now).clusters[0].endpoints[0].peer_inflight, 8.0);
+    assert_eq!(reply.ttl_ms, 3_000, "three intervals of 1 s");
+    assert!(reply.validate(&wire::Limits::default()).is_ok());
+}
+
+#[test]
+fn silent_reporters_expire_with_what_they_said() {
+    let mut w = World::new(WeightParams::default());
+    w.step(&["r0", "r1"], |i| vec![(if i == 0 { A } else { B }, ok(10, 1_000))]);
+    assert_eq!(w.book.counts(), Counts { reporters: 2, clusters: 1, endpoints: 2, observations: 2, cpu_entries: 0 });
+    // r1 falls silent; r0 keeps reporting. After r1's ttl (3 s) it and endpoint B are gone.
+    for _ in 0..2 {
+        w.step(&["r0"], |_| vec![(A, ok(10, 1_000))]);
+        w.book.expire(w.now);
+    }
+    assert_eq!(w.book.counts().reporters, 2);
+    for _ in 0..2 {
+        w.step(&["r0"], |_| vec![(A, ok(10, 1_000))]);
+        w.book.expire(w.now);
+    }
+    assert_eq!(w.book.counts(), Counts { reporters: 1, clusters: 1, endpoints: 1, observations: 1, cpu_entries: 0 });
+    assert!(w.book.reply("r0", [CLUSTER], w.now).clusters[0].endpoints.iter().all(|e| e.address == A));
+    // Everyone silent: nothing is left.
+    w.book.expire(w.now + 10 * SEC);
+    assert_eq!(w.book.counts(), Counts::default());
+    assert!(w.book.reply("r0", [CLUSTER], w.now).clusters.is_empty());
+}
+
+#[test]
+fn a_dead_reporters_inflight_stops_counting_before_expiry_runs() {
+    let mut w = World::new(WeightParams::default());
+    w.step(&["r0", "r1"], |_| vec![(A, Traffic { inflight: 4, ..ok(10, 1_000) })]);
+    for _ in 0..4 {
+        w.step(&["r0"], |_| vec![(A, Traffic { inflight: 4, ..ok(10, 1_000) })]);
+    }
+    assert_eq!(w.decision(A).inflight, 4.0);
+}
+
+#[test]
+fn counters_are_differenced_and_a_reset_yields_no_delta() {
+    let mut book = WeightBook::new(WeightParams::default());
+    let ep = |requests, latency_sum_us| EndpointReport {
+        address: A.into(),
+        requests,
+        latency_sum_us,
+        inflight: 0,
+        ..Default::default()
+    };
+    let mut r = report_of("r0", vec![ClusterReport { name: CLUSTER.into(), endpoints: vec![ep(1_000, 1_000_000)] }]);
+    book.ingest(&r, SEC).unwrap();
+    r.clusters[0].endpoints[0] = ep(1_100, 2_000_000);
+    book.ingest(&r, 2 * SEC).unwrap();
+    book.recompute(2 * SEC);
+    let d = &book.decisions(None)[0].endpoints[0];
+    assert_eq!((d.qps, d.latency_us), (100.0, 10_000), "100 requests, 1 s of latency sum over them");
+    // A restart: new incarnation, counters from zero. No delta this time (qps stays the last window's).
+    r.incarnation = 2;
+    r.clusters[0].endpoints[0] = ep(5, 50_000);
+    book.ingest(&r, 3 * SEC).unwrap();
+    r.clusters[0].endpoints[0] = ep(55, 550_000);
+    book.ingest(&r, 4 * SEC).unwrap();
+    book.recompute(4 * SEC);
+    assert_eq!(book.decisions(None)[0].endpoints[0].qps, 50.0);
+    // A counter going down within the same incarnation is a reset too.
+    r.clusters[0].endpoints[0] = ep(1, 1);
+    book.ingest(&r, 5 * SEC).unwrap();
+    r.clusters[0].endpoints[0] = ep(21, 200_001);
+    book.ingest(&r, 6 * SEC).unwrap();
+    book.recompute(6 * SEC);
+    assert_eq!(book.decisions(None)[0].endpoints[0].qps, 20.0);
+}
+
+#[test]
+fn a_report_soon_after_the_last_one_does_not_fake_a_zero_rate() {
+    let mut w = World::new(WeightParams::default());
+    w.step(&["r0"], |_| vec![(A, ok(100, 1_000))]);
+    w.step(&["r0"], |_| vec![(A, ok(100, 1_000))]);
+    // The same counters again 10 ms later.
+    let r = w.report("r0", &[(A, ok(0, 1_000))]);
+    w.book.ingest(&r, w.now + 10_000).unwrap();
+    w.book.recompute(w.now + 10_000);
+    assert_eq!(w.decision(A).qps, 100.0);
+}
+
+#[test]
+fn caps_refuse_whole_reports_and_change_nothing() {
+    let p = WeightParams { max_reporters: 2, max_clusters: 2, max_endpoints_per_cluster: 3, max_observations: 5, ..Default::default() };
+    let mut book = WeightBook::new(p);
+    let cluster = |name: &str, n: usize| ClusterReport {
+        name: name.into(),
+        endpoints: (0..n).map(|i| EndpointReport { address: format!("10.0.0.{}:80", i + 1), requests: 1, ..Default::default() }).collect(),
+    };
+    book.ingest(&report_of("r0", vec![cluster("c0", 3)]), SEC).unwrap();
+    book.recompute(SEC);
+    let before = (book.counts(), book.decisions(None));
+    let cases = [
+        (report_of("r1", vec![cluster("c0", 4)]), Rejection::TooManyEndpoints),
+        (report_of("r1", vec![cluster("c1", 1), cluster("c2", 1)]), Rejection::TooManyClusters),
+        (report_of("r1", vec![cluster("c0", 3)]), Rejection::TooManyObservations),
+    ];
+    for (report, why) in cases {
+        assert_eq!(book.ingest(&report, 2 * SEC), Err(why));
+        assert_eq!((book.counts(), book.decisions(None)), before, "{why:?} changed something");
+    }
+    book.ingest(&report_of("r1", vec![cluster("c1", 2)]), 2 * SEC).unwrap();
+    assert_eq!(book.ingest(&report_of("r2", vec![cluster("c1", 1)]), 2 * SEC), Err(Rejection::TooManyReporters));
+    // Known reporters re-reporting what they hold are never refused.
+    book.ingest(&report_of("r0", vec![cluster("c0", 3)]), 3 * SEC).unwrap();
+    assert_eq!(book.counts().observations, 5);
+    assert_eq!(Rejection::TooManyEndpoints.as_str(), "too_many_endpoints");
+}
+
+#[test]
+fn memory_stays_bounded_under_reporter_churn() {
+    let mut book = WeightBook::new(WeightParams::default());
+    let mut peak = Counts::default();
+    for round in 0..50u64 {
+        let now = round * SEC;
+        for i in 0..100 {
+            let r = report_of(
+                &format!("pod-{round}-{i}"),
+                vec![ClusterReport {
+                    name: format!("c{}", round % 7),
+                    endpoints: vec![EndpointReport { address: format!("10.1.{}.{}:80", round % 250, i), requests: 1, ..Default::default() }],
+                }],
+            );
+            book.ingest(&r, now).unwrap();
+        }
+        book.recompute(now);
+        book.expire(now);
+        let c = book.counts();
+        peak.reporters = peak.reporters.max(c.reporters);
+        peak.endpoints = peak.endpoints.max(c.endpoints);
+    }
+    // Reporters live 3 s: at most 4 rounds of 100 at once.
+    assert!(peak.reporters <= 400 && peak.endpoints <= 400, "{peak:?}");
+}
+
+#[test]
+fn params_are_validated() {
+    assert!(WeightParams::default().validate().is_ok());
+    let bad = [
+        WeightParams { max_step: 1.0, ..Default::default() },
+        WeightParams { floor: 0.5, ..Default::default() },
+        WeightParams { vote_cap: 1.0, ..Default::default() },
+        WeightParams { sum_clip: 0.5, ..Default::default() },
+        WeightParams { smoothing_us: f64::NAN, ..Default::default() },
+    ];
+    for p in bad {
+        let err = p.validate().unwrap_err();
+        assert!(!err.contains('\n'), "{err}");
+    }
+}
+
+#[test]
+fn bad_external_cpu_is_ignored() {
+    let mut book = WeightBook::new(WeightParams { max_cpu_entries: 1, ..Default::default() });
+    let ip: IpAddr = "10.0.0.1".parse().unwrap();
+    for bad in [f64::NAN, -1.0, f64::INFINITY, 1e9] {
+        book.set_external_cpu(ip, bad, 0);
+    }
+    assert_eq!(book.external_cpu(ip), None);
+    book.set_external_cpu(ip, 0.5, 7);
+    book.set_external_cpu("10.0.0.2".parse().unwrap(), 0.5, 7);
+    assert_eq!((book.external_cpu(ip), book.counts().cpu_entries), (Some((0.5, 7)), 1));
+}
