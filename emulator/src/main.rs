@@ -1,1 +1,64 @@
-fn main() {}
+//! tailweight-emulator: many heterogeneous HTTP/1.1 backends in one small process (see spec.rs for
+//! the command line and docs/scenario.md for what the numbers mean).
+
+mod backend;
+mod metrics;
+mod server;
+mod service_time;
+mod spec;
+mod window;
+
+use backend::Backend;
+use std::sync::Arc;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{}", spec::USAGE);
+        return;
+    }
+    let config = match spec::parse_args(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tailweight-emulator: {e}\n{}", spec::USAGE);
+            std::process::exit(2);
+        }
+    };
+    // One thread serves every backend: service times are sleeps, so the work is only HTTP parsing.
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tailweight-emulator: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = runtime.block_on(run(config)) {
+        eprintln!("tailweight-emulator: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(config: spec::Config) -> Result<(), String> {
+    backend::now_us(); // start the clock
+    let mut listeners = Vec::with_capacity(config.backends.len());
+    for spec in &config.backends {
+        listeners.push(server::listen(spec.port)?);
+    }
+    let admin = server::listen(config.admin_port)?;
+    let backends: Arc<Vec<Arc<Backend>>> = Arc::new(
+        config.backends.iter().enumerate().map(|(i, s)| Arc::new(Backend::new(i, s.clone(), config.seed))).collect(),
+    );
+    for (b, l) in backends.iter().zip(listeners) {
+        tokio::spawn(server::serve_backend(b.clone(), l));
+    }
+    tokio::spawn(server::serve_admin(admin, backends.clone()));
+    let ports: Vec<String> = backends.iter().map(|b| b.spec.port.to_string()).collect();
+    println!("tailweight-emulator: admin 127.0.0.1:{}, backends on 127.0.0.1 ports {}", config.admin_port, ports.join(","));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,252 @@
+//! Command line and admin events, parsed and checked with one-line errors.
+//!
+//! ```text
+//! tailweight-emulator --admin-port 9000 [--seed 1] \
+//!     --backend port=18001,workers=2,base_ms=10,speed=1.0,jitter=0.2,payload_bytes=1024 ...
+//! POST /event?backends=0,3&action=speed&value=5     (admin port; action: speed | fail | stop | recover)
+//! ```
+
+pub const USAGE: &str = "usage: tailweight-emulator --admin-port PORT [--seed N] --backend SPEC [--backend SPEC ...]
+  SPEC: port=P,workers=K,base_ms=MS[,speed=X][,jitter=SIGMA][,payload_bytes=N]
+  Every backend listens on 127.0.0.1:P; service time = base_ms x speed x LogNormal(mean 1, sigma).
+  Admin on 127.0.0.1:PORT: GET /metrics (Prometheus text), GET /healthz,
+  POST /event?backends=I[,J..]&action=speed&value=X | fail | stop | recover";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendSpec {
+    pub port: u16,
+    pub workers: u32,
+    pub base_ms: f64,
+    pub speed: f64,
+    pub jitter: f64,
+    pub payload_bytes: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub admin_port: u16,
+    pub seed: u64,
+    pub backends: Vec<BackendSpec>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Action {
+    /// New service time multiplier.
+    Speed(f64),
+    /// Answer 503 at once.
+    Fail,
+    /// Close the listener and every connection: connection refused.
+    Stop,
+    /// Back to the backend's start settings (speed, answering, listening).
+    Recover,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub backends: Vec<usize>,
+    pub action: Action,
+}
+
+const MAX_BACKENDS: usize = 1_000;
+const MAX_PAYLOAD: usize = 16 << 20;
+
+pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Config, String> {
+    let mut admin_port = None;
+    let mut seed = 1u64;
+    let mut backends = Vec::new();
+    let mut args = args.into_iter();
+    while let Some(flag) = args.next() {
+        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name}: missing value"));
+        match flag.as_str() {
+            "--admin-port" => admin_port = Some(parse_port("--admin-port", &value("--admin-port")?)?),
+            "--seed" => {
+                let v = value("--seed")?;
+                seed = v.parse().map_err(|_| format!("--seed: expected a non-negative integer, got {v:?}"))?;
+            }
+            "--backend" => backends.push(parse_backend(&value("--backend")?)?),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    let admin_port = admin_port.ok_or("--admin-port is required")?;
+    if backends.is_empty() {
+        return Err("at least one --backend is required".into());
+    }
+    if backends.len() > MAX_BACKENDS {
+        return Err(format!("at most {MAX_BACKENDS} backends, got {}", backends.len()));
+    }
+    let mut ports: Vec<u16> = backends.iter().map(|b| b.port).collect();
+    ports.push(admin_port);
+    ports.sort_unstable();
+    if let Some(w) = ports.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!("port {} is used twice", w[0]));
+    }
+    Ok(Config { admin_port, seed, backends })
+}
+
+fn parse_port(what: &str, s: &str) -> Result<u16, String> {
+    match s.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(p),
+        _ => Err(format!("{what}: expected a port in 1..=65535, got {s:?}")),
+    }
+}
+
+fn parse_number(what: &str, s: &str, min: f64, max: f64) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= min && x <= max => Ok(x),
+        _ => Err(format!("{what}: expected a number in {min}..={max}, got {s:?}")),
+    }
+}
+
+pub fn parse_backend(spec: &str) -> Result<BackendSpec, String> {
+    let mut port = None;
+    let mut workers = None;
+    let mut base_ms = None;
+    let mut speed = 1.0;
+    let mut jitter = 0.0;
+    let mut payload_bytes = 0usize;
+    for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').ok_or_else(|| format!("--backend {spec:?}: {pair:?} is not key=value"))?;
+        let what = format!("--backend {key}");
+        match key {
+            "port" => port = Some(parse_port(&what, value)?),
+            "workers" => {
+                workers = Some(match value.parse::<u32>() {
+                    Ok(k) if (1..=10_000).contains(&k) => k,
+                    _ => return Err(format!("{what}: expected an integer in 1..=10000, got {value:?}")),
+                })
+            }
+            "base_ms" => base_ms = Some(parse_number(&what, value, 0.0, 600_000.0)?),
+            "speed" => speed = parse_number(&what, value, 0.001, 1_000.0)?,
+            "jitter" => jitter = parse_number(&what, value, 0.0, 3.0)?,
+            "payload_bytes" => {
+                payload_bytes = match value.parse::<usize>() {
+                    Ok(n) if n <= MAX_PAYLOAD => n,
+                    _ => return Err(format!("{what}: expected an integer in 0..={MAX_PAYLOAD}, got {value:?}")),
+                }
+            }
+            _ => return Err(format!("--backend {spec:?}: unknown key {key:?} (known: port, workers, base_ms, speed, jitter, payload_bytes)")),
+        }
+    }
+    let missing = |k: &str| format!("--backend {spec:?}: {k} is required");
+    Ok(BackendSpec {
+        port: port.ok_or_else(|| missing("port"))?,
+        workers: workers.ok_or_else(|| missing("workers"))?,
+        base_ms: base_ms.ok_or_else(|| missing("base_ms"))?,
+        speed,
+        jitter,
+        payload_bytes,
+    })
+}
+
+/// Parses the query of `POST /event` against `n` backends.
+pub fn parse_event(query: &str, n: usize) -> Result<Event, String> {
+    let mut backends = None;
+    let mut action = None;
+    let mut value = None;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "backends" => {
+                let list: Result<Vec<usize>, String> = v
+                    .split(',')
+                    .map(|i| match i.trim().parse::<usize>() {
+                        Ok(i) if i < n => Ok(i),
+                        _ => Err(format!("backends: expected indices in 0..{n}, got {i:?}")),
+                    })
+                    .collect();
+                backends = Some(list?);
+            }
+            "action" => action = Some(v.to_string()),
+            "value" => value = Some(v.to_string()),
+            _ => return Err(format!("unknown parameter {key:?} (known: backends, action, value)")),
+        }
+    }
+    let backends = backends.ok_or("backends is required")?;
+    let action = match action.as_deref() {
+        Some("speed") => {
+            let v = value.ok_or("action=speed needs value")?;
+            Action::Speed(parse_number("value", &v, 0.001, 1_000.0)?)
+        }
+        Some(other) if value.is_some() => return Err(format!("action={other} takes no value")),
+        Some("fail") => Action::Fail,
+        Some("stop") => Action::Stop,
+        Some("recover") => Action::Recover,
+        Some(other) => return Err(format!("action: expected speed, fail, stop or recover, got {other:?}")),
+        None => return Err("action is required".into()),
+    };
+    Ok(Event { backends, action })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn full_command_line() {
+        let c = parse_args(args(
+            "--admin-port 9000 --seed 7 --backend port=18001,workers=2,base_ms=10,speed=1.618,jitter=0.2,payload_bytes=1024 \
+             --backend port=18002,workers=1,base_ms=5",
+        ))
+        .unwrap();
+        assert_eq!(c.admin_port, 9000);
+        assert_eq!(c.seed, 7);
+        assert_eq!(
+            c.backends[0],
+            BackendSpec { port: 18001, workers: 2, base_ms: 10.0, speed: 1.618, jitter: 0.2, payload_bytes: 1024 }
+        );
+        assert_eq!(c.backends[1], BackendSpec { port: 18002, workers: 1, base_ms: 5.0, speed: 1.0, jitter: 0.0, payload_bytes: 0 });
+    }
+
+    #[test]
+    fn bad_command_lines_say_why() {
+        for (line, needle) in [
+            ("", "--admin-port is required"),
+            ("--admin-port 9000", "at least one --backend"),
+            ("--admin-port 0 --backend port=1,workers=1,base_ms=1", "--admin-port: expected a port"),
+            ("--admin-port 9000 --backend port=9000,workers=1,base_ms=1", "port 9000 is used twice"),
+            ("--admin-port 9000 --backend port=1,workers=0,base_ms=1", "--backend workers: expected an integer"),
+            ("--admin-port 9000 --backend port=1,workers=1", "base_ms is required"),
+            ("--admin-port 9000 --backend port=1,workers=1,base_ms=-1", "--backend base_ms: expected a number"),
+            ("--admin-port 9000 --backend port=1,workers=1,base_ms=1,speed=0", "--backend speed"),
+            ("--admin-port 9000 --backend port=1,workers=1,base_ms=1,jiter=1", "unknown key \"jiter\""),
+            ("--admin-port 9000 --backend port", "is not key=value"),
+            ("--admin-port 9000 --seed x", "--seed: expected"),
+            ("--admin-port", "--admin-port: missing value"),
+            ("--verbose", "unknown argument"),
+        ] {
+            let err = parse_args(args(line)).unwrap_err();
+            assert!(err.contains(needle), "{line:?} -> {err}");
+        }
+    }
+
+    #[test]
+    fn events() {
+        assert_eq!(parse_event("backends=0,3&action=speed&value=5", 4), Ok(Event { backends: vec![0, 3], action: Action::Speed(5.0) }));
+        assert_eq!(parse_event("action=fail&backends=1", 2), Ok(Event { backends: vec![1], action: Action::Fail }));
+        assert_eq!(parse_event("backends=1&action=stop", 2).unwrap().action, Action::Stop);
+        assert_eq!(parse_event("backends=1&action=recover", 2).unwrap().action, Action::Recover);
+    }
+
+    #[test]
+    fn bad_events_say_why() {
+        for (query, needle) in [
+            ("action=fail", "backends is required"),
+            ("backends=2&action=fail", "indices in 0..2"),
+            ("backends=x&action=fail", "indices in 0..2"),
+            ("backends=0", "action is required"),
+            ("backends=0&action=explode", "expected speed, fail, stop or recover"),
+            ("backends=0&action=speed", "needs value"),
+            ("backends=0&action=speed&value=-2", "value: expected a number"),
+            ("backends=0&action=speed&value=NaN", "value: expected a number"),
+            ("backends=0&action=fail&value=1", "takes no value"),
+            ("backends=0&action=fail&when=now", "unknown parameter"),
+        ] {
+            let err = parse_event(query, 2).unwrap_err();
+            assert!(err.contains(needle), "{query:?} -> {err}");
+        }
+    }
+}
