@@ -1,0 +1,288 @@
+"""The filter in a real Envoy with real backends (the emulator) on 127.0.0.1.
+
+Shares and counts are asserted with margins that real runs meet; nothing here times anything."""
+import http.server
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from bench import emulator as emu
+from bench import fortio
+from tailweight_e2e import envoy, envoy_configs, paths
+from tailweight_e2e.procs import ProcGroup, free_port, wait_for
+
+HEADER = envoy_configs.OVERRIDE_HEADER
+STAT = "wasmcustom.tailweight."
+ACCESS_FORMAT = "%REQ(X-GATEWAY-DESTINATION-ENDPOINT)% %UPSTREAM_HOST% %RESPONSE_CODE%\n"
+
+
+@pytest.fixture
+def group(tmp_path):
+    with ProcGroup(tmp_path / "logs") as g:
+        yield g
+
+
+def client_yaml(listen, admin, backends, plugin_config, *, policy="tailweight_local", aggregator_port=None,
+                access_log=None, retries=False, strip_header=True):
+    """The benchmark's client Envoy, plus what a test needs: an access log of (override header,
+    upstream host, code), retries on connection failures, or the header left in place."""
+    cfg = yaml.safe_load(envoy_configs.render_client_envoy(
+        listen, admin, backends, policy, wasm_path=paths.WASM, plugin_config=plugin_config,
+        aggregator_port=aggregator_port))
+    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    if access_log:
+        hcm["access_log"] = [{"name": "envoy.access_loggers.file", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+            "path": str(access_log), "log_format": {"text_format_source": {"inline_string": ACCESS_FORMAT}}}}]
+    if retries:
+        route = hcm["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
+        route["retry_policy"] = {"retry_on": "connect-failure,refused-stream,reset", "num_retries": 2}
+    if not strip_header:
+        cfg["static_resources"]["clusters"][0].pop("typed_extension_protocol_options", None)
+    return yaml.safe_dump(cfg)
+
+
+class Client:
+    """One client Envoy in front of an emulator."""
+
+    def __init__(self, group, backends, plugin_config=None, concurrency=1, **kw):
+        self.listen, admin = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.listen}/"
+        self.envoy = envoy.start(group, f"envoy-{admin}", client_yaml(self.listen, admin, backends,
+                                 plugin_config or {}, **kw), admin, concurrency=concurrency)
+
+    def stat(self, name):
+        return self.envoy.stat(STAT + name)
+
+
+def start_backends(group, n, slow=(), base_ms=2.0, workers=4, slow_factor=5.0):
+    return emu.start(group, [emu.BackendSettings(workers=workers, base_ms=base_ms,
+                                                 speed=slow_factor if i in slow else 1.0)
+                             for i in range(n)])
+
+
+def run_fortio(group, tmp_path, url, qps, connections, seconds, name="fortio"):
+    out = tmp_path / f"{name}.json"
+    argv = fortio.load_argv(url, qps, connections, seconds, out)
+    argv.insert(2, "-allow-initial-errors")  # a failing backend may answer the warm-up request
+    proc = group.start(name, argv)
+    proc.popen.wait(seconds + 60)
+    return fortio.counts(fortio.read(out))
+
+
+def shares(before, after):
+    served = [a - b for a, b in zip(after, before)]
+    total = sum(served)
+    return [s / total for s in served], total
+
+
+def access_lines(path, expected):
+    wait_for(lambda: path.exists() and len(path.read_text().splitlines()) >= expected, 30,
+             f"{expected} access log lines")
+    return [line.split() for line in path.read_text().splitlines()]
+
+
+# (a) the endpoint the filter chose is the one that served, for every request of a run.
+def test_chosen_endpoint_serves_every_steered_request(group, tmp_path):
+    backends = start_backends(group, 3)
+    log = tmp_path / "access.log"
+    client = Client(group, backends.addresses, access_log=log, strip_header=False)
+    session = requests.Session()
+    for _ in range(300):
+        assert session.get(client.url, timeout=10).status_code == 200
+    lines = access_lines(log, 300)
+    steered = [(header.split(",")[0], upstream) for header, upstream, _ in lines if header != "-"]
+    assert len(steered) > 250, "most requests are steered once endpoints are known"
+    assert all(chosen == upstream for chosen, upstream in steered), steered[:5]
+    assert client.stat("picks") == len(steered)
+    assert client.stat("picks_honoured") == len(steered)
+    assert client.stat("picks_not_honoured") == 0
+    assert client.stat("picks") + client.stat("explorations") + client.stat("fallbacks") == 300
+
+
+# (b) a 5x slower backend receives a clearly smaller share, yet still some traffic.
+def test_slow_backend_gets_a_small_but_nonzero_share(group, tmp_path):
+    backends = start_backends(group, 4, slow={2}, base_ms=4.0)
+    client = Client(group, backends.addresses)
+    before = backends.requests_total()
+    total, errors = run_fortio(group, tmp_path, client.url, qps=150, connections=4, seconds=10)
+    share, served = shares(before, backends.requests_total())
+    assert errors == 0 and served >= total  # fortio adds one uncounted warm-up request per connection
+    fast = [s for i, s in enumerate(share) if i != 2]
+    assert share[2] < 0.5 * min(fast), share
+    assert share[2] > 0, share
+
+
+# (c) a backend that answers 503 at once receives a small share.
+def test_fast_failing_backend_gets_a_small_share(group, tmp_path):
+    backends = start_backends(group, 4)
+    backends.event([1], "fail")
+    client = Client(group, backends.addresses)
+    before = backends.requests_total()
+    total, errors = run_fortio(group, tmp_path, client.url, qps=150, connections=4, seconds=10)
+    share, _ = shares(before, backends.requests_total())
+    assert share[1] < 0.08, share  # an even split would give it 0.25, least_request more
+    assert errors < 0.08 * total
+
+
+# (d) a backend killed mid-run: after the requests in flight at that moment, all succeed.
+def test_killed_backend_costs_at_most_the_requests_in_flight(group, tmp_path):
+    backends = start_backends(group, 4)
+    client = Client(group, backends.addresses, retries=True)
+    connections = 8
+    out = tmp_path / "kill.json"
+    load = fortio.start_load(group, "fortio-kill", client.url, 200, connections, 10, out)
+    wait_for(lambda: sum(backends.requests_total()) > 500, 30, "load under way", load)
+    backends.event([1], "stop")
+    after_kill = backends.requests_total()[1]
+    load.popen.wait(70)
+    total, errors = fortio.counts(fortio.read(out))
+    assert total > 1500
+    assert errors <= connections, f"{errors} errors: more than the {connections} requests that can be in flight"
+    assert backends.requests_total()[1] == after_kill, "the stopped backend served nothing more"
+
+
+# (e) malformed plugin configuration: Envoy keeps serving, the log names the problem.
+@pytest.mark.parametrize("config, message", [
+    ({"explore_ratio": "lots"}, "field `explore_ratio`: expected a number in 0..=0.5, got \"lots\""),
+    ({"aggregator": {"cluster": "x", "report_interval_ms": 5}}, "field `aggregator.report_interval_ms`"),
+    ({"hedaer": "x-a"}, "field `hedaer`: unknown field"),
+])
+def test_malformed_configuration_fails_open_and_names_the_field(group, tmp_path, config, message):
+    backends = start_backends(group, 2)
+    client = Client(group, backends.addresses, plugin_config=config)
+    session = requests.Session()
+    codes = [session.get(client.url, timeout=10).status_code for _ in range(50)]
+    assert codes == [200] * 50
+    assert "invalid plugin configuration: " + message in client.envoy.log()
+    assert client.stat("config_errors") >= 1
+    assert client.stat("picks") == 0
+
+
+def test_override_header_from_outside_is_replaced_unless_trusted(group, tmp_path):
+    backends = start_backends(group, 3)
+    forced = {HEADER: backends.addresses[0]}
+    untrusted = Client(group, backends.addresses)
+    before = backends.requests_total()
+    session = requests.Session()
+    for _ in range(150):
+        session.get(untrusted.url, headers=forced, timeout=10)
+    share, _ = shares(before, backends.requests_total())
+    assert share[0] < 0.8, share
+    assert untrusted.stat("incoming_header_replaced") == 150
+
+    trusted = Client(group, backends.addresses, plugin_config={"trust_incoming_header": True})
+    before = backends.requests_total()
+    for _ in range(100):
+        session.get(trusted.url, headers=forced, timeout=10)
+    share, _ = shares(before, backends.requests_total())
+    assert share[0] == 1.0, share
+    assert trusted.stat("incoming_header_trusted") == 100
+    # A malformed value is never trusted.
+    before = backends.requests_total()
+    for _ in range(60):
+        session.get(trusted.url, headers={HEADER: "evil.example.com:80"}, timeout=10)
+    assert trusted.stat("incoming_header_replaced") == 60
+
+
+class Recorder:
+    """Stands in for the aggregator's network side: records every report and answers per `mode`
+    (ok: a valid empty reply; garbage; slow: answers after the filter's timeout)."""
+
+    def __init__(self, mode="ok"):
+        self.mode, self.reports, self.lock = mode, [], threading.Lock()
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                with recorder.lock:
+                    recorder.reports.append((time.monotonic(), self.headers.get("x-tailweight-shard"), json.loads(body)))
+                if recorder.mode == "slow":
+                    time.sleep(1.0)
+                reply = b"not json" if recorder.mode == "garbage" else b'{"version":1,"ttl_ms":3000,"clusters":[]}'
+                self.send_response(200)
+                self.send_header("content-length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, *_):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.reports)
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def recorder():
+    r = Recorder()
+    yield r
+    r.close()
+
+
+def reported_requests(report):
+    return sum(e["requests"] for c in report["clusters"] for e in c["endpoints"])
+
+
+# (f) --concurrency 2: both workers' counts arrive merged in one report per tick.
+def test_two_workers_are_merged_into_one_report_per_tick(group, tmp_path, recorder):
+    backends = start_backends(group, 3)
+    interval_ms = 500
+    client = Client(group, backends.addresses, concurrency=2, policy="tailweight",
+                    aggregator_port=recorder.port,
+                    plugin_config={"aggregator": {"cluster": envoy_configs.AGGREGATOR_CLUSTER,
+                                                  "report_interval_ms": interval_ms}, "sync_interval_ms": 100})
+    out = tmp_path / "f.json"
+    # 800 requests as fast as 16 connections go: enough connections that both workers get some.
+    proc = group.start("fortio-n", [paths.fortio(), "load", "-qps", "0", "-c", "16", "-n", "800", "-json", out,
+                                    "-quiet", client.url])
+    proc.popen.wait(120)
+    total, errors = fortio.counts(fortio.read(out))
+    assert (total, errors) == (800, 0)
+    workers = client.envoy.stats(f"listener.127.0.0.1_{client.listen}.worker_")
+    per_worker = [v for k, v in workers.items() if k.endswith("downstream_cx_total")]
+    assert len(per_worker) == 2 and all(v > 0 for v in per_worker), workers
+    wait_for(lambda: any(reported_requests(r) == 800 for _, _, r in recorder.snapshot()), 30,
+             "a report counting all 800 requests of both workers")
+    # One report per period, not one per VM (2 workers + main thread would triple it).
+    start = time.monotonic()
+    time.sleep(3.0)
+    window = [t for t, shard, _ in recorder.snapshot() if t >= start]
+    assert 3.0 / (interval_ms / 1000) - 2 <= len(window) <= 3.0 / (interval_ms / 1000) + 2, len(window)
+    assert {shard for _, shard, _ in recorder.snapshot()} == {envoy_configs.CLUSTER}
+    assert client.stat("reports_ok") > 0 and client.stat("reports_failed") == 0
+
+
+@pytest.mark.parametrize("mode", ["garbage", "slow", "down"])
+def test_misbehaving_aggregator_never_fails_a_request(group, tmp_path, mode):
+    recorder = Recorder(mode)
+    port = recorder.port
+    if mode == "down":
+        recorder.close()
+    try:
+        backends = start_backends(group, 3)
+        client = Client(group, backends.addresses, policy="tailweight", aggregator_port=port,
+                        plugin_config={"aggregator": {"cluster": envoy_configs.AGGREGATOR_CLUSTER,
+                                                      "report_interval_ms": 200, "timeout_ms": 100}})
+        total, errors = run_fortio(group, tmp_path, client.url, qps=100, connections=4, seconds=4)
+        assert total >= 300 and errors == 0
+        assert client.stat("reports_failed") > 0
+        assert client.stat("reports_ok") == 0
+        assert client.stat("picks") > 0.8 * total, "local-only decisions continue"
+    finally:
+        if mode != "down":
+            recorder.close()
