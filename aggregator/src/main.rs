@@ -1,1 +1,75 @@
-fn main() {}
+//! tailweight-aggregator: CLI, logging, runtime, signals. Everything else is in the library.
+
+use clap::Parser;
+use tailweight_aggregator::config::{Config, LogFormat};
+
+fn main() -> std::process::ExitCode {
+    let config = Config::parse();
+    init_logging(&config);
+    let state = match tailweight_aggregator::state_from(&config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("tailweight-aggregator: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if config.worker_threads > 0 {
+        runtime.worker_threads(config.worker_threads);
+    }
+    let runtime = match runtime.enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tailweight-aggregator: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(config.listen).await?;
+        tracing::info!(listen = %listener.local_addr()?, "tailweight-aggregator listening");
+        tailweight_aggregator::serve(config, state, listener, shutdown_signal()).await
+    });
+    match result {
+        Ok(()) => {
+            tracing::info!("stopped");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "server failed");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match config.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => tracing::info!("SIGINT"),
+        _ = term => tracing::info!("SIGTERM"),
+    }
+}

@@ -1,0 +1,136 @@
+//! Command line and environment (every flag has a TAILWEIGHT_* variable).
+
+use clap::{Parser, ValueEnum};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tailweight_core::weights::WeightParams;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Parser)]
+#[command(name = "tailweight-aggregator", version, about = "Merges sidecar reports into per-endpoint capacity weights")]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "TAILWEIGHT_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Tokio worker threads (0 = one per CPU).
+    #[arg(long, env = "TAILWEIGHT_WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
+    /// Largest accepted request body; larger gets 413.
+    #[arg(long, env = "TAILWEIGHT_MAX_BODY_BYTES", default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+    /// How often weights are recomputed and silent reporters expired.
+    #[arg(long, env = "TAILWEIGHT_RECOMPUTE_INTERVAL_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    pub recompute_interval_ms: u64,
+    #[arg(long, env = "TAILWEIGHT_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// tracing filter, e.g. `info` or `tailweight_aggregator=debug`.
+    #[arg(long, env = "TAILWEIGHT_LOG", default_value = "info")]
+    pub log: String,
+
+    // ---- weights (see tailweight_core::weights::WeightParams) ----
+    /// Largest factor a weight may move by per recompute.
+    #[arg(long, env = "TAILWEIGHT_MAX_STEP", default_value_t = WeightParams::default().max_step)]
+    pub max_step: f64,
+    /// Smallest weight relative to the mean (1).
+    #[arg(long, env = "TAILWEIGHT_FLOOR", default_value_t = WeightParams::default().floor)]
+    pub floor: f64,
+    #[arg(long, env = "TAILWEIGHT_SMOOTHING_MS", default_value_t = 2_000)]
+    pub smoothing_ms: u64,
+    #[arg(long, env = "TAILWEIGHT_EJECT_RATIO", default_value_t = WeightParams::default().eject_ratio)]
+    pub eject_ratio: f64,
+    #[arg(long, env = "TAILWEIGHT_FAILURE_COST_MS", default_value_t = 100.0)]
+    pub failure_cost_ms: f64,
+    #[arg(long, env = "TAILWEIGHT_ERROR_PENALTY", default_value_t = WeightParams::default().error_penalty)]
+    pub error_penalty: f64,
+    /// Lying-reporter guards: a vote <= vote_cap x the other votes; a contribution <= sum_clip x the largest other.
+    #[arg(long, env = "TAILWEIGHT_VOTE_CAP", default_value_t = WeightParams::default().vote_cap)]
+    pub vote_cap: f64,
+    #[arg(long, env = "TAILWEIGHT_SUM_CLIP", default_value_t = WeightParams::default().sum_clip)]
+    pub sum_clip: f64,
+    /// A reporter expires after this many of its intervals without a report.
+    #[arg(long, env = "TAILWEIGHT_REPORTER_TTL_INTERVALS", default_value_t = WeightParams::default().reporter_ttl_intervals)]
+    pub reporter_ttl_intervals: f64,
+    /// The reply's ttl in the asking reporter's intervals.
+    #[arg(long, env = "TAILWEIGHT_VIEW_TTL_INTERVALS", default_value_t = WeightParams::default().view_ttl_intervals)]
+    pub view_ttl_intervals: f64,
+    #[arg(long, env = "TAILWEIGHT_MAX_REPORTERS", default_value_t = WeightParams::default().max_reporters)]
+    pub max_reporters: usize,
+    #[arg(long, env = "TAILWEIGHT_MAX_CLUSTERS", default_value_t = WeightParams::default().max_clusters)]
+    pub max_clusters: usize,
+    #[arg(long, env = "TAILWEIGHT_MAX_ENDPOINTS_PER_CLUSTER", default_value_t = WeightParams::default().max_endpoints_per_cluster)]
+    pub max_endpoints_per_cluster: usize,
+    /// Reporter x endpoint pairs in all.
+    #[arg(long, env = "TAILWEIGHT_MAX_OBSERVATIONS", default_value_t = WeightParams::default().max_observations)]
+    pub max_observations: usize,
+    /// Clusters one report may carry.
+    #[arg(long, env = "TAILWEIGHT_MAX_CLUSTERS_PER_REPORT", default_value_t = 256)]
+    pub max_clusters_per_report: usize,
+
+    // ---- CPU from a Prometheus-compatible query API ----
+    /// Base URL of the query API (Prometheus, VictoriaMetrics, Thanos), e.g. http://prometheus:9090. Unset: no polling.
+    #[arg(long, env = "TAILWEIGHT_CPU_URL")]
+    pub cpu_url: Option<String>,
+    /// PromQL returning one utilisation per endpoint; `{interval}` becomes the poll interval (e.g. `30s`).
+    #[arg(long, env = "TAILWEIGHT_CPU_QUERY", default_value = "sum by (instance) (rate(process_cpu_seconds_total[1m]))")]
+    pub cpu_query: String,
+    /// Label carrying the endpoint IP (`ip`, `ip:port` or `[ipv6]:port`).
+    #[arg(long, env = "TAILWEIGHT_CPU_IP_LABEL", default_value = "instance")]
+    pub cpu_ip_label: String,
+    /// Instead of an IP label: the label with the pod name, joined to IPs by `cpu_pod_ip_query`.
+    #[arg(long, env = "TAILWEIGHT_CPU_POD_LABEL")]
+    pub cpu_pod_label: Option<String>,
+    /// Query whose series carry a pod name (same label as `cpu_pod_label`) and its IP (`cpu_pod_ip_label`).
+    #[arg(long, env = "TAILWEIGHT_CPU_POD_IP_QUERY", default_value = "kube_pod_info")]
+    pub cpu_pod_ip_query: String,
+    #[arg(long, env = "TAILWEIGHT_CPU_POD_IP_LABEL", default_value = "pod_ip")]
+    pub cpu_pod_ip_label: String,
+    #[arg(long, env = "TAILWEIGHT_CPU_INTERVAL_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    pub cpu_interval_ms: u64,
+    #[arg(long, env = "TAILWEIGHT_CPU_TIMEOUT_MS", default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    pub cpu_timeout_ms: u64,
+    /// A CPU value older than this is not used.
+    #[arg(long, env = "TAILWEIGHT_CPU_MAX_AGE_MS", default_value_t = 60_000)]
+    pub cpu_max_age_ms: u64,
+}
+
+impl Config {
+    /// The weight parameters, checked (one line naming the first bad one).
+    pub fn weight_params(&self) -> Result<WeightParams, String> {
+        let p = WeightParams {
+            max_step: self.max_step,
+            floor: self.floor,
+            smoothing_us: self.smoothing_ms as f64 * 1e3,
+            eject_ratio: self.eject_ratio,
+            failure_cost_us: self.failure_cost_ms * 1e3,
+            error_penalty: self.error_penalty,
+            vote_cap: self.vote_cap,
+            sum_clip: self.sum_clip,
+            reporter_ttl_intervals: self.reporter_ttl_intervals,
+            view_ttl_intervals: self.view_ttl_intervals,
+            max_reporters: self.max_reporters,
+            max_clusters: self.max_clusters,
+            max_endpoints_per_cluster: self.max_endpoints_per_cluster,
+            max_observations: self.max_observations,
+            cpu_max_age_us: self.cpu_max_age_ms.saturating_mul(1_000),
+            ..WeightParams::default()
+        };
+        p.validate()?;
+        Ok(p)
+    }
+
+    pub fn recompute_interval(&self) -> Duration {
+        Duration::from_millis(self.recompute_interval_ms)
+    }
+
+    /// Defaults with a listen address, for tests.
+    pub fn for_tests(listen: SocketAddr) -> Config {
+        let mut c = Config::parse_from(["tailweight-aggregator"]);
+        c.listen = listen;
+        c
+    }
+}

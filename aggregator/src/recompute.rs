@@ -1,0 +1,38 @@
+//! The timer that recomputes weights and expires silent reporters. One cluster per lock hold, with a
+//! yield in between, so reports keep flowing while thousands of clusters are recomputed.
+
+use crate::state::AppState;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Recompute every cluster, then expire. Returns the time spent holding the book.
+pub async fn once(state: &AppState) -> Duration {
+    let names = state.book().cluster_names();
+    let mut busy = Duration::ZERO;
+    for name in names {
+        let t = Instant::now();
+        state.book().recompute_cluster(&name, state.now_us());
+        busy += t.elapsed();
+        tokio::task::yield_now().await;
+    }
+    let t = Instant::now();
+    let counts = {
+        let mut book = state.book();
+        book.expire(state.now_us());
+        book.counts()
+    };
+    busy += t.elapsed();
+    state.metrics.set_counts(&counts);
+    state.metrics.recompute_seconds.observe(busy.as_secs_f64());
+    busy
+}
+
+pub async fn run(state: Arc<AppState>, interval: Duration) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        once(&state).await;
+        state.set_ready();
+    }
+}

@@ -1,0 +1,158 @@
+//! HTTP API: `POST /v1/report`, `GET /v1/weights[?cluster=]`, `GET /metrics`, `/healthz`, `/readyz`.
+//! Every 4xx body is one line of text naming the problem.
+
+use crate::metrics::RejectReason;
+use crate::state::AppState;
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use http_body_util::BodyExt;
+use serde::Deserialize;
+use std::sync::Arc;
+use std::time::Instant;
+use tailweight_core::wire;
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route(wire::REPORT_PATH, post(report))
+        .route("/v1/weights", get(weights))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .method_not_allowed_fallback(|| async { text(StatusCode::METHOD_NOT_ALLOWED, "method: not allowed on this path") })
+        .fallback(|| async { text(StatusCode::NOT_FOUND, "path: not found (see /v1/report, /v1/weights, /metrics, /healthz, /readyz)") })
+        .with_state(state)
+}
+
+/// A 4xx (or 5xx) with a one-line text body.
+fn text(status: StatusCode, line: impl Into<String>) -> Response {
+    let mut line: String = line.into().replace(['\r', '\n'], " ");
+    line.push('\n');
+    (status, [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"))], line).into_response()
+}
+
+fn json(body: Vec<u8>) -> Response {
+    (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
+}
+
+async fn report(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let response = match handle_report(&state, &headers, body).await {
+        Ok(reply) => {
+            state.metrics.reports_accepted.inc();
+            json(reply)
+        }
+        Err((reason, status, line)) => {
+            state.metrics.rejected(reason);
+            text(status, line)
+        }
+    };
+    state.metrics.report_seconds.observe(started.elapsed().as_secs_f64());
+    response
+}
+
+type Refusal = (RejectReason, StatusCode, String);
+
+async fn handle_report(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, Refusal> {
+    let bytes = read_limited(headers, body, state.max_body_bytes).await?;
+    let report = wire::parse_report(&bytes, &state.limits).map_err(|e| {
+        let reason = if unsupported_version(&bytes) {
+            RejectReason::UnsupportedVersion
+        } else if e.starts_with("malformed") {
+            RejectReason::Malformed
+        } else {
+            RejectReason::Invalid
+        };
+        let line = match reason {
+            // A future version may not even parse as v1: say what is wrong, not what failed.
+            RejectReason::UnsupportedVersion if !e.starts_with("version") => {
+                format!("version: {} is not supported (this side speaks {})", peek_version(&bytes).unwrap_or(0), wire::VERSION)
+            }
+            _ => e,
+        };
+        (reason, StatusCode::BAD_REQUEST, line)
+    })?;
+    let now = state.now_us();
+    let reply = {
+        let mut book = state.book();
+        book.ingest(&report, now).map_err(|r| {
+            (RejectReason::Cap(r), StatusCode::TOO_MANY_REQUESTS, format!("{}: {r}", r.as_str()))
+        })?;
+        book.reply(&report.reporter, report.clusters.iter().map(|c| c.name.as_str()), now)
+    };
+    serde_json::to_vec(&reply).map_err(|e| (RejectReason::Invalid, StatusCode::INTERNAL_SERVER_ERROR, format!("reply: {e}")))
+}
+
+/// The body, or 413 if it is (or says it will be) larger than `limit`.
+async fn read_limited(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, Refusal> {
+    let too_large = || (RejectReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, format!("body: larger than the limit of {limit} bytes"));
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(e) => Err((RejectReason::Malformed, StatusCode::BAD_REQUEST, format!("body: could not be read: {e}"))),
+    }
+}
+
+#[derive(Deserialize)]
+struct VersionOnly {
+    version: u32,
+}
+
+fn peek_version(body: &[u8]) -> Option<u32> {
+    serde_json::from_slice::<VersionOnly>(body).ok().map(|v| v.version)
+}
+
+fn unsupported_version(body: &[u8]) -> bool {
+    peek_version(body).is_some_and(|v| v != wire::VERSION)
+}
+
+#[derive(Deserialize)]
+struct WeightsQuery {
+    cluster: Option<String>,
+}
+
+async fn weights(State(state): State<Arc<AppState>>, query: Result<Query<WeightsQuery>, axum::extract::rejection::QueryRejection>) -> Response {
+    let Ok(Query(q)) = query else {
+        return text(StatusCode::BAD_REQUEST, "query: expected at most `cluster=<name>`");
+    };
+    let (decisions, counts, now) = {
+        let book = state.book();
+        (book.decisions(q.cluster.as_deref()), book.counts(), state.now_us())
+    };
+    if let Some(name) = &q.cluster {
+        if decisions.is_empty() {
+            return text(StatusCode::NOT_FOUND, format!("cluster: {name:?} is not tracked"));
+        }
+    }
+    let body = serde_json::json!({ "now_us": now, "counts": counts, "clusters": decisions });
+    match serde_json::to_vec_pretty(&body) {
+        Ok(bytes) => json(bytes),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("weights: {e}")),
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let counts = state.book().counts();
+    state.metrics.set_counts(&counts);
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"))],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    if state.is_ready() {
+        text(StatusCode::OK, "ready")
+    } else {
+        text(StatusCode::SERVICE_UNAVAILABLE, "not ready: starting or shutting down")
+    }
+}

@@ -1,0 +1,248 @@
+//! Every endpoint over real HTTP on 127.0.0.1, including each class of bad input.
+
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tailweight_aggregator::{AppState, Config};
+use tokio::sync::oneshot;
+
+struct Server {
+    url: String,
+    state: Arc<AppState>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    async fn start(tweak: impl FnOnce(&mut Config)) -> Server {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        let mut config = Config::for_tests(addr);
+        config.recompute_interval_ms = 50;
+        config.max_body_bytes = 64 * 1024;
+        tweak(&mut config);
+        let state = tailweight_aggregator::state_from(&config).unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(tailweight_aggregator::serve(config, state.clone(), listener, async {
+            let _ = stopped.await;
+        }));
+        Server { url: format!("http://{addr}"), state, stop: Some(stop), task }
+    }
+
+    async fn post(&self, body: impl Into<reqwest::Body>) -> (u16, String) {
+        let r = reqwest::Client::new().post(format!("{}/v1/report", self.url)).body(body).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        let r = reqwest::get(format!("{}{path}", self.url)).await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    /// Wait for the recompute loop to run at least once more.
+    async fn settle(&self) {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+fn report(reporter: &str, requests: u64, endpoints: &[&str]) -> Value {
+    json!({
+        "version": 1,
+        "reporter": reporter,
+        "incarnation": 7,
+        "interval_ms": 1000,
+        "clusters": [{
+            "name": "outbound|8080||svc.ns.svc.cluster.local",
+            "endpoints": endpoints.iter().map(|a| json!({
+                "address": a, "requests": requests, "errors": 0, "latency_sum_us": requests * 5_000,
+                "inflight": 2, "latency_ewma_us": 5_000, "latency_age_ms": 10
+            })).collect::<Vec<_>>()
+        }]
+    })
+}
+
+fn metric(page: &str, name_and_labels: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name_and_labels).and_then(|rest| rest.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("{name_and_labels} not in metrics"))
+}
+
+#[tokio::test]
+async fn a_report_gets_the_view_of_its_clusters() {
+    let s = Server::start(|_| {}).await;
+    let (status, body) = s.post(report("pod-a.ns", 100, &["10.0.0.1:80", "10.0.0.2:80"]).to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let reply: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((reply["version"].as_u64(), reply["ttl_ms"].as_u64()), (Some(1), Some(3000)));
+    s.settle().await;
+    s.post(report("pod-b.ns", 100, &["10.0.0.1:80", "10.0.0.2:80"]).to_string()).await;
+    s.settle().await;
+    let (_, body) = s.post(report("pod-a.ns", 200, &["10.0.0.1:80", "10.0.0.2:80"]).to_string()).await;
+    let reply: tailweight_core::wire::Reply = serde_json::from_str(&body).unwrap();
+    reply.validate(&Default::default()).unwrap();
+    let endpoints = &reply.clusters[0].endpoints;
+    assert_eq!(endpoints.len(), 2);
+    for e in endpoints {
+        assert_eq!((e.inflight, e.peer_inflight), (4.0, 2.0), "{e:?}");
+        assert!((e.weight - 1.0).abs() < 1e-9 && !e.ejected);
+        assert_eq!(e.latency_us, 5_000);
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn weights_can_be_inspected_all_or_by_cluster() {
+    let s = Server::start(|_| {}).await;
+    s.post(report("pod-a", 10, &["10.0.0.1:80"]).to_string()).await;
+    s.settle().await;
+    let (status, body) = s.get("/v1/weights").await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["counts"]["reporters"], 1);
+    assert_eq!(v["clusters"][0]["endpoints"][0]["address"], "10.0.0.1:80");
+    assert!(v["clusters"][0]["generation"].as_u64().unwrap() >= 1);
+    let (status, body) = s.get("/v1/weights?cluster=outbound%7C8080%7C%7Csvc.ns.svc.cluster.local").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = s.get("/v1/weights?cluster=nope").await;
+    assert_eq!(status, 404);
+    assert_eq!(body.lines().count(), 1, "{body}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics() {
+    let s = Server::start(|_| {}).await;
+    assert_eq!(s.get("/healthz").await, (200, "ok\n".into()));
+    s.settle().await;
+    assert_eq!(s.get("/readyz").await.0, 200);
+    s.post(report("pod-a", 10, &["10.0.0.1:80"]).to_string()).await;
+    s.post("{").await;
+    s.settle().await;
+    let (status, page) = s.get("/metrics").await;
+    assert_eq!(status, 200);
+    assert_eq!(metric(&page, "tailweight_reports_accepted_total"), 1.0);
+    assert_eq!(metric(&page, "tailweight_reports_rejected_total{reason=\"malformed\"}"), 1.0);
+    assert_eq!(metric(&page, "tailweight_reports_rejected_total{reason=\"too_large\"}"), 0.0);
+    assert_eq!(metric(&page, "tailweight_reporters_live"), 1.0);
+    assert_eq!(metric(&page, "tailweight_endpoints_tracked"), 1.0);
+    assert!(metric(&page, "tailweight_weight_compute_seconds_count") >= 1.0);
+    assert_eq!(metric(&page, "tailweight_report_handling_seconds_count"), 2.0);
+    assert_eq!(metric(&page, "tailweight_cpu_source_staleness_seconds"), -1.0);
+    s.state.start_draining();
+    assert_eq!(s.get("/readyz").await.0, 503);
+    s.stop().await;
+}
+
+/// Each bad report: its status, a fragment of its one-line reason, its metric reason.
+#[tokio::test]
+async fn every_class_of_bad_input_gets_a_4xx_with_one_line_and_changes_nothing() {
+    let s = Server::start(|c| c.max_reporters = 2).await;
+    s.post(report("pod-a", 10, &["10.0.0.1:80"]).to_string()).await;
+    s.settle().await;
+    let before = s.get("/v1/weights").await.1;
+    let before: Value = serde_json::from_str(&before).unwrap();
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut v = report("pod-a", 20, &["10.0.0.1:80", "10.0.0.2:80"]);
+        f(&mut v);
+        v.to_string()
+    };
+    let e = "/clusters/0/endpoints/0";
+    let cases: Vec<(String, u16, &str, &str)> = vec![
+        ("{\"version\":1,".into(), 400, "malformed report", "malformed"),
+        ("".into(), 400, "malformed report", "malformed"),
+        ("\u{0}\u{1}garbage".into(), 400, "malformed report", "malformed"),
+        (with(&|v| v["interval_ms"] = json!("1000")), 400, "invalid type", "malformed"),
+        (with(&|v| *v.pointer_mut(&format!("{e}/requests")).unwrap() = json!(-5)), 400, "malformed report", "malformed"),
+        (with(&|v| *v.pointer_mut(&format!("{e}/requests")).unwrap() = json!(1.5)), 400, "malformed report", "malformed"),
+        (with(&|v| v["clusters"] = json!({"a": 1})), 400, "malformed report", "malformed"),
+        (with(&|v| v.pointer_mut(e).unwrap().as_object_mut().unwrap().remove("address").map(|_| ()).unwrap()), 400, "missing field `address`", "malformed"),
+        (with(&|_| {}).replacen("\"inflight\":2", "\"inflight\":2,\"cpu\":NaN", 1), 400, "malformed report", "malformed"),
+        (with(&|_| {}).replacen("\"inflight\":2", "\"inflight\":2,\"cpu\":1e999", 1), 400, "malformed report", "malformed"),
+        (with(&|v| v.pointer_mut(e).unwrap()["cpu"] = json!(-0.5)), 400, "cpu: -0.5 is outside", "invalid"),
+        (with(&|v| v.pointer_mut(e).unwrap()["cpu"] = json!(1e300)), 400, "is outside 0..=1000", "invalid"),
+        (with(&|v| v.pointer_mut(e).unwrap()["inflight"] = json!(4_000_000)), 400, "inflight: 4000000 is above", "invalid"),
+        (with(&|v| v.pointer_mut(e).unwrap()["latency_ewma_us"] = json!(u64::MAX)), 400, "above one hour", "invalid"),
+        (with(&|v| v.pointer_mut(e).unwrap()["errors"] = json!(1_000)), 400, "exceed requests", "invalid"),
+        (with(&|v| v.pointer_mut(e).unwrap()["address"] = json!("pod-a")), 400, "is not ip:port", "invalid"),
+        (with(&|v| v["reporter"] = json!("")), 400, "reporter: must not be empty", "invalid"),
+        (with(&|v| v["interval_ms"] = json!(0)), 400, "interval_ms: 0 is outside", "invalid"),
+        (with(&|v| v["version"] = json!(2)), 400, "version: 2 is not supported", "unsupported_version"),
+        (json!({"version": 3, "something": "else"}).to_string(), 400, "version: 3 is not supported", "unsupported_version"),
+        ("x".repeat(70 * 1024), 413, "larger than the limit of 65536 bytes", "too_large"),
+        (report("pod-new-1", 1, &["10.0.0.1:80"]).to_string(), 200, "", ""),
+        (report("pod-new-2", 1, &["10.0.0.1:80"]).to_string(), 429, "too_many_reporters", "too_many_reporters"),
+    ];
+    for (body, status, needle, reason) in cases {
+        let page = s.get("/metrics").await.1;
+        let counted = |page: &str| {
+            if reason.is_empty() {
+                0.0
+            } else {
+                metric(page, &format!("tailweight_reports_rejected_total{{reason=\"{reason}\"}}"))
+            }
+        };
+        let before_count = counted(&page);
+        let (got, text) = s.post(body.clone()).await;
+        assert_eq!(got, status, "{body:.200} -> {text}");
+        if status != 200 {
+            assert!(text.contains(needle), "expected {needle:?} in {text:?}");
+            assert_eq!(text.trim_end().lines().count(), 1, "one line: {text:?}");
+            assert_eq!(counted(&s.get("/metrics").await.1), before_count + 1.0, "{reason} not counted");
+        }
+    }
+    // Nothing of the refused reports reached the book: pod-a still has one endpoint, its counters
+    // (no second window) unchanged; the only change is the accepted pod-new-1.
+    let after: Value = serde_json::from_str(&s.get("/v1/weights").await.1).unwrap();
+    assert_eq!(after["counts"]["endpoints"], before["counts"]["endpoints"]);
+    assert_eq!(after["counts"]["reporters"], 2);
+    assert_eq!(after["clusters"][0]["endpoints"][0]["qps"], 0.0);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_chunked_body_over_the_limit_is_refused_too() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = Server::start(|c| c.max_body_bytes = 1024).await;
+    let mut tcp = tokio::net::TcpStream::connect(s.url.trim_start_matches("http://")).await.unwrap();
+    let mut request = b"POST /v1/report HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n".to_vec();
+    for _ in 0..10 {
+        request.extend_from_slice(b"200\r\n");
+        request.extend_from_slice(&[b' '; 512]);
+        request.extend_from_slice(b"\r\n");
+    }
+    request.extend_from_slice(b"0\r\n\r\n");
+    // The server may answer and close before reading everything: a failed write is fine.
+    let _ = tcp.write_all(&request).await;
+    let mut response = Vec::new();
+    let _ = tcp.read_to_end(&mut response).await;
+    let response = String::from_utf8_lossy(&response);
+    assert!(response.starts_with("HTTP/1.1 413"), "{response}");
+    assert!(response.ends_with("body: larger than the limit of 1024 bytes\n"), "{response}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_paths_and_methods_get_one_line() {
+    let s = Server::start(|_| {}).await;
+    let (status, body) = s.get("/nope").await;
+    assert_eq!((status, body.lines().count()), (404, 1));
+    let (status, body) = s.get("/v1/report").await;
+    assert_eq!((status, body.lines().count()), (405, 1));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_finishes_and_the_listener_closes() {
+    let s = Server::start(|_| {}).await;
+    let url = s.url.clone();
+    s.stop().await;
+    assert!(reqwest::get(format!("{url}/healthz")).await.is_err());
+}
