@@ -1,0 +1,63 @@
+"""make bench SCENARIO=<file>: every policy of the scenario, one after another, then results.json,
+results.md and PNG plots in bench/results/<scenario name>/ (or --out)."""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from tailweight_e2e import paths
+
+from . import report, runner
+from .scenario import ScenarioError, load
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="bench", description=__doc__)
+    ap.add_argument("--scenario", default=str(paths.REPO / "e2e/scenarios/seed-fib.yaml"))
+    ap.add_argument("--out", help="output directory (default bench/results/<scenario name>)")
+    ap.add_argument("--policies", help="comma list overriding the scenario's policies")
+    ap.add_argument("--warmup", type=float, help="override warmup_s")
+    ap.add_argument("--duration", type=float, help="override duration_s")
+    ap.add_argument("--operator-period", type=float, default=30.0, help="operator controller period, s")
+    ap.add_argument("--kill-aggregator-at", type=float, help="kill the aggregator at this second of tailweight's recorded part")
+    ap.add_argument("--quiet", action="store_true", help="no progress line")
+    args = ap.parse_args(argv)
+    try:
+        scenario = load(args.scenario)
+    except ScenarioError as e:
+        print(f"bench: {e}", file=sys.stderr)
+        return 2
+    policies = args.policies.split(",") if args.policies else scenario.policies
+    out_dir = Path(args.out) if args.out else paths.REPO / "bench" / "results" / scenario.name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    needs_wasm = any(p.startswith("tailweight") for p in policies)
+    if needs_wasm and not paths.WASM.exists():
+        print(f"bench: {paths.WASM} is missing (make wasm)", file=sys.stderr)
+        return 2
+    results = []
+    started = time.monotonic()
+    for i, policy in enumerate(policies):
+        opts = runner.Options(out_dir=out_dir, warmup_s=args.warmup, duration_s=args.duration,
+                              operator_period_s=args.operator_period, kill_aggregator_at_s=args.kill_aggregator_at,
+                              progress=not args.quiet, label=f"{i + 1}/{len(policies)}")
+        try:
+            results.append(runner.run_policy(scenario, policy, opts))
+        except Exception as e:  # one broken policy must not lose the others' results
+            print(f"bench: policy {policy} failed: {type(e).__name__}: {e}", file=sys.stderr)
+            results.append({"policy": policy, "error": f"{type(e).__name__}: {e}"})
+    meta = {"elapsed_s": round(time.monotonic() - started, 1),
+            "note": "operator starts from its converged weights (capacity-proportional, 350/median)"
+                    if "operator" in policies else ""}
+    report.write_json(out_dir / "results.json", scenario, results, meta)
+    md = report.markdown(scenario, results, meta)
+    (out_dir / "results.md").write_text(md)
+    pngs = report.plots(out_dir, scenario, results)
+    print(md)
+    print(f"results: {out_dir / 'results.json'}, {out_dir / 'results.md'}")
+    print("plots: " + ", ".join(str(p) for p in pngs))
+    print(f"per-Envoy /stats and logs: {out_dir / 'logs'}/<policy>/envoy-<i>.stats.txt")
+    return 0 if all("error" not in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Pure post-processing of one policy's samples: per-endpoint rates and shares over time, overall
+shares, and how long a share took to settle after an event."""
+from typing import Dict, List, Optional, Sequence, Tuple
+
+Sample = Tuple[float, List[float]]  # (seconds since the recorded part began, requests_total per backend)
+
+
+def rates(samples: Sequence[Sample]) -> Tuple[List[float], List[List[float]]]:
+    """Per-interval requests/s per backend, stamped with each interval's end time."""
+    times, out = [], []
+    for (t0, c0), (t1, c1) in zip(samples, samples[1:]):
+        dt = t1 - t0
+        if dt <= 0:
+            continue
+        times.append(t1)
+        out.append([(b - a) / dt for a, b in zip(c0, c1)])
+    return times, out
+
+
+def windowed_shares(samples: Sequence[Sample], window_s: float) -> Tuple[List[float], List[List[float]]]:
+    """At every sample time t >= window_s: each backend's share of the requests in (t - window_s, t]."""
+    times, shares = [], []
+    j = 0
+    for t, counts in samples:
+        while j < len(samples) and samples[j][0] < t - window_s - 1e-9:
+            j += 1
+        if j >= len(samples) or samples[j][0] > t - window_s + 0.25 * window_s or samples[j][0] >= t:
+            continue  # not enough history for a full window yet
+        base = samples[j][1]
+        diff = [b - a for a, b in zip(base, counts)]
+        total = sum(diff)
+        if total > 0:
+            times.append(t)
+            shares.append([d / total for d in diff])
+    return times, shares
+
+
+def overall_shares(samples: Sequence[Sample]) -> List[float]:
+    if len(samples) < 2:
+        return []
+    diff = [b - a for a, b in zip(samples[0][1], samples[-1][1])]
+    total = sum(diff)
+    return [d / total if total else 0.0 for d in diff]
+
+
+def settle_time(times: Sequence[float], share: Sequence[float], event_s: float, final_window_s: float,
+                tolerance: float = 0.2) -> Dict[str, Optional[float]]:
+    """Seconds from `event_s` until `share` stays within +-tolerance x final share for good.
+    final = mean share over the last `final_window_s`. None when it never settles (still outside
+    the band at the last sample) or when there is nothing after the event."""
+    if not times:
+        return {"settle_s": None, "final_share": None}
+    end = times[-1]
+    final_vals = [s for t, s in zip(times, share) if t >= end - final_window_s and t > event_s]
+    if not final_vals:
+        return {"settle_s": None, "final_share": None}
+    final = sum(final_vals) / len(final_vals)
+    after = [(t, s) for t, s in zip(times, share) if t > event_s]
+    band = tolerance * final
+    last_out = None
+    for i, (t, s) in enumerate(after):
+        if abs(s - final) > band:
+            last_out = i
+    if last_out is None:
+        settle = 0.0  # inside the band from the first window after the event
+    elif last_out == len(after) - 1:
+        settle = None
+    else:
+        settle = after[last_out + 1][0] - event_s
+    return {"settle_s": settle, "final_share": final}

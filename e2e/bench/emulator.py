@@ -1,0 +1,79 @@
+"""The backend emulator process (target/release/tailweight-emulator) seen from Python: start it with
+one port per backend, read its /metrics, send it events."""
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import requests
+
+from tailweight_e2e import paths
+from tailweight_e2e.procs import Proc, ProcGroup, free_port, wait_http
+
+_SERIES = re.compile(r'^(\w+)\{backend="(\d+)",address="([^"]+)"\}\s+(\S+)$')
+
+
+@dataclass
+class BackendSettings:
+    workers: int
+    base_ms: float
+    speed: float = 1.0
+    jitter: float = 0.0
+    payload_bytes: int = 0
+
+
+def parse_metrics(text: str) -> Dict[str, Dict[int, float]]:
+    """Prometheus text -> {family: {backend index: value}}; plus unlabelled series under index -1."""
+    out: Dict[str, Dict[int, float]] = {}
+    for line in text.splitlines():
+        m = _SERIES.match(line)
+        if m:
+            out.setdefault(m.group(1), {})[int(m.group(2))] = float(m.group(4))
+        elif line and not line.startswith("#"):
+            name, _, value = line.partition(" ")
+            try:
+                out.setdefault(name, {})[-1] = float(value)
+            except ValueError:
+                pass
+    return out
+
+
+class Emulator:
+    def __init__(self, proc: Proc, admin_port: int, ports: List[int]):
+        self.proc = proc
+        self.admin_port = admin_port
+        self.ports = ports
+        self.admin = f"http://127.0.0.1:{admin_port}"
+        self._session = requests.Session()
+
+    @property
+    def addresses(self) -> List[str]:
+        return [f"127.0.0.1:{p}" for p in self.ports]
+
+    def metrics(self) -> Dict[str, Dict[int, float]]:
+        return parse_metrics(self._session.get(f"{self.admin}/metrics", timeout=5).text)
+
+    def requests_total(self) -> List[float]:
+        counts = self.metrics().get("emulator_requests_total", {})
+        return [counts.get(i, 0.0) for i in range(len(self.ports))]
+
+    def event(self, backends: Sequence[int], action: str, value: Optional[float] = None) -> None:
+        params = {"backends": ",".join(str(i) for i in backends), "action": action}
+        if value is not None:
+            params["value"] = repr(float(value))
+        r = self._session.post(f"{self.admin}/event", params=params, timeout=5)
+        if r.status_code != 200:
+            raise RuntimeError(f"emulator event {params}: {r.status_code} {r.text.strip()}")
+
+
+def start(group: ProcGroup, backends: Sequence[BackendSettings], seed: int = 1, name: str = "emulator",
+          ports: Optional[List[int]] = None) -> Emulator:
+    """Start one emulator process serving every backend on its own free 127.0.0.1 port."""
+    ports = ports or [free_port() for _ in backends]
+    admin_port = free_port()
+    argv = [paths.binary("tailweight-emulator"), "--admin-port", admin_port, "--seed", seed]
+    for port, b in zip(ports, backends):
+        argv += ["--backend", f"port={port},workers={b.workers},base_ms={b.base_ms},speed={b.speed},"
+                              f"jitter={b.jitter},payload_bytes={b.payload_bytes}"]
+    proc = group.start(name, argv)
+    wait_http(f"http://127.0.0.1:{admin_port}/healthz", 20, proc)
+    return Emulator(proc, admin_port, list(ports))

@@ -1,0 +1,131 @@
+"""The seed operator (Istio-adaptive-least-request), emulated honestly: every 30 s it reads per-pod CPU
+from Prometheus, applies its published rule to the endpoint weights and rewrites them; Envoy runs
+weighted LEAST_REQUEST on those weights (here through a file-based EDS resource).
+
+Published rule: mean = mean of the non-zero CPUs; distance_i = cpu_i - mean; if |distance_i|/mean < 5%
+keep w_i, else w_i <- clamp(w_i x (1 - 0.01 x distance_i/mean), 100, 600); then scale all weights by
+350 / median. New endpoints start at 1000 (then the scaling applies).
+"""
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+import requests
+
+from tailweight_e2e import paths
+from tailweight_e2e.envoy_configs import write_eds
+from tailweight_e2e.procs import ProcGroup, free_port, wait_http
+
+PERIOD_S = 30.0
+# The analogue of sum(rate(container_cpu_usage_seconds_total[1m])) by (pod): busy worker seconds.
+CPU_QUERY = "sum(rate(emulator_busy_seconds_total[1m])) by (address)"
+NEW_ENDPOINT_WEIGHT = 1000.0
+
+
+def scale_to_median(weights: Dict[str, float]) -> Dict[str, float]:
+    median = statistics.median(weights.values())
+    return {k: w * 350.0 / median for k, w in weights.items()} if median > 0 else dict(weights)
+
+
+def step(weights: Dict[str, float], cpu: Dict[str, float]) -> Dict[str, float]:
+    """One round of the operator's rule. Endpoints without a weight start at 1000; endpoints without
+    a CPU sample keep their weight."""
+    current = {k: weights.get(k, NEW_ENDPOINT_WEIGHT) for k in set(weights) | set(cpu)}
+    nonzero = [c for c in cpu.values() if c > 0]
+    if not nonzero:
+        return scale_to_median(current)
+    mean = sum(nonzero) / len(nonzero)
+    out = {}
+    for k, w in current.items():
+        c = cpu.get(k)
+        if c is None or abs(c - mean) / mean < 0.05:
+            out[k] = w
+        else:
+            out[k] = min(600.0, max(100.0, w * (1.0 - 0.01 * (c - mean) / mean)))
+    return scale_to_median(out)
+
+
+def converged_weights(capacity: Dict[str, float]) -> Dict[str, float]:
+    """The rule's fixed point of equal CPU per endpoint: weight proportional to capacity
+    (workers / mean service time), scaled by 350 / median. (The rule's 100..600 clamp would bind
+    for capacity ratios above 6 once it adjusts; at the fixed point it does not adjust.)"""
+    return scale_to_median(dict(capacity))
+
+
+def integer_weights(weights: Dict[str, float]) -> Dict[str, int]:
+    return {k: max(1, int(round(w))) for k, w in weights.items()}
+
+
+class Prometheus:
+    def __init__(self, group: ProcGroup, scrape_targets: Sequence[str], workdir: Path, scrape_interval_s: float = 1.0):
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        config = workdir / "prometheus.yml"
+        targets = ", ".join(f'"{t}"' for t in scrape_targets)
+        config.write_text(
+            f"global: {{scrape_interval: {scrape_interval_s:g}s, evaluation_interval: {scrape_interval_s:g}s}}\n"
+            f"scrape_configs:\n  - job_name: emulator\n    static_configs: [{{targets: [{targets}]}}]\n")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = group.start("prometheus", [
+            paths.prometheus(), f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=2h",
+            "--log.level=warn"])
+        wait_http(f"{self.url}/-/ready", 60, self.proc)
+
+    def query(self, promql: str) -> List[dict]:
+        r = requests.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)
+        r.raise_for_status()
+        body = r.json()
+        if body.get("status") != "success":
+            raise RuntimeError(f"prometheus query {promql!r}: {body}")
+        return body["data"]["result"]
+
+    def cpu_by_address(self) -> Dict[str, float]:
+        return {s["metric"]["address"]: float(s["value"][1]) for s in self.query(CPU_QUERY)
+                if "address" in s.get("metric", {})}
+
+
+class Controller:
+    """Every `period_s`: CPU from Prometheus -> step() -> EDS file. Runs in a daemon thread; records
+    every round so the results can show what it did."""
+
+    def __init__(self, eds_path: Path, weights: Dict[str, float], cpu_source: Callable[[], Dict[str, float]],
+                 period_s: float = PERIOD_S, log: Optional[Callable[[str], None]] = None):
+        self.eds_path = Path(eds_path)
+        self.weights = dict(weights)
+        self.cpu_source = cpu_source
+        self.period_s = period_s
+        self.rounds: List[dict] = []
+        self.errors: List[str] = []
+        self.version = 1
+        self.log = log or (lambda _: None)
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._t0 = time.monotonic()
+        write_eds(self.eds_path, integer_weights(self.weights), version=str(self.version))
+
+    def start(self) -> None:
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="operator", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                cpu = self.cpu_source()
+                self.weights = step(self.weights, cpu)
+                self.version += 1
+                write_eds(self.eds_path, integer_weights(self.weights), version=str(self.version))
+                self.rounds.append({"t_s": round(time.monotonic() - self._t0, 1), "cpu": cpu,
+                                    "weights": integer_weights(self.weights)})
+                self.log(f"operator round {len(self.rounds)}: weights {sorted(integer_weights(self.weights).values())}")
+            except Exception as e:  # a failed round keeps the old weights, as the operator would
+                self.errors.append(f"{type(e).__name__}: {e}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)

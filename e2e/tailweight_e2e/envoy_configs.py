@@ -1,0 +1,209 @@
+"""Envoy bootstrap configs for one client sidecar per policy (the benchmark harness and the filter's
+own e2e tests use the same renderer). Pure functions: they return YAML text and touch nothing.
+
+Policies (docs/scenario.md): round_robin, least_request, cswrr_orca, operator (weighted
+least_request, endpoints and weights from a file-based EDS resource), tailweight_local and
+tailweight (the wasm filter before the router, override_host LB with fallback least_request,
+the override header stripped again in the cluster's upstream filters; `tailweight` also has the
+`tailweight_aggregator` cluster the filter reports to).
+"""
+import json
+import os
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import yaml
+
+POLICIES = ("round_robin", "least_request", "cswrr_orca", "operator", "tailweight_local", "tailweight")
+CLUSTER = "backends"
+AGGREGATOR_CLUSTER = "tailweight_aggregator"
+OVERRIDE_HEADER = "x-gateway-destination-endpoint"
+
+Endpoint = Union[str, Tuple[str, int]]
+
+_LB = "envoy.load_balancing_policies."
+_LB_TYPE = "type.googleapis.com/envoy.extensions.load_balancing_policies."
+
+
+def _address(endpoint: Endpoint) -> dict:
+    if isinstance(endpoint, str):
+        host, _, port = endpoint.rpartition(":")
+        endpoint = (host, int(port))
+    host, port = endpoint
+    return {"socket_address": {"address": host, "port_value": int(port)}}
+
+
+def _lb(name: str, message: str, **config) -> dict:
+    return {"policies": [{"typed_extension_config": {
+        "name": _LB + name,
+        "typed_config": {"@type": f"{_LB_TYPE}{name}.v3.{message}", **config},
+    }}]}
+
+
+def least_request_lb() -> dict:
+    """Envoy LEAST_REQUEST, choice_count 2 (P2C on local in-flight; weighted EDF when weights differ)."""
+    return _lb("least_request", "LeastRequest")
+
+
+def lb_policy(policy: str, cswrr_blackout_s: float = 1.0, cswrr_update_s: float = 0.5) -> dict:
+    if policy == "round_robin":
+        return _lb("round_robin", "RoundRobin")
+    if policy in ("least_request", "operator"):
+        return least_request_lb()
+    if policy == "cswrr_orca":
+        # Benchmark settings (Envoy defaults: blackout 10 s, update 1 s); weights = qps / utilisation.
+        return _lb("client_side_weighted_round_robin", "ClientSideWeightedRoundRobin",
+                   blackout_period=f"{cswrr_blackout_s}s", weight_update_period=f"{cswrr_update_s}s")
+    if policy in ("tailweight_local", "tailweight"):
+        return _lb("override_host", "OverrideHost",
+                   override_host_sources=[{"header": OVERRIDE_HEADER}],
+                   fallback_policy=least_request_lb())
+    raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+
+
+def _strip_override_header() -> dict:
+    """Upstream filters that remove the override header after the LB read it (a route-level removal
+    would happen before the LB and break steering)."""
+    return {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+        "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+        "explicit_http_config": {"http_protocol_options": {}},
+        "http_filters": [
+            {"name": "envoy.filters.http.header_mutation", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
+                "mutations": {"request_mutations": [{"remove": OVERRIDE_HEADER}]}}},
+            {"name": "envoy.filters.http.upstream_codec", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}},
+        ],
+    }}
+
+
+def _static_cluster(name: str, endpoints: Sequence[Endpoint], lb: Optional[dict] = None) -> dict:
+    cluster = {
+        "name": name,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [
+            {"endpoint": {"address": _address(e)}} for e in endpoints]}]},
+    }
+    if lb is not None:
+        cluster["load_balancing_policy"] = lb
+    return cluster
+
+
+def wasm_filter(wasm_path: Union[str, Path], plugin_config: Optional[dict] = None) -> dict:
+    return {"name": "envoy.filters.http.wasm", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+        "config": {
+            "name": "tailweight",
+            "vm_config": {
+                "vm_id": "tailweight",  # shared data crosses worker VMs only within one vm_id
+                "runtime": "envoy.wasm.runtime.v8",
+                "code": {"local": {"filename": str(Path(wasm_path).resolve())}},
+            },
+            "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                              "value": json.dumps(plugin_config or {})},
+        },
+    }}
+
+
+def plugin_config_for(policy: str, report_interval_ms: int = 1000, extra: Optional[dict] = None) -> dict:
+    """The filter configuration each tailweight policy runs with (`extra` overrides fields)."""
+    config = {}
+    if policy == "tailweight":
+        config["aggregator"] = {"cluster": AGGREGATOR_CLUSTER, "report_interval_ms": report_interval_ms}
+    config.update(extra or {})
+    return config
+
+
+def render_client_envoy(listen_port: int, admin_port: int, backends: Sequence[Endpoint], policy: str,
+                        wasm_path: Optional[Union[str, Path]] = None, plugin_config: Optional[dict] = None,
+                        aggregator_port: Optional[int] = None, eds_path: Optional[Union[str, Path]] = None,
+                        node_id: str = "client", route_timeout_s: float = 15.0,
+                        cswrr_blackout_s: float = 1.0, cswrr_update_s: float = 0.5) -> str:
+    """One client sidecar: listener on 127.0.0.1:listen_port routing everything to cluster `backends`.
+
+    backends: "ip:port" strings or (ip, port) pairs (ignored for `operator`, which reads `eds_path`,
+    a file written by `write_eds`). tailweight policies need `wasm_path`; `tailweight` also needs
+    `aggregator_port`. `plugin_config` defaults to plugin_config_for(policy)."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+    steering = policy.startswith("tailweight")
+    if steering and wasm_path is None:
+        raise ValueError(f"policy {policy} needs wasm_path (build it with `make wasm`)")
+    if policy == "tailweight" and aggregator_port is None:
+        raise ValueError("policy tailweight needs aggregator_port")
+    if policy == "operator" and eds_path is None:
+        raise ValueError("policy operator needs eds_path (see write_eds)")
+
+    lb = lb_policy(policy, cswrr_blackout_s, cswrr_update_s)
+    if policy == "operator":
+        eds_path = Path(eds_path).resolve()
+        cluster = {
+            "name": CLUSTER, "type": "EDS", "connect_timeout": "1s", "load_balancing_policy": lb,
+            "eds_cluster_config": {"eds_config": {
+                "resource_api_version": "V3",
+                # Envoy reloads the file when it is moved into place in this directory.
+                "path_config_source": {"path": str(eds_path), "watched_directory": {"path": str(eds_path.parent)}},
+            }},
+        }
+    else:
+        cluster = _static_cluster(CLUSTER, backends, lb)
+    clusters = [cluster]
+    http_filters = []
+    if steering:
+        cluster["typed_extension_protocol_options"] = _strip_override_header()
+        config = plugin_config if plugin_config is not None else plugin_config_for(policy)
+        http_filters.append(wasm_filter(wasm_path, config))
+        if policy == "tailweight":
+            clusters.append(_static_cluster(AGGREGATOR_CLUSTER, [("127.0.0.1", aggregator_port)]))
+    http_filters.append({"name": "envoy.filters.http.router", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}})
+
+    bootstrap = {
+        "node": {"id": node_id, "cluster": "tailweight-bench"},
+        "admin": {"address": _address(("127.0.0.1", admin_port))},
+        "static_resources": {
+            "listeners": [{
+                "name": "ingress",
+                "address": _address(("127.0.0.1", listen_port)),
+                "filter_chains": [{"filters": [{
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                        "stat_prefix": "ingress",
+                        "route_config": {"name": "local", "virtual_hosts": [{
+                            "name": "all", "domains": ["*"],
+                            "routes": [{"match": {"prefix": "/"},
+                                        "route": {"cluster": CLUSTER, "timeout": f"{route_timeout_s}s"}}],
+                        }]},
+                        "http_filters": http_filters,
+                    },
+                }]}],
+            }],
+            "clusters": clusters,
+        },
+    }
+    return yaml.safe_dump(bootstrap, sort_keys=False)
+
+
+def render_eds(weights: Dict[str, int], cluster: str = CLUSTER, version: str = "1") -> str:
+    """A file-based EDS resource: endpoints "ip:port" -> load_balancing_weight (integer >= 1)."""
+    lb_endpoints = []
+    for endpoint, weight in weights.items():
+        w = int(weight)
+        if w < 1:
+            raise ValueError(f"weight of {endpoint} must be >= 1, got {weight}")
+        lb_endpoints.append({"endpoint": {"address": _address(endpoint)}, "load_balancing_weight": w})
+    return yaml.safe_dump({"version_info": version, "resources": [{
+        "@type": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+        "cluster_name": cluster, "endpoints": [{"lb_endpoints": lb_endpoints}],
+    }]}, sort_keys=False)
+
+
+def write_eds(path: Union[str, Path], weights: Dict[str, int], version: str = "1") -> None:
+    """Write the EDS file atomically (temp file in the same directory, then rename) so Envoy never
+    reads half a file; the rename is what its watched_directory notices."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(render_eds(weights, version=version))
+    os.replace(tmp, path)

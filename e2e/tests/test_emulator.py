@@ -1,0 +1,128 @@
+"""The backend emulator as a real process under short Fortio runs: counters and utilisation, ORCA and
+x-served-by headers, 503 mode, stop (connection refused) and recover, and Envoy's client-side WRR
+reacting to its ORCA headers."""
+import socket
+
+import pytest
+import requests
+
+from bench import fortio
+from bench.emulator import BackendSettings, start
+from tailweight_e2e import envoy, paths
+from tailweight_e2e.envoy_configs import render_client_envoy
+from tailweight_e2e.procs import ProcGroup, free_port
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def parse_orca(header: str) -> dict:
+    """`TEXT k=v, k=v` -> {k: float}; core/src/orca.rs has the Rust parser the filter uses."""
+    kind, _, body = header.partition(" ")
+    assert kind == "TEXT", header
+    return {k.strip(): float(v) for k, v in (pair.split("=") for pair in body.split(","))}
+
+
+@pytest.fixture
+def group(tmp_path):
+    with ProcGroup(tmp_path / "logs") as g:
+        yield g
+
+
+def run_fortio(group, tmp_path, url, qps, connections, seconds, name):
+    out = tmp_path / f"{name}.json"
+    p = fortio.start_load(group, name, url, qps, connections, seconds, out)
+    assert p.popen.wait(seconds + 30) == 0, p.log()[-2000:]
+    return fortio.read(out)
+
+
+def test_counts_utilisation_and_headers(group, tmp_path):
+    emu = start(group, [BackendSettings(workers=2, base_ms=20, jitter=0.2, payload_bytes=1024)], seed=3)
+    r = requests.get(f"http://{emu.addresses[0]}/", timeout=5)
+    assert r.status_code == 200 and len(r.content) == 1024
+    assert r.headers["x-served-by"] == emu.addresses[0]
+    load = parse_orca(r.headers["endpoint-load-metrics"])
+    assert set(load) == {"cpu_utilization", "rps_fractional", "eps"}
+
+    result = run_fortio(group, tmp_path, f"http://{emu.addresses[0]}/", qps=50, connections=4, seconds=3, name="direct")
+    total, errors = fortio.counts(result)
+    assert errors == 0 and total >= 100
+    m = emu.metrics()
+    # The one request above, Fortio's recorded ones, and its one uncounted warm-up request per connection.
+    served = total + 1 + 4
+    assert m["emulator_requests_total"][0] == served
+    assert m["emulator_errors_total"][0] == 0
+    # Busy time = requests x mean service time (20 ms, mean-1 jitter; sleeps overshoot by up to a
+    # timer tick, so the margin is wider above than below).
+    assert 0.85 * served * 0.020 < m["emulator_busy_seconds_total"][0] < 1.25 * served * 0.020
+    assert m["emulator_workers"][0] == 2 and m["emulator_inflight"][0] == 0
+    assert m["process_cpu_seconds_total"][-1] >= 0
+
+
+def test_fail_stop_and_recover(group, tmp_path):
+    emu = start(group, [BackendSettings(workers=1, base_ms=1), BackendSettings(workers=1, base_ms=1)])
+    url = f"http://{emu.addresses[1]}/"
+    emu.event([1], "fail")
+    r = requests.get(url, timeout=5)
+    assert r.status_code == 503 and r.headers["x-served-by"] == emu.addresses[1]
+    result = run_fortio(group, tmp_path, url, qps=40, connections=2, seconds=1, name="failing")
+    total, errors = fortio.counts(result)
+    assert total > 0 and result["RetCodes"] == {"503": total}
+    m = emu.metrics()
+    assert m["emulator_errors_total"][1] == m["emulator_requests_total"][1] >= total + 1
+    assert m["emulator_mode"][1] == 1
+    assert m["emulator_errors_total"][0] == 0, "the other backend is untouched"
+    assert "eps=0.00" not in requests.get(url, timeout=5).headers["endpoint-load-metrics"]
+
+    emu.event([1], "stop")
+    with pytest.raises(requests.ConnectionError):
+        requests.get(url, timeout=5)
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", emu.ports[1])) != 0, "listener closed: connection refused"
+    assert requests.get(f"http://{emu.addresses[0]}/", timeout=5).status_code == 200
+    assert emu.metrics()["emulator_mode"][1] == 2
+
+    emu.event([1], "recover")
+    assert requests.get(url, timeout=5).status_code == 200
+    assert emu.metrics()["emulator_mode"][1] == 0
+
+    with pytest.raises(RuntimeError, match="indices in 0..2"):
+        emu.event([7], "stop")
+
+
+def test_speed_event_changes_service_time(group):
+    emu = start(group, [BackendSettings(workers=1, base_ms=20)])
+    before = emu.metrics()["emulator_busy_seconds_total"][0]
+    for _ in range(5):
+        requests.get(f"http://{emu.addresses[0]}/", timeout=5)
+    fast = emu.metrics()["emulator_busy_seconds_total"][0] - before
+    emu.event([0], "speed", 5.0)
+    for _ in range(5):
+        requests.get(f"http://{emu.addresses[0]}/", timeout=5)
+    slow = emu.metrics()["emulator_busy_seconds_total"][0] - before - fast
+    # 5 x 20 ms, then 5 x 100 ms (no jitter; each sleep may overshoot by a timer tick).
+    assert 0.100 <= fast < 0.130 and 0.500 <= slow < 0.560
+    assert 3.5 < slow / fast <= 5.0
+    assert emu.metrics()["emulator_speed"][0] == 5.0
+
+
+def test_bad_command_line_is_one_clear_error(tmp_path):
+    import subprocess
+    out = subprocess.run([str(paths.binary("tailweight-emulator")), "--admin-port", "1", "--backend", "port=2,workers=1"],
+                         capture_output=True, text=True, timeout=10)
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[0] == 'tailweight-emulator: --backend "port=2,workers=1": base_ms is required'
+
+
+def test_envoy_client_side_wrr_follows_orca_headers(group, tmp_path):
+    """Two backends, one 4x slower: Envoy's cswrr (ORCA weights = rps / utilisation) gives it clearly
+    less than round robin's half."""
+    emu = start(group, [BackendSettings(workers=2, base_ms=10), BackendSettings(workers=2, base_ms=10, speed=4.0)])
+    listen, admin = free_port(), free_port()
+    envoy.start(group, "envoy", render_client_envoy(listen, admin, emu.addresses, "cswrr_orca"), admin, log_level="warn")
+    run_fortio(group, tmp_path, f"http://127.0.0.1:{listen}/", qps=60, connections=4, seconds=3, name="warm")
+    before = emu.requests_total()
+    result = run_fortio(group, tmp_path, f"http://127.0.0.1:{listen}/", qps=60, connections=4, seconds=4, name="cswrr")
+    after = emu.requests_total()
+    assert fortio.counts(result)[1] == 0
+    fast, slow = (a - b for a, b in zip(after, before))
+    assert slow / (fast + slow) < 0.35, (fast, slow)
