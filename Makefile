@@ -8,6 +8,11 @@ PYTEST := $(VENV)/bin/pytest
 BUILD := build
 WASM := $(BUILD)/tailweight_filter.wasm
 CARGO ?= cargo
+# proxy-wasm modules build only for wasm32-wasip1.
+NATIVE := --workspace --exclude tailweight-filter --exclude tailweight-empty-filter
+# wasm-opt 108 needs the post-MVP features rustc emits spelled out.
+WASM_OPT := wasm-opt -O3 --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int \
+	--enable-mutable-globals --enable-multivalue --enable-reference-types
 
 .PHONY: all deps build wasm native test test-unit test-e2e demo bench clean
 all: build
@@ -22,20 +27,18 @@ build: wasm native
 wasm: deps
 	$(CARGO) build --locked --profile wasm-release --target wasm32-wasip1 -p tailweight-filter
 	@mkdir -p $(BUILD)
-	wasm-opt -O3 --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int \
-	  --enable-mutable-globals --enable-multivalue --enable-reference-types \
-	  target/wasm32-wasip1/wasm-release/tailweight_filter.wasm -o $(WASM)
+	$(WASM_OPT) target/wasm32-wasip1/wasm-release/tailweight_filter.wasm -o $(WASM)
 	@echo "$(WASM): $$(stat -c %s $(WASM)) bytes"
 
 # Native binaries (aggregator, backend emulator, simulator).
 native:
-	$(CARGO) build --locked --release --workspace --exclude tailweight-filter
+	$(CARGO) build --locked --release $(NATIVE)
 
 test: deps test-unit test-e2e
 
 # Pure logic and service tests, natively.
 test-unit:
-	$(CARGO) test --locked --workspace --exclude tailweight-filter
+	$(CARGO) test --locked $(NATIVE)
 
 # Real processes: Envoy, backends, aggregator, Prometheus, Fortio on 127.0.0.1.
 test-e2e: build
