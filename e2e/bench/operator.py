@@ -75,6 +75,12 @@ class Prometheus:
             "--log.level=warn"])
         wait_http(f"{self.url}/-/ready", 60, self.proc)
 
+    def wait_for_cpu(self, addresses: Sequence[str], timeout_s: float = 30.0) -> None:
+        """Until rate() answers for every address (Prometheus needs two scrapes after its start-up)."""
+        from tailweight_e2e.procs import wait_for
+        wait_for(lambda: set(self.cpu_by_address()) >= set(addresses), timeout_s,
+                 "Prometheus CPU series for every backend", self.proc, interval_s=0.5)
+
     def query(self, promql: str) -> List[dict]:
         r = requests.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)
         r.raise_for_status()

@@ -115,6 +115,7 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
         eds_path = None
         if policy == "operator":
             prom = operator.Prometheus(group, [f"127.0.0.1:{emu.admin_port}"], log_dir / "prometheus")
+            prom.wait_for_cpu(emu.addresses)
             cpu.track("prometheus", prom.proc.pid)
             capacity = {a: b.capacity_rps for a, b in zip(emu.addresses, scenario.backends)}
             initial = operator.converged_weights(capacity)

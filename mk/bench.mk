@@ -1,0 +1,22 @@
+# Benchmarks on real processes (emulated backends, client Envoys, Fortio, aggregator, Prometheus).
+#   make bench SCENARIO=e2e/scenarios/slowdown.yaml   every policy of the scenario, full length
+#   make demo                                         a short seed run (<= 5 min) for newcomers
+# Results: bench/results/<scenario name>/{results.json,results.md,*.png}, logs and per-Envoy /stats
+# under logs/<policy>/.
+.PHONY: bench demo emulator
+
+SCENARIO ?= e2e/scenarios/seed-fib.yaml
+BENCH_ARGS ?=
+DEMO_OUT ?= bench/results/demo
+
+emulator:
+	$(CARGO) build --locked --release -p tailweight-emulator
+
+# The tailweight policies need the filter and the aggregator: `build` makes both (and the emulator).
+bench: deps build
+	cd e2e && nice $(abspath $(PY)) -m bench --scenario $(abspath $(SCENARIO)) $(BENCH_ARGS)
+
+# Short seed run: 10 s warm-up + 25 s recorded per policy, six policies (~4 min with start-up).
+demo: deps build
+	cd e2e && nice $(abspath $(PY)) -m bench --scenario $(abspath e2e/scenarios/seed-fib.yaml) \
+	  --warmup 10 --duration 25 --out $(abspath $(DEMO_OUT)) $(BENCH_ARGS)
