@@ -222,6 +222,10 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
             wasm = {k: v for k, v in e.stats("wasmcustom.").items()}
             if wasm:
                 envoy_stats[-1]["wasmcustom"] = wasm
+            if aggregator_port is not None:  # the filter's reports to the aggregator
+                a = e.stats("cluster.tailweight_aggregator.")
+                envoy_stats[-1]["aggregator_calls"] = {k: a.get(f"cluster.tailweight_aggregator.{k}", 0) for k in
+                                                       ("upstream_rq_total", "upstream_rq_2xx", "upstream_cx_connect_fail")}
         result["envoy_stats"] = envoy_stats
 
     summary = fortio.summarise(clients)
