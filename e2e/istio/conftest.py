@@ -6,10 +6,25 @@ from cluster import ControlPlane, missing_parts
 
 
 @pytest.fixture(scope="module")
-def control_plane():
-    """etcd + kube-apiserver + istiod on 127.0.0.1; skips (with the reason) when not built."""
+def control_plane(request):
+    """etcd + kube-apiserver + istiod on 127.0.0.1; skips (with the reason) when not built.
+
+    At teardown, prints the startup time per step and the RSS per process (for the CI log).
+    """
     missing = missing_parts()
     if missing:
         pytest.skip(f"Istio control plane not built ({', '.join(missing)}): run `make istio-bins`")
     with ControlPlane() as cp:
         yield cp
+        rss = cp.rss_mb()
+        plugins = request.config.pluginmanager
+        report, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
+        if report is not None and capture is not None:
+            with capture.global_and_fixture_disabled():  # else pytest swallows it
+                report.write_line(
+                    f"\n[istio] {request.module.__name__}: startup {sum(cp.timings.values()):.1f} s "
+                    f"{cp.timings}; RSS {sum(rss.values()):.0f} MB {_rounded(rss)}")
+
+
+def _rounded(d: dict) -> dict:
+    return {k: round(v) for k, v in d.items()}

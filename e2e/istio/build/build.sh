@@ -3,7 +3,8 @@
 # pinned wrapper modules beside this script, through the Go module proxy only, into
 # $TW_CACHE/istio/bin/<name>-<version>. Binaries already there are skipped, so reruns are instant and
 # a version bump in versions.env (+ go.mod/go.sum) rebuilds just that binary. Also extracts the Istio
-# CRDs from the istio.io/api module to $TW_CACHE/istio/crds-<version>.yaml.
+# CRDs (istio.io/api) and pilot-agent's Envoy bootstrap template (istio.io/istio) to $TW_CACHE/istio/.
+# Usage: build.sh [target...]   (default: all targets, in order)
 # Cold: ~20 min on 2 cores with ~7 GB of Go module + build cache (see README.md for measured times).
 set -euo pipefail
 
@@ -37,18 +38,18 @@ build() {
   log "$name $version: built in $((SECONDS - start)) s, $(($(stat -c %s "$out") / 1048576)) MB"
 }
 
-# The CRDs ship inside the istio.io/api module; take them from the module cache.
-extract_crds() {
-  local out="$TW_CACHE/istio/crds-$ISTIO_API_VERSION.yaml" dir
-  if [ -s "$out" ]; then log "istio CRDs $ISTIO_API_VERSION: cached ($out)"; return; fi
-  dir=$(cd "$HERE/istio" && go mod download -json "istio.io/api@$ISTIO_API_VERSION" \
+# extract NAME MODULE VERSION PATH OUT: copy PATH from the pinned module's source to OUT (cached).
+extract() {
+  local name=$1 module=$2 version=$3 path=$4 out=$5 dir
+  if [ -s "$out" ]; then log "$name $version: cached ($out)"; return; fi
+  dir=$(cd "$HERE/istio" && go mod download -json "$module@$version" \
         | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-  cp "$dir/kubernetes/customresourcedefinitions.gen.yaml" "$out.tmp"
+  cp "$dir/$path" "$out.tmp"
   mv "$out.tmp" "$out"
-  log "istio CRDs $ISTIO_API_VERSION: $out ($(grep -c '^kind: CustomResourceDefinition' "$out") CRDs)"
+  log "$name $version: $out"
 }
 
-targets=${*:-etcd kube-apiserver pilot-discovery pilot-agent crds}
+targets=${*:-etcd kube-apiserver pilot-discovery pilot-agent crds bootstrap}
 total=$SECONDS
 for t in $targets; do
   case $t in
@@ -64,10 +65,15 @@ for t in $targets; do
     pilot-agent)
       require_version istio istio.io/istio "$ISTIO_VERSION"
       build pilot-agent "$ISTIO_VERSION" istio istio.io/istio/pilot/cmd/pilot-agent ;;
-    crds)
+    crds)  # Istio's CRDs ship inside the istio.io/api module
       require_version istio istio.io/api "$ISTIO_API_VERSION"
-      extract_crds ;;
-    *) log "unknown target $t (etcd kube-apiserver pilot-discovery pilot-agent crds)"; exit 2 ;;
+      extract "istio CRDs" istio.io/api "$ISTIO_API_VERSION" \
+        kubernetes/customresourcedefinitions.gen.yaml "$TW_CACHE/istio/crds-$ISTIO_API_VERSION.yaml" ;;
+    bootstrap)  # pilot-agent's Envoy bootstrap template (istio-proxy images ship it; pip Envoy doesn't)
+      require_version istio istio.io/istio "$ISTIO_VERSION"
+      extract "envoy bootstrap template" istio.io/istio "$ISTIO_VERSION" \
+        tools/packaging/common/envoy_bootstrap.json "$TW_CACHE/istio/envoy_bootstrap-$ISTIO_VERSION.json" ;;
+    *) log "unknown target $t (etcd kube-apiserver pilot-discovery pilot-agent crds bootstrap)"; exit 2 ;;
   esac
 done
 log "done in $((SECONDS - total)) s: $BIN"
