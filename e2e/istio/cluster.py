@@ -151,23 +151,9 @@ def log_tail(proc: Proc, lines: int = 40) -> str:
 
 
 def start_http_backend(group: ProcGroup, ip: str, port: int, name: str) -> Proc:
-    """A stdlib HTTP server on ip:port that answers every GET with its own name and address."""
-    code = (
-        "import http.server,sys\n"
-        "name,ip,port=sys.argv[1],sys.argv[2],int(sys.argv[3])\n"
-        "class H(http.server.BaseHTTPRequestHandler):\n"
-        "    def do_GET(self):\n"
-        "        body=f'{name} {ip}:{port}\\n'.encode()\n"
-        "        self.send_response(200)\n"
-        "        self.send_header('content-type','text/plain')\n"
-        "        self.send_header('content-length',str(len(body)))\n"
-        "        self.send_header('x-backend',name)\n"
-        "        self.end_headers(); self.wfile.write(body)\n"
-        "    def log_message(self,*a): pass\n"
-        "http.server.ThreadingHTTPServer.allow_reuse_address=True\n"
-        "http.server.ThreadingHTTPServer((ip,port),H).serve_forever()\n"
-    )
-    proc = group.start(f"backend-{name}", [sys.executable, "-c", code, name, ip, str(port)])
+    """echo_backend.py on ip:port: answers every GET with its name (also in header x-backend)."""
+    proc = group.start(f"backend-{name}",
+                       [sys.executable, str(HERE / "echo_backend.py"), name, ip, str(port)])
     wait_ready(proc, lambda: http_get(f"http://{ip}:{port}/", timeout=1).ok, 10, f"backend {name}")
     return proc
 
@@ -383,7 +369,9 @@ class ControlPlane:
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
                 timeout: float = 60) -> subprocess.CompletedProcess:
         """kubectl against our apiserver; raises with stderr on failure when check."""
-        r = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], input=input,
+        # Own discovery cache: ~/.kube/cache is keyed by host:port, which another run may reuse.
+        r = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}",
+                            f"--cache-dir={self.dir / 'kubectl-cache'}", *args], input=input,
                            capture_output=True, text=True, timeout=timeout)
         if check and r.returncode != 0:
             raise subprocess.CalledProcessError(r.returncode, r.args, r.stdout, r.stderr)
