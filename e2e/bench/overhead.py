@@ -5,9 +5,12 @@ filter, (b) with an empty wasm filter, (c) with tailweight — one run, same bac
 
 Envoy CPU per request = (utime + stime of the Envoy process over the run) / requests, from /proc.
 Envoy runs pinned to one core and Fortio plus the backends to the other, when there are two.
+The variants run interleaved for `--rounds` rounds and each figure is the median over the rounds,
+so a burst of noise on this shared machine skews one sample, not a variant.
 Also: seconds from starting Envoy to /ready, with and without the filter (median of several starts).
 
-    python -m bench.overhead --out bench/results [--seconds 30] [--qps 1000]
+    python -m bench.overhead --out bench/results [--seconds 30] [--qps 1000] [--rounds 3]
+        [--variant NAME=path/to/filter.wasm ...]   (extra variants, e.g. experimental builds)
 """
 import argparse
 import json
@@ -35,8 +38,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
 
 
-def envoy_yaml(variant: str, listen: int, admin: int, backends) -> str:
-    wasm = VARIANTS[variant]
+def envoy_yaml(wasm, listen: int, admin: int, backends) -> str:
     cfg = yaml.safe_load(envoy_configs.render_client_envoy(
         listen, admin, backends, "tailweight_local", wasm_path=wasm or paths.WASM))
     hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
@@ -49,10 +51,10 @@ def pinned(core: int, argv):
     return ["taskset", "-c", str(core), *map(str, argv)] if os.cpu_count() and os.cpu_count() > 1 else list(argv)
 
 
-def start_envoy(group, variant, backends, name):
+def start_envoy(group, wasm, backends, name):
     listen, admin = free_port(), free_port()
     config = group.log_dir / f"{name}.yaml"
-    config.write_text(envoy_yaml(variant, listen, admin, backends))
+    config.write_text(envoy_yaml(wasm, listen, admin, backends))
     started = time.monotonic()
     proc = group.start(name, pinned(1, [paths.envoy(), "-c", config, "--concurrency", "1",
                                         "--base-id", admin, "--disable-hot-restart"]))
@@ -68,49 +70,65 @@ def start_envoy(group, variant, backends, name):
     return proc, listen, admin, time.monotonic() - started
 
 
-def run(out_dir: Path, seconds: float, qps: float, connections: int, payload: int, starts: int) -> dict:
+def measure(group, wasm, backends, name, tmp, seconds, qps, connections, payload) -> dict:
+    """One variant, one round: warm up 5 s, then `seconds` of load; Envoy CPU per request."""
+    proc, listen, admin, _ = start_envoy(group, wasm, backends.addresses, name)
+    url = f"http://127.0.0.1:{listen}/"
+    warm = group.start(f"{name}-warmup", pinned(0, fortio.load_argv(url, qps, connections, 5, tmp / "warm.json",
+                                                                    payload_bytes=payload)))
+    warm.popen.wait(120)  # V8 tiers up, connections open
+    out = tmp / f"{name}.json"
+    cpu0 = cpu_seconds(proc.pid)
+    load = group.start(f"{name}-load", pinned(0, fortio.load_argv(url, qps, connections, seconds, out,
+                                                                  payload_bytes=payload)))
+    load.popen.wait(seconds + 120)
+    cpu1 = cpu_seconds(proc.pid)
+    data = fortio.read(out)
+    total, errors = fortio.counts(data)
+    sample = {"requests": total, "errors": errors, **{f"{k}_ms": v for k, v in fortio.client_percentiles(data).items()},
+              "envoy_cpu_us_per_request": (cpu1 - cpu0) / max(total, 1) * 1e6}
+    if wasm == paths.WASM:
+        sample["filter_picks"] = envoy.Envoy(proc, admin).stat("wasmcustom.tailweight.picks")
+    proc.stop()
+    return sample
+
+
+def median_of(samples, key):
+    values = [s[key] for s in samples if s.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def run(out_dir: Path, seconds: float, qps: float, connections: int, payload: int, starts: int, rounds: int,
+        variants: dict) -> dict:
     results = {"method": {"qps": qps, "connections": connections, "payload_bytes": payload, "seconds": seconds,
-                          "envoy": "1.40.0, --concurrency 1, pinned to core 1"}, "variants": {}}
+                          "rounds": rounds, "envoy": "1.40.0, --concurrency 1, pinned to core 1"}, "variants": {}}
     with tempfile.TemporaryDirectory() as tmp, ProcGroup(Path(tmp) / "logs") as group:
+        tmp = Path(tmp)
         backends = emu.start(group, [emu.BackendSettings(workers=64, base_ms=0.2, payload_bytes=payload)] * 3)
-        for variant in VARIANTS:
-            ready = []
+        ready = {v: [] for v in variants}
+        for v, wasm in variants.items():
             for i in range(starts):
-                proc, _, _, took = start_envoy(group, variant, backends.addresses, f"{variant}-start{i}")
-                ready.append(took)
+                proc, _, _, took = start_envoy(group, wasm, backends.addresses, f"{v}-start{i}")
+                ready[v].append(took)
                 proc.stop()
-            proc, listen, admin, _ = start_envoy(group, variant, backends.addresses, variant)
-            out = Path(tmp) / f"{variant}.json"
-            argv = fortio.load_argv(f"http://127.0.0.1:{listen}/", qps, connections, seconds, out,
-                                    payload_bytes=payload)
-            # Warm up (V8 tiers up, connections open), then measure.
-            warm = group.start(f"{variant}-warmup", pinned(0, fortio.load_argv(
-                f"http://127.0.0.1:{listen}/", qps, connections, 5, Path(tmp) / "warm.json", payload_bytes=payload)))
-            warm.popen.wait(120)
-            cpu0 = cpu_seconds(proc.pid)
-            load = group.start(f"{variant}-load", pinned(0, argv))
-            load.popen.wait(seconds + 120)
-            cpu1 = cpu_seconds(proc.pid)
-            data = fortio.read(out)
-            total, errors = fortio.counts(data)
-            pct = fortio.client_percentiles(data)
-            results["variants"][variant] = {
-                "requests": total, "errors": errors,
-                "p50_ms": pct.get("p50"), "p90_ms": pct.get("p90"), "p99_ms": pct.get("p99"),
-                "envoy_cpu_s": cpu1 - cpu0,
-                "envoy_cpu_us_per_request": (cpu1 - cpu0) / max(total, 1) * 1e6,
-                "start_to_ready_s": statistics.median(ready), "start_to_ready_all_s": ready,
+        samples = {v: [] for v in variants}
+        for r in range(rounds):
+            for v, wasm in variants.items():
+                samples[v].append(measure(group, wasm, backends, f"{v}-r{r}", tmp, seconds, qps, connections, payload))
+                print(f"[overhead] round {r + 1}/{rounds} {v}: "
+                      f"{samples[v][-1]['envoy_cpu_us_per_request']:.1f} us/request", flush=True)
+        for v in variants:
+            results["variants"][v] = {
+                "requests": sum(s["requests"] for s in samples[v]),
+                "errors": sum(s["errors"] for s in samples[v]),
+                **{k: median_of(samples[v], k) for k in ("p50_ms", "p90_ms", "p99_ms", "envoy_cpu_us_per_request")},
+                "envoy_cpu_us_per_request_all": [round(s["envoy_cpu_us_per_request"], 1) for s in samples[v]],
+                "start_to_ready_s": statistics.median(ready[v]), "start_to_ready_all_s": ready[v],
             }
-            if variant == "tailweight":
-                stats = envoy.Envoy(proc, admin).stats("wasmcustom.tailweight.")
-                results["variants"][variant]["filter_picks"] = stats.get("wasmcustom.tailweight.picks", 0)
-            proc.stop()
-            print(f"[overhead] {variant}: {results['variants'][variant]['envoy_cpu_us_per_request']:.1f} us/request, "
-                  f"p99 {pct.get('p99', float('nan')):.2f} ms", flush=True)
-    v = results["variants"]
-    results["tailweight_minus_no_wasm_us"] = v["tailweight"]["envoy_cpu_us_per_request"] - v["no_wasm"]["envoy_cpu_us_per_request"]
-    results["empty_minus_no_wasm_us"] = v["empty_wasm"]["envoy_cpu_us_per_request"] - v["no_wasm"]["envoy_cpu_us_per_request"]
-    results["tailweight_minus_empty_us"] = v["tailweight"]["envoy_cpu_us_per_request"] - v["empty_wasm"]["envoy_cpu_us_per_request"]
+    cost = {v: r["envoy_cpu_us_per_request"] for v, r in results["variants"].items()}
+    results["tailweight_minus_no_wasm_us"] = cost["tailweight"] - cost["no_wasm"]
+    results["empty_minus_no_wasm_us"] = cost["empty_wasm"] - cost["no_wasm"]
+    results["tailweight_minus_empty_us"] = cost["tailweight"] - cost["empty_wasm"]
     results["wasm_bytes"] = paths.WASM.stat().st_size
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "overhead.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -124,7 +142,8 @@ def markdown(r: dict) -> str:
         "# Filter overhead",
         "",
         f"Fortio {m['qps']:g} qps, {m['connections']} connections, {m['payload_bytes']} B payload, "
-        f"{m['seconds']:g} s per variant, one run; Envoy {m['envoy']}. Same backends and cluster for all.",
+        f"{m['seconds']:g} s per variant and round, {m['rounds']} interleaved rounds (medians shown); "
+        f"Envoy {m['envoy']}. Same backends and cluster for all.",
         "",
         "| variant | requests | errors | p50 ms | p90 ms | p99 ms | Envoy CPU us/request | start to ready s |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -151,8 +170,17 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--payload", type=int, default=1024)
     ap.add_argument("--starts", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=WASM",
+                    help="an extra variant: a name and a proxy-wasm module")
     a = ap.parse_args()
-    print(markdown(run(a.out, a.seconds, a.qps, a.connections, a.payload, a.starts)))
+    variants = dict(VARIANTS)
+    for spec in a.variant:
+        name, _, wasm = spec.partition("=")
+        if not name or not Path(wasm).is_file():
+            ap.error(f"--variant {spec!r}: expected NAME=path/to/existing.wasm")
+        variants[name] = Path(wasm)
+    print(markdown(run(a.out, a.seconds, a.qps, a.connections, a.payload, a.starts, a.rounds, variants)))
 
 
 if __name__ == "__main__":
