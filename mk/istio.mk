@@ -3,8 +3,8 @@
 .PHONY: istio-bins test-istio
 
 istio-bins: deps
-	TW_CACHE=$(TW_CACHE) bash e2e/istio/build/build.sh
+	bash e2e/istio/build/build.sh
 
-# Real processes on 127.0.0.1; the WasmPlugin part uses $(WASM) when it exists (else skipped).
-test-istio: istio-bins
-	TW_CACHE=$(TW_CACHE) $(PYTEST) -q e2e/istio
+# Real processes on 127.0.0.1; the WasmPlugin-over-ECDS part loads $(WASM).
+test-istio: istio-bins wasm
+	$(PYTEST) -q e2e/istio
