@@ -605,10 +605,11 @@ class ControlPlane:
 
 
 def ensure_istio_data_dir() -> bool:
-    """pilot-agent caches fetched Wasm modules in the fixed /var/lib/istio/data: make it writable.
+    """pilot-agent caches fetched Wasm modules in the fixed /var/lib/istio/data: make it exist.
 
-    file:// URLs work without it; http:// and oci:// URLs need it (root can create it; otherwise run
-    the agent in a private mount namespace). Returns whether it is usable.
+    Needed for http:// and oci:// module URLs (ISTIO-FACTS); the tests here use file:// URLs. Root
+    (as on the dev and CI machines) can create it; otherwise run the agent in a private mount
+    namespace. Returns whether it is writable.
     """
     try:
         ISTIO_DATA_DIR.mkdir(parents=True, exist_ok=True)
