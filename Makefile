@@ -34,7 +34,7 @@ wasm: deps
 native:
 	$(CARGO) build --locked --release $(NATIVE)
 
-test: deps test-unit test-e2e
+test: deps test-unit test-e2e test-istio
 
 # Pure logic and service tests, natively.
 test-unit:
