@@ -1,0 +1,13 @@
+//! tailweight-sim: a deterministic discrete-event simulator of client proxies, backends and the
+//! aggregator, running core's picker and weight book unchanged next to reference implementations
+//! of the peers and the ideal central-queue bound. See sim/README.md.
+
+pub mod arrivals;
+pub mod dist;
+pub mod engine;
+pub mod histogram;
+pub mod policy;
+pub mod results;
+pub mod runner;
+pub mod scenario;
+pub mod server;

@@ -1,0 +1,155 @@
+//! What runs in the client proxies: one `Policy` holds the state of every client for one load
+//! balancing method. The engine asks it for an endpoint per request, tells it how each request
+//! ended, and wakes it on the timers it set (ticks, reports, weight updates).
+//!
+//! The peers are reference implementations of what Envoy, Linkerd, the seed operator and Prequal
+//! do (they are not in the filter); tailweight runs core's `Balancer` and `WeightBook` unchanged.
+
+pub mod active;
+pub mod cswrr;
+pub mod edf;
+pub mod least_request;
+pub mod operator;
+pub mod peak_ewma;
+pub mod prequal;
+pub mod round_robin;
+pub mod tailweight;
+
+use crate::server::{Orca, Server};
+use std::collections::BinaryHeap;
+
+/// The endpoint chosen for one request, and a policy-private token handed back at completion.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Choice {
+    pub endpoint: u32,
+    pub token: u32,
+}
+
+/// How one request ended, as its client proxy sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome {
+    pub latency_ns: u64,
+    pub failed: bool,
+    /// The server's ORCA report on the response.
+    pub orca: Orca,
+}
+
+/// A policy's own wake-up: `kind` is the policy's to define, `arg` usually a client index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timer {
+    pub kind: u8,
+    pub arg: u32,
+}
+
+/// The event queue: (time, payload) pairs popped earliest first; equal times pop in payload order,
+/// so a run is a pure function of its inputs.
+#[derive(Debug, Default)]
+pub struct Queue {
+    heap: BinaryHeap<std::cmp::Reverse<(u64, u64)>>,
+}
+
+/// Payload kinds (top byte).
+pub const EV_DONE: u64 = 1;
+pub const EV_REJECT: u64 = 2;
+pub const EV_TIMER: u64 = 3;
+pub const EV_WINDOW: u64 = 4;
+pub const EV_SCENARIO: u64 = 5;
+
+impl Queue {
+    pub fn push(&mut self, at_ns: u64, kind: u64, value: u64) {
+        debug_assert!(value < 1 << 56);
+        self.heap.push(std::cmp::Reverse((at_ns, kind << 56 | value)));
+    }
+
+    pub fn timer(&mut self, at_ns: u64, timer: Timer) {
+        self.push(at_ns, EV_TIMER, (timer.kind as u64) << 32 | timer.arg as u64);
+    }
+
+    pub fn peek_time(&self) -> Option<u64> {
+        self.heap.peek().map(|r| r.0 .0)
+    }
+
+    /// (time, kind, value)
+    pub fn pop(&mut self) -> Option<(u64, u64, u64)> {
+        self.heap.pop().map(|std::cmp::Reverse((t, p))| (t, p >> 56, p & ((1 << 56) - 1)))
+    }
+
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+}
+
+pub fn timer_of(value: u64) -> Timer {
+    Timer { kind: (value >> 32) as u8, arg: value as u32 }
+}
+
+/// What a policy may see and do besides its own state: the time, the servers (only what real
+/// clients could learn from them: ORCA on responses, CPU through metrics, RIF through probes), and
+/// the queue for its timers.
+pub struct Ctx<'a> {
+    pub now_ns: u64,
+    pub servers: &'a [Server],
+    pub queue: &'a mut Queue,
+    /// One-way delay of control messages (reports, replies, probes).
+    pub network_delay_ns: u64,
+}
+
+impl Ctx<'_> {
+    pub fn after(&mut self, delay_ns: u64, timer: Timer) {
+        self.queue.timer(self.now_ns + delay_ns, timer);
+    }
+}
+
+pub trait Policy {
+    /// Served from one central queue instead of per-client picks (the ideal bound).
+    const CENTRAL: bool = false;
+
+    /// Set the first timers.
+    fn start(&mut self, _ctx: &mut Ctx) {}
+    fn pick(&mut self, client: u32, ctx: &mut Ctx) -> Choice;
+    fn complete(&mut self, client: u32, choice: Choice, outcome: &Outcome, ctx: &mut Ctx);
+    fn timer(&mut self, _timer: Timer, _ctx: &mut Ctx) {}
+}
+
+/// The ideal bound: one FIFO queue in front of all workers, the fastest idle worker first. The
+/// engine does the dispatching; this type only selects that mode.
+pub struct Ideal;
+
+impl Policy for Ideal {
+    const CENTRAL: bool = true;
+
+    fn pick(&mut self, _client: u32, _ctx: &mut Ctx) -> Choice {
+        unreachable!("the engine dispatches the ideal bound itself")
+    }
+
+    fn complete(&mut self, _client: u32, _choice: Choice, _outcome: &Outcome, _ctx: &mut Ctx) {}
+}
+
+/// Spread per-client periodic timers over the period (clients do not tick in step).
+pub fn phase(client: u32, clients: u32, period_ns: u64) -> u64 {
+    period_ns * client as u64 / clients.max(1) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_pops_in_time_then_payload_order() {
+        let mut q = Queue::default();
+        q.push(5, EV_DONE, 9);
+        q.push(3, EV_REJECT, 1);
+        q.timer(5, Timer { kind: 2, arg: 7 });
+        q.push(5, EV_DONE, 4);
+        assert_eq!(q.pop(), Some((3, EV_REJECT, 1)));
+        assert_eq!(q.pop(), Some((5, EV_DONE, 4)));
+        assert_eq!(q.pop(), Some((5, EV_DONE, 9)));
+        let (t, kind, value) = q.pop().unwrap();
+        assert_eq!((t, kind, timer_of(value)), (5, EV_TIMER, Timer { kind: 2, arg: 7 }));
+        assert!(q.is_empty());
+    }
+}
