@@ -44,11 +44,32 @@
 mod merge;
 mod normalize;
 
+/// Hasher for the book's own sequential reporter ids (never attacker-chosen, so no flooding risk):
+/// one multiply instead of SipHash on the hottest lookup of `ingest`.
+#[derive(Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(*b)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
+
 pub use merge::{capped_median, clip_contributions, Vote};
 
 use crate::wire::{self, ClusterView, EndpointView, Report, Reply};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
 /// Tuning and caps of the weight book. Times in microseconds.
@@ -300,8 +321,9 @@ struct Observation {
 
 #[derive(Debug, Clone)]
 struct Endpoint {
+    address: String,
     ip: Option<IpAddr>,
-    obs: HashMap<u64, Observation>,
+    obs: IdMap<Observation>,
     service_us: Option<f64>,
     concurrency: Option<f64>,
     error_ratio: f64,
@@ -310,9 +332,59 @@ struct Endpoint {
     decision: Option<EndpointDecision>,
 }
 
+/// A cluster's endpoints: a vector (recomputes walk it in order) with an index by address (a hash
+/// lookup touches far less memory than a B-tree of heap strings, which dominated `ingest`).
+#[derive(Debug, Clone, Default)]
+struct Endpoints {
+    list: Vec<Endpoint>,
+    index: HashMap<String, usize>,
+}
+
+impl Endpoints {
+    fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    fn get(&self, address: &str) -> Option<&Endpoint> {
+        self.index.get(address).and_then(|i| self.list.get(*i))
+    }
+
+    fn get_or_insert(&mut self, address: &str) -> &mut Endpoint {
+        let i = match self.index.get(address) {
+            Some(i) => *i,
+            None => {
+                self.list.push(Endpoint::new(address));
+                self.index.insert(address.to_string(), self.list.len() - 1);
+                self.list.len() - 1
+            }
+        };
+        &mut self.list[i]
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, Endpoint> {
+        self.list.iter()
+    }
+
+    fn iter_mut(&mut self) -> std::slice::IterMut<'_, Endpoint> {
+        self.list.iter_mut()
+    }
+
+    fn retain(&mut self, keep: impl FnMut(&mut Endpoint) -> bool) {
+        let before = self.list.len();
+        self.list.retain_mut(keep);
+        if self.list.len() != before {
+            self.index = self.list.iter().enumerate().map(|(i, e)| (e.address.clone(), i)).collect();
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct Cluster {
-    endpoints: BTreeMap<String, Endpoint>,
+    endpoints: Endpoints,
     generation: u64,
     computed_at_us: Option<u64>,
 }
@@ -394,12 +466,12 @@ impl WeightBook {
             }
         };
         for c in &report.clusters {
-            let cluster = self.clusters.entry(c.name.clone()).or_default();
+            let cluster = match self.clusters.get_mut(&c.name) {
+                Some(cluster) => cluster,
+                None => self.clusters.entry(c.name.clone()).or_default(),
+            };
             for e in &c.endpoints {
-                let endpoint = match cluster.endpoints.get_mut(&e.address) {
-                    Some(endpoint) => endpoint,
-                    None => cluster.endpoints.entry(e.address.clone()).or_insert_with(|| Endpoint::new(&e.address)),
-                };
+                let endpoint = cluster.endpoints.get_or_insert(&e.address);
                 match endpoint.obs.get_mut(&id) {
                     Some(o) => o.update(e, report.incarnation, interval_us, expires_us, now_us),
                     None => {
@@ -496,7 +568,7 @@ impl WeightBook {
         s.raw.clear();
         s.cpu_raw.clear();
         let (mut by_cpu_count, mut rated_count) = (0usize, 0usize);
-        for (address, endpoint) in cluster.endpoints.iter_mut() {
+        for endpoint in cluster.endpoints.iter_mut() {
             let m = merge_endpoint(endpoint, p, s, external_cpu, now_us);
             endpoint.learn(&m, p, dt_us);
             let by_cpu = m
@@ -507,17 +579,17 @@ impl WeightBook {
             by_cpu_count += by_cpu.is_some() as usize;
             rated_count += (by_cpu.is_some() || endpoint.service_us.is_some()) as usize;
             s.cpu_raw.push(by_cpu);
-            endpoint.decision = Some(m.into_decision(address, endpoint));
+            endpoint.decision = Some(m.into_decision(endpoint));
         }
         // One method per cluster (raw capacities in different units must not be compared): CPU when
         // at least half of the endpoints that can be rated at all can be rated by CPU.
         let use_cpu = by_cpu_count > 0 && by_cpu_count * 2 >= rated_count;
         let median_concurrency = {
             s.sorted.clear();
-            s.sorted.extend(cluster.endpoints.values().filter_map(|e| e.concurrency));
+            s.sorted.extend(cluster.endpoints.iter().filter_map(|e| e.concurrency));
             median(&mut s.sorted).unwrap_or(1.0)
         };
-        for (endpoint, by_cpu) in cluster.endpoints.values_mut().zip(&s.cpu_raw) {
+        for (endpoint, by_cpu) in cluster.endpoints.iter_mut().zip(&s.cpu_raw) {
             let (raw, method) = if use_cpu {
                 (*by_cpu, Method::Cpu)
             } else {
@@ -542,7 +614,7 @@ impl WeightBook {
         let alpha = if dt_us.is_finite() { 1.0 - (-dt_us / p.smoothing_us).exp() } else { 1.0 };
         s.desired.clear();
         s.lo_hi.clear();
-        for (endpoint, raw) in cluster.endpoints.values_mut().zip(&s.raw) {
+        for (endpoint, raw) in cluster.endpoints.iter_mut().zip(&s.raw) {
             let target = raw.map_or(median_target, |r| (r / mean_raw).max(p.floor)).max(f64::MIN_POSITIVE);
             if let Some(d) = endpoint.decision.as_mut() {
                 d.target = target;
@@ -556,7 +628,7 @@ impl WeightBook {
             s.lo_hi.push(normalize::bounds(endpoint.weight, p.max_step, p.floor));
         }
         normalize::normalize(&s.desired, &s.lo_hi, &mut s.out);
-        for (endpoint, w) in cluster.endpoints.values_mut().zip(&s.out) {
+        for (endpoint, w) in cluster.endpoints.iter_mut().zip(&s.out) {
             let w = if w.is_finite() && *w >= 0.0 { w.min(wire::MAX_WEIGHT) } else { 1.0 };
             endpoint.weight = Some(w);
             if let Some(d) = endpoint.decision.as_mut() {
@@ -580,14 +652,14 @@ impl WeightBook {
             let endpoints = cluster
                 .endpoints
                 .iter()
-                .filter_map(|(address, e)| {
+                .filter_map(|e| {
                     let d = e.decision.as_ref()?;
                     let own = asking
                         .and_then(|r| e.obs.get(&r.id))
                         .filter(|o| o.expires_us > now_us)
                         .map_or(0.0, |o| o.counted_inflight);
                     Some(EndpointView {
-                        address: address.clone(),
+                        address: e.address.clone(),
                         weight: d.weight,
                         inflight: d.inflight,
                         peer_inflight: (d.inflight - own).max(0.0),
@@ -612,7 +684,11 @@ impl WeightBook {
                 name: name.clone(),
                 generation: c.generation,
                 computed_at_us: c.computed_at_us.unwrap_or(0),
-                endpoints: c.endpoints.values().filter_map(|e| e.decision.clone()).collect(),
+                endpoints: {
+                    let mut d: Vec<EndpointDecision> = c.endpoints.iter().filter_map(|e| e.decision.clone()).collect();
+                    d.sort_by(|a, b| a.address.cmp(&b.address));
+                    d
+                },
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -624,7 +700,7 @@ impl WeightBook {
     pub fn expire(&mut self, now_us: u64) {
         let mut removed = 0usize;
         self.clusters.retain(|_, cluster| {
-            cluster.endpoints.retain(|_, e| {
+            cluster.endpoints.retain(|e| {
                 let before = e.obs.len();
                 e.obs.retain(|_, o| o.expires_us > now_us);
                 removed += before - e.obs.len();
@@ -654,8 +730,9 @@ impl WeightBook {
 impl Endpoint {
     fn new(address: &str) -> Self {
         Endpoint {
+            address: address.to_string(),
             ip: address.parse::<SocketAddr>().ok().map(|a| a.ip()),
-            obs: HashMap::new(),
+            obs: IdMap::default(),
             service_us: None,
             concurrency: None,
             error_ratio: 0.0,
@@ -712,9 +789,9 @@ struct Merged {
 }
 
 impl Merged {
-    fn into_decision(self, address: &str, e: &Endpoint) -> EndpointDecision {
+    fn into_decision(self, e: &Endpoint) -> EndpointDecision {
         EndpointDecision {
-            address: address.to_string(),
+            address: e.address.clone(),
             weight: e.weight.unwrap_or(1.0),
             method: Method::Median,
             capacity: None,

@@ -1,4 +1,5 @@
 use super::*;
+use std::collections::BTreeMap;
 use crate::wire::{ClusterReport, EndpointReport, VERSION};
 
 const SEC: u64 = 1_000_000;
