@@ -1,8 +1,8 @@
 # Benchmarks on real processes (emulated backends, client Envoys, Fortio, aggregator, Prometheus).
 #   make bench SCENARIO=e2e/scenarios/slowdown.yaml   every policy of the scenario, full length
 #   make demo                                         a short seed run (<= 5 min) for newcomers
-# Results: bench/results/<scenario name>/{results.json,results.md,*.png}, logs and per-Envoy /stats
-# under logs/<policy>/.
+# Results: bench/results/<scenario name>/{results.json,results.md,*.png}; logs, configs, Fortio JSON
+# and per-Envoy /stats under bench/runs/<scenario name>/<policy>/.
 .PHONY: bench demo emulator
 
 SCENARIO ?= e2e/scenarios/seed-fib.yaml
@@ -19,4 +19,4 @@ bench: deps build
 # Short seed run: 10 s warm-up + 25 s recorded per policy, six policies (~4 min with start-up).
 demo: deps build
 	cd e2e && nice $(abspath $(PY)) -m bench --scenario $(abspath e2e/scenarios/seed-fib.yaml) \
-	  --warmup 10 --duration 25 --out $(abspath $(DEMO_OUT)) $(BENCH_ARGS)
+	  --warmup 10 --duration 25 --out $(abspath $(DEMO_OUT)) --logs $(abspath bench/runs/demo) $(BENCH_ARGS)

@@ -15,11 +15,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="bench", description=__doc__)
     ap.add_argument("--scenario", default=str(paths.REPO / "e2e/scenarios/seed-fib.yaml"))
     ap.add_argument("--out", help="output directory (default bench/results/<scenario name>)")
+    ap.add_argument("--logs", help="logs, configs, Fortio JSON and per-Envoy /stats (default bench/runs/<scenario name>, "
+                                   "or <out>/logs with --out)")
     ap.add_argument("--policies", help="comma list overriding the scenario's policies")
     ap.add_argument("--warmup", type=float, help="override warmup_s")
     ap.add_argument("--duration", type=float, help="override duration_s")
     ap.add_argument("--operator-period", type=float, default=30.0, help="operator controller period, s")
     ap.add_argument("--kill-aggregator-at", type=float, help="kill the aggregator at this second of tailweight's recorded part")
+    ap.add_argument("--rerender", action="store_true",
+                    help="no runs: recompute shares/settle times and rewrite results.md and plots from <out>/results.json")
     ap.add_argument("--quiet", action="store_true", help="no progress line")
     args = ap.parse_args(argv)
     try:
@@ -30,14 +34,21 @@ def main(argv=None) -> int:
     policies = args.policies.split(",") if args.policies else scenario.policies
     out_dir = Path(args.out) if args.out else paths.REPO / "bench" / "results" / scenario.name
     out_dir.mkdir(parents=True, exist_ok=True)
+    # Results are small and worth keeping; logs are bulky and stay out of bench/results.
+    log_dir = Path(args.logs) if args.logs else (out_dir / "logs" if args.out else paths.REPO / "bench" / "runs" / scenario.name)
     needs_wasm = any(p.startswith("tailweight") for p in policies)
     if needs_wasm and not paths.WASM.exists():
         print(f"bench: {paths.WASM} is missing (make wasm)", file=sys.stderr)
         return 2
+    if args.rerender:
+        import json
+        doc = json.loads((out_dir / "results.json").read_text())
+        results = [r if "error" in r else runner.derive(r) for r in doc["policies"]]
+        return finish(out_dir, log_dir, scenario, results, doc.get("meta", {}))
     results = []
     started = time.monotonic()
     for i, policy in enumerate(policies):
-        opts = runner.Options(out_dir=out_dir, warmup_s=args.warmup, duration_s=args.duration,
+        opts = runner.Options(out_dir=out_dir, log_dir=log_dir, warmup_s=args.warmup, duration_s=args.duration,
                               operator_period_s=args.operator_period, kill_aggregator_at_s=args.kill_aggregator_at,
                               progress=not args.quiet, label=f"{i + 1}/{len(policies)}")
         try:
@@ -48,6 +59,10 @@ def main(argv=None) -> int:
     meta = {"elapsed_s": round(time.monotonic() - started, 1),
             "note": "operator starts from its converged weights (capacity-proportional, 350/median)"
                     if "operator" in policies else ""}
+    return finish(out_dir, log_dir, scenario, results, meta)
+
+
+def finish(out_dir: Path, log_dir: Path, scenario, results: list, meta: dict) -> int:
     report.write_json(out_dir / "results.json", scenario, results, meta)
     md = report.markdown(scenario, results, meta)
     (out_dir / "results.md").write_text(md)
@@ -55,7 +70,8 @@ def main(argv=None) -> int:
     print(md)
     print(f"results: {out_dir / 'results.json'}, {out_dir / 'results.md'}")
     print("plots: " + ", ".join(str(p) for p in pngs))
-    print(f"per-Envoy /stats and logs: {out_dir / 'logs'}/<policy>/envoy-<i>.stats.txt")
+    print(f"per-Envoy /stats (taken at the end of each run): {log_dir}/<policy>/envoy-<i>.stats.txt; "
+          f"logs and configs beside them")
     return 0 if all("error" not in r for r in results) else 1
 
 

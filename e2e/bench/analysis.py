@@ -44,27 +44,42 @@ def overall_shares(samples: Sequence[Sample]) -> List[float]:
 
 
 def settle_time(times: Sequence[float], share: Sequence[float], event_s: float, final_window_s: float,
-                tolerance: float = 0.2) -> Dict[str, Optional[float]]:
-    """Seconds from `event_s` until `share` stays within +-tolerance x final share for good.
-    final = mean share over the last `final_window_s`. None when it never settles (still outside
-    the band at the last sample) or when there is nothing after the event."""
+                tolerance: float = 0.2, before_window_s: float = 5.0) -> Dict[str, Optional[float]]:
+    """Seconds from `event_s` until `share` stays near its final value for good.
+
+    final = mean share over the last `final_window_s`; before = mean over `before_window_s` before the
+    event. Two bands, both reported:
+    - settle_s: within tolerance x max(|before - final|, final) of final (20% of the step, the usual
+      settling time, robust when the final share is near zero where Poisson noise is larger than 20%
+      of it; the final share when the step is smaller, so "no change" settles at once);
+    - settle_share_s: within tolerance x final (20% of the final share, literally).
+    None when the share is still outside the band at the last sample or nothing follows the event."""
+    empty = {"settle_s": None, "settle_share_s": None, "before_share": None, "final_share": None}
     if not times:
-        return {"settle_s": None, "final_share": None}
+        return empty
     end = times[-1]
     final_vals = [s for t, s in zip(times, share) if t >= end - final_window_s and t > event_s]
+    before_vals = [s for t, s in zip(times, share) if event_s - before_window_s <= t <= event_s]
     if not final_vals:
-        return {"settle_s": None, "final_share": None}
+        return empty
     final = sum(final_vals) / len(final_vals)
+    before = sum(before_vals) / len(before_vals) if before_vals else None
     after = [(t, s) for t, s in zip(times, share) if t > event_s]
-    band = tolerance * final
-    last_out = None
-    for i, (t, s) in enumerate(after):
-        if abs(s - final) > band:
-            last_out = i
-    if last_out is None:
-        settle = 0.0  # inside the band from the first window after the event
-    elif last_out == len(after) - 1:
-        settle = None
-    else:
-        settle = after[last_out + 1][0] - event_s
-    return {"settle_s": settle, "final_share": final}
+
+    def settled_after(band: float) -> Optional[float]:
+        last_out = None
+        for i, (_, s) in enumerate(after):
+            if abs(s - final) > band:
+                last_out = i
+        if last_out is None:
+            return 0.0  # inside the band from the first window after the event
+        if last_out == len(after) - 1:
+            return None
+        return after[last_out + 1][0] - event_s
+
+    return {
+        "settle_s": settled_after(tolerance * max(abs(before - final), final)) if before is not None else None,
+        "settle_share_s": settled_after(tolerance * final),
+        "before_share": before,
+        "final_share": final,
+    }

@@ -25,6 +25,7 @@ SAMPLE_S = 0.5
 @dataclass
 class Options:
     out_dir: Path
+    log_dir: Optional[Path] = None  # None: <out_dir>/logs; one sub-directory per policy
     warmup_s: Optional[float] = None  # None: the scenario's
     duration_s: Optional[float] = None
     operator_period_s: float = operator.PERIOD_S
@@ -67,6 +68,22 @@ def start_aggregator(group: ProcGroup, port: int) -> Proc:
     return proc
 
 
+def aggregator_view(port: int) -> Optional[Dict[str, list]]:
+    """The aggregator's current view of cluster `backends`: {address: [weight, latency_ms, inflight]}
+    (None when it does not answer; the harness only watches, the filter decides)."""
+    try:
+        body = requests.get(f"http://127.0.0.1:{port}/v1/weights", params={"cluster": "backends"}, timeout=1).json()
+        out = {}
+        for cluster in body.get("clusters", []):
+            if cluster.get("name") == "backends":
+                for e in cluster.get("endpoints", []):
+                    out[e["address"]] = [round(float(e.get("weight", 0)), 3), round(float(e.get("latency_us", 0)) / 1e3, 2),
+                                         round(float(e.get("inflight", 0)), 1)]
+        return out
+    except (requests.RequestException, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 class CpuTracker:
     """CPU seconds per process over the recorded part (last value read while the process existed)."""
 
@@ -95,10 +112,21 @@ def backend_settings(scenario: Scenario) -> List[emulator.BackendSettings]:
     return [emulator.BackendSettings(b.workers, b.base_ms, b.speed, b.jitter, b.payload_bytes) for b in scenario.backends]
 
 
+def derive(result: dict) -> dict:
+    """Shares and event reaction times from the recorded samples (also used to re-render old results)."""
+    result["share"] = dict(zip(result["backends"], analysis.overall_shares(result["samples"])))
+    times, shares = analysis.windowed_shares(result["samples"], 1.0)
+    result["settle"] = [
+        {"backend": b, "action": ev["action"], "at_s": ev["fired_s"],
+         **analysis.settle_time(times, [s[b] for s in shares], ev["fired_s"], final_window_s=10.0)}
+        for ev in result["events"] for b in ev["backends"]]
+    return result
+
+
 def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
     warmup_s = scenario.warmup_s if opts.warmup_s is None else opts.warmup_s
     duration_s = scenario.duration_s if opts.duration_s is None else opts.duration_s
-    log_dir = Path(opts.out_dir) / "logs" / policy
+    log_dir = Path(opts.log_dir or Path(opts.out_dir) / "logs") / policy
     progress = Progress(opts.progress)
     n_clients = scenario.clients.count
     per_client_qps = scenario.clients.qps / n_clients
@@ -161,6 +189,7 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
             events_done: List[dict] = []
             pending = list(scenario.events) if record else []
             killed_aggregator = None
+            weights_seen: List[tuple] = []
             deadline = t0 + seconds + 30
             while True:
                 now = time.monotonic() - t0
@@ -174,6 +203,10 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
                     emu.event(ev.backends, ev.action, ev.value)
                     events_done.append({"at_s": ev.at_s, "fired_s": round(time.monotonic() - t0, 3),
                                         "backends": ev.backends, "action": ev.action, "value": ev.value})
+                if record and aggregator is not None and aggregator.alive():
+                    view = aggregator_view(aggregator_port)
+                    if view is not None:
+                        weights_seen.append((round(now, 3), view))
                 if record and aggregator is not None and opts.kill_aggregator_at_s is not None \
                         and killed_aggregator is None and now >= opts.kill_aggregator_at_s:
                     aggregator.kill()
@@ -199,6 +232,8 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
                 result["samples"] = [(round(t, 3), c) for t, c in samples]
                 result["events"] = events_done
                 result["aggregator_killed_at_s"] = killed_aggregator
+                if aggregator is not None:
+                    result["aggregator_view"] = weights_seen
             return outs
 
         if warmup_s > 0:
@@ -244,15 +279,7 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
         **({"prometheus": round(used["prometheus"] / n * 1e6, 1)} if "prometheus" in used else {}),
     }
     result["cpu_cores"] = round(sum(used.values()) / duration_s, 3)
-    result["share"] = dict(zip(result["backends"], analysis.overall_shares(result["samples"])))
-    settle = []
-    for ev in result["events"]:
-        times, shares = analysis.windowed_shares(result["samples"], 1.0)
-        for b in ev["backends"]:
-            series = [s[b] for s in shares]
-            settle.append({"backend": b, "action": ev["action"], "at_s": ev["fired_s"],
-                           **analysis.settle_time(times, series, ev["fired_s"], final_window_s=10.0)})
-    result["settle"] = settle
+    derive(result)
     progress.done(f"[{opts.label} {policy}] done: p50 {summary['p50_ms']:.1f} ms, p99 {summary['p99_ms']:.1f} ms, "
                   f"p99.9 {summary['p99.9_ms']:.1f} ms, errors {summary['errors']}/{summary['requests']}")
     return result

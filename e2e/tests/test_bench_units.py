@@ -147,15 +147,26 @@ def test_settle_time_is_the_end_of_the_last_excursion():
     times = [float(t) for t in range(1, 31)]
     share = [0.10] * 10 + [0.08, 0.05, 0.03, 0.025, 0.02] + [0.02] * 15
     out = analysis.settle_time(times, share, event_s=10.0, final_window_s=10)
-    # Outside 0.02 +- 20% until the 0.025 at t=14; inside from t=15 on.
-    assert out["final_share"] == pytest.approx(0.02)
-    assert out["settle_s"] == pytest.approx(5.0)
+    assert out["final_share"] == pytest.approx(0.02) and out["before_share"] == pytest.approx(0.10)
+    # 20% of the step (0.016): outside until the 0.05 at t=12, inside from t=13 on.
+    assert out["settle_s"] == pytest.approx(3.0)
+    # 20% of the final share (0.004): outside until the 0.025 at t=14, inside from t=15 on.
+    assert out["settle_share_s"] == pytest.approx(5.0)
+
+
+def test_noise_around_a_small_final_share_does_not_hide_a_fast_reaction():
+    times = [float(t) for t in range(1, 41)]
+    share = [0.10] * 20 + [0.004, 0.0, 0.008, 0.002, 0.006] * 4
+    out = analysis.settle_time(times, share, event_s=20.0, final_window_s=10)
+    assert out["settle_s"] == 0.0
+    assert out["settle_share_s"] is None
 
 
 def test_never_settling_and_immediate_settling():
     times = [1.0, 2.0, 3.0, 4.0]
-    assert analysis.settle_time(times, [0.1, 0.1, 0.1, 0.1], 1.5, 2)["settle_s"] == 0.0
-    assert analysis.settle_time(times, [0.1, 0.1, 0.5, 0.1], 1.5, 1)["settle_s"] is None
+    assert analysis.settle_time(times, [0.1, 0.1, 0.1, 0.1], 1.5, 2)["settle_share_s"] == 0.0
+    assert analysis.settle_time(times, [0.1, 0.1, 0.5, 0.1], 1.5, 1)["settle_share_s"] is None
+    assert analysis.settle_time([], [], 1.0, 1)["settle_s"] is None
 
 
 # ---- Envoy configs, validated by the real Envoy ----
