@@ -24,6 +24,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kill-aggregator-at", type=float, help="kill the aggregator at this second of tailweight's recorded part")
     ap.add_argument("--rerender", action="store_true",
                     help="no runs: recompute shares/settle times and rewrite results.md and plots from <out>/results.json")
+    ap.add_argument("--segment", type=float, help="split the recorded part into Fortio runs of this many seconds "
+                                                 "(percentiles per segment, e.g. before/after --kill-aggregator-at)")
     ap.add_argument("--quiet", action="store_true", help="no progress line")
     args = ap.parse_args(argv)
     try:
@@ -50,6 +52,7 @@ def main(argv=None) -> int:
     for i, policy in enumerate(policies):
         opts = runner.Options(out_dir=out_dir, log_dir=log_dir, warmup_s=args.warmup, duration_s=args.duration,
                               operator_period_s=args.operator_period, kill_aggregator_at_s=args.kill_aggregator_at,
+                              segment_s=args.segment,
                               progress=not args.quiet, label=f"{i + 1}/{len(policies)}")
         try:
             results.append(runner.run_policy(scenario, policy, opts))

@@ -71,6 +71,17 @@ def markdown(scenario: Scenario, results: List[dict], meta: dict) -> str:
         for policy, s in settle:
             lines.append(f"| {policy} | {s['backend']} | {_fmt(s['at_s'])} | {pct(s.get('before_share'))} | "
                          f"{pct(s['final_share'])} | {secs(s['settle_s'])} | {secs(s.get('settle_share_s'))} |")
+    seg_rows = [(r["policy"], seg, r.get("aggregator_killed_at_s")) for r in ok for seg in r.get("segments", [])]
+    if seg_rows:
+        lines += ["", "Per segment of the recorded part (separate Fortio runs):", "",
+                  "| policy | from s | to s | aggregator | p50 ms | p90 ms | p99 ms | p99.9 ms | errors | requests |",
+                  "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for policy, seg, killed in seg_rows:
+            state = "-" if killed is None and policy != "tailweight" else (
+                "killed" if killed is not None and seg["from_s"] >= killed - 1 else "running")
+            lines.append(f"| {policy} | {seg['from_s']:g} | {seg['to_s']:g} | {state} | {_fmt(seg['p50_ms'])} | "
+                         f"{_fmt(seg['p90_ms'])} | {_fmt(seg['p99_ms'])} | {_fmt(seg['p99.9_ms'])} | {seg['errors']} | "
+                         f"{seg['requests']} |")
     cpu_rows = [(r["policy"], r.get("cpu_s", {})) for r in ok]
     if cpu_rows:
         lines += ["", "CPU seconds per process over the recorded part:", "",

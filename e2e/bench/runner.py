@@ -31,6 +31,7 @@ class Options:
     operator_period_s: float = operator.PERIOD_S
     report_interval_ms: int = 1000
     kill_aggregator_at_s: Optional[float] = None  # in the recorded part
+    segment_s: Optional[float] = None  # split the recorded part into Fortio runs of this length (percentiles each)
     plugin_extra: dict = field(default_factory=dict)
     progress: bool = True
     label: str = ""  # shown in the progress line, e.g. "2/6"
@@ -175,7 +176,7 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
         if controller is not None:
             controller.start()
 
-        def run_load(phase: str, seconds: float, record: bool) -> List[dict]:
+        def start_fortios(phase: str, seconds: float, record: bool) -> list:
             loads = []
             for i, (e, listen) in enumerate(envoys):
                 json_path = log_dir / f"fortio-{phase}-{i}.json"
@@ -183,14 +184,22 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
                                       scenario.clients.connections, seconds, json_path, scenario.clients.payload_bytes)
                 loads.append((p, json_path))
                 if record:
-                    cpu.track(f"fortio-{i}", p.pid, from_zero=True)
+                    cpu.track(f"fortio-{phase}-{i}", p.pid, from_zero=True)
+            return loads
+
+        def run_load(phase: str, segments: List[float], record: bool) -> List[List[dict]]:
+            """Fortio runs back to back (one per segment, each client), sampling all along; returns
+            each segment's client results."""
+            seconds = sum(segments)
+            names = [phase] if len(segments) == 1 else [f"{phase}{k + 1}" for k in range(len(segments))]
+            segment_loads = [start_fortios(names[0], segments[0], record)]
             t0 = time.monotonic()
             samples: List[analysis.Sample] = []
             events_done: List[dict] = []
             pending = list(scenario.events) if record else []
             killed_aggregator = None
             weights_seen: List[tuple] = []
-            deadline = t0 + seconds + 30
+            deadline = t0 + seconds + 30 * len(segments)
             while True:
                 now = time.monotonic() - t0
                 try:
@@ -211,10 +220,14 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
                         and killed_aggregator is None and now >= opts.kill_aggregator_at_s:
                     aggregator.kill()
                     killed_aggregator = round(now, 3)
-                if all(not p.alive() for p, _ in loads):
-                    break
+                if all(not p.alive() for p, _ in segment_loads[-1]):
+                    if len(segment_loads) == len(segments):
+                        break
+                    k = len(segment_loads)
+                    segment_loads.append(start_fortios(names[k], segments[k], record))
+                    continue
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"fortio ({phase}) did not finish within {seconds + 30:.0f} s")
+                    raise RuntimeError(f"fortio ({phase}) did not finish within {seconds + 30 * len(segments):.0f} s")
                 if len(samples) >= 2:
                     t_prev, c_prev = samples[-2]
                     rps = (sum(samples[-1][1]) - sum(c_prev)) / max(now - t_prev, 1e-3)
@@ -224,10 +237,12 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
                                 f"backends {rps:6.0f} rps")
                 time.sleep(max(0.0, SAMPLE_S - ((time.monotonic() - t0) % SAMPLE_S)))
             outs = []
-            for p, json_path in loads:
-                if p.popen.returncode != 0 or not json_path.exists():
-                    raise RuntimeError(f"{p.name} failed ({p.popen.returncode}):\n{p.log()[-2000:]}")
-                outs.append(fortio.read(json_path))
+            for loads in segment_loads:
+                outs.append([])
+                for p, json_path in loads:
+                    if p.popen.returncode != 0 or not json_path.exists():
+                        raise RuntimeError(f"{p.name} failed ({p.popen.returncode}):\n{p.log()[-2000:]}")
+                    outs[-1].append(fortio.read(json_path))
             if record:
                 result["samples"] = [(round(t, 3), c) for t, c in samples]
                 result["events"] = events_done
@@ -237,10 +252,15 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
             return outs
 
         if warmup_s > 0:
-            run_load("warmup", warmup_s, record=False)
+            run_load("warmup", [warmup_s], record=False)
         for name, pid in list(cpu.pids.items()):
             cpu.track(name, pid)  # CPU counts from the start of the recorded part
-        clients = run_load("run", duration_s, record=True)
+        segments = [duration_s]
+        if opts.segment_s and opts.segment_s < duration_s:
+            n = int(duration_s // opts.segment_s)
+            segments = [opts.segment_s] * n + ([duration_s - n * opts.segment_s] if duration_s - n * opts.segment_s >= 1 else [])
+        by_segment = run_load("run", segments, record=True)
+        clients = [c for seg in by_segment for c in seg]
         if controller is not None:
             controller.stop()
             result["operator"]["rounds"] = controller.rounds
@@ -265,6 +285,9 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
 
     summary = fortio.summarise(clients)
     result.update(summary)
+    if len(by_segment) > 1:
+        result["segments"] = [{"from_s": sum(segments[:k]), "to_s": sum(segments[:k + 1]), **fortio.summarise(seg)}
+                              for k, seg in enumerate(by_segment)]
     result["clients"] = [{"qps": float(c.get("ActualQPS", 0.0)), "requests": fortio.counts(c)[0],
                           "errors": fortio.counts(c)[1], **fortio.client_percentiles(c)} for c in clients]
     used = cpu.used()

@@ -43,7 +43,7 @@ def test_tiny_bench_run_writes_complete_results(tmp_path):
         assert len(p["samples"]) >= 8 and len(p["samples"][0][1]) == 2
         assert [e["action"] for e in p["events"]] == ["speed"] and p["events"][0]["fired_s"] >= 2
         assert p["settle"] and p["settle"][0]["backend"] == 1
-        assert set(p["cpu_s"]) >= {"emulator", "envoy-0", "envoy-1", "fortio-0", "fortio-1"}
+        assert set(p["cpu_s"]) >= {"emulator", "envoy-0", "envoy-1", "fortio-run-0", "fortio-run-1"}
         assert p["cpu_us_per_request"]["envoys"] > 0
         assert all(s["upstream_rq_5xx"] == 0 for s in p["envoy_stats"])
         assert sum(s["upstream_rq_total"] for s in p["envoy_stats"]) >= p["requests"]
