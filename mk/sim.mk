@@ -14,7 +14,8 @@ sim:
 # clients with 16 connections each) for the comparison with the real benchmark.
 sim-seed: sim
 	nice $(SIM) run e2e/scenarios/seed-fib.yaml --threads $(SIM_THREADS) --out $(SIM_RESULTS)/sim-seed
-	nice $(SIM) run e2e/scenarios/seed-fib.yaml --clients 4 --connection-limit --threads $(SIM_THREADS) --out $(SIM_RESULTS)/sim-seed-small
+	nice $(SIM) run e2e/scenarios/seed-fib.yaml --clients 4 --connection-limit --cswrr-periods 1,0.5 \
+	  --threads $(SIM_THREADS) --out $(SIM_RESULTS)/sim-seed-small
 
 # p99 vs load (50%..95% of capacity) per policy at 1,000 endpoints x 1,000 clients, plotted as PNG.
 SWEEP_LOADS ?= 0.5,0.6,0.7,0.8,0.85,0.9,0.95
@@ -34,4 +35,4 @@ bench-sim: sim
 
 # Side by side with the real benchmark (bench/results/seed-fib/results.json) into sim/README.md.
 sim-validate: deps
-	$(PY) sim/validate.py $(SIM_RESULTS)/sim-seed-small/results.json $(SIM_RESULTS)/seed-fib/results.json
+	$(PY) sim/validate.py $(SIM_RESULTS)/sim-seed-small/results.json $(SIM_RESULTS)/seed-fib/results.json --readme sim/README.md

@@ -19,6 +19,8 @@ options:
   --warmup-s S  --duration-s S  --seed N
   --connection-limit | --open-loop   cap each client at clients.connections in flight (Fortio) or not
   --filter-config JSON   tailweight filter plugin configuration (default: sim.filter_config)
+  --cswrr-periods B,U    client-side WRR blackout and weight update periods in seconds
+                         (default: sim.cswrr_blackout_s, sim.cswrr_update_s: Envoy's 10,1)
   --threads N            policies (and sweep points) run in parallel (default 1)";
 
 struct Args {
@@ -67,6 +69,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--connection-limit" => o.connection_limit = Some(true),
             "--open-loop" => o.connection_limit = Some(false),
             "--filter-config" => a.filter_config = Some(value("JSON")?),
+            "--cswrr-periods" => {
+                let v = value("blackout,update")?;
+                let (b, u) = v.split_once(',').ok_or_else(|| format!("{flag}: expected two numbers: blackout,update"))?;
+                o.cswrr_periods_s = Some((number(&flag, b.trim())?, number(&flag, u.trim())?));
+            }
             "--threads" => a.threads = number(&flag, &value("count")?)?,
             other => return Err(format!("unknown option {other:?}")),
         }

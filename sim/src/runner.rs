@@ -74,7 +74,7 @@ pub fn run_policy(setup: &Setup, name: &str, filter: &FilterConfig) -> Result<Po
         "round_robin" => simulate(setup, RoundRobin::new(c, e, seed))?.0,
         "least_request" => simulate(setup, LeastRequest::new(c, e, seed))?.0,
         "peak_ewma" => simulate(setup, PeakEwma::new(c, e, seed))?.0,
-        "cswrr_orca" => simulate(setup, Cswrr::new(c, e, seed))?.0,
+        "cswrr_orca" => simulate(setup, Cswrr::new(c, e, setup.cswrr, seed))?.0,
         "operator" => {
             let capacities: Vec<f64> = setup.endpoints.iter().map(|s| s.capacity_rps()).collect();
             simulate(setup, Operator::new(c, &capacities, seed))?.0

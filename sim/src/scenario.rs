@@ -115,6 +115,19 @@ pub struct SimSection {
     pub trace: Option<String>,
     /// The tailweight filter's plugin configuration (the same JSON fields, here as YAML).
     pub filter_config: Option<serde_json::Value>,
+    /// Envoy client-side WRR periods (Envoy's defaults 10 s and 1 s; the harness uses 1 s, 0.5 s).
+    #[serde(default = "default_cswrr_blackout_s")]
+    pub cswrr_blackout_s: f64,
+    #[serde(default = "default_cswrr_update_s")]
+    pub cswrr_update_s: f64,
+}
+
+fn default_cswrr_blackout_s() -> f64 {
+    10.0
+}
+
+fn default_cswrr_update_s() -> f64 {
+    1.0
 }
 
 fn default_network_delay_ms() -> f64 {
@@ -132,6 +145,8 @@ impl Default for SimSection {
             service: Service::Lognormal,
             trace: None,
             filter_config: None,
+            cswrr_blackout_s: default_cswrr_blackout_s(),
+            cswrr_update_s: default_cswrr_update_s(),
         }
     }
 }
@@ -230,6 +245,8 @@ impl Scenario {
             }
         }
         positive("sim.network_delay_ms", s.network_delay_ms, true)?;
+        positive("sim.cswrr_blackout_s", s.cswrr_blackout_s, true)?;
+        positive("sim.cswrr_update_s", s.cswrr_update_s, false)?;
         Ok(())
     }
 }
@@ -278,6 +295,8 @@ pub struct Overrides {
     pub duration_s: Option<f64>,
     pub seed: Option<u64>,
     pub connection_limit: Option<bool>,
+    /// Envoy client-side WRR blackout and update periods, seconds.
+    pub cswrr_periods_s: Option<(f64, f64)>,
 }
 
 /// One simulated endpoint.
@@ -326,6 +345,7 @@ pub struct Setup {
     pub trace: Option<String>,
     /// The filter's plugin configuration as JSON ("" = defaults).
     pub filter_config: String,
+    pub cswrr: crate::policy::cswrr::Periods,
     pub events: Vec<TimedEvent>,
     pub policies: Vec<String>,
 }
@@ -390,6 +410,12 @@ impl Setup {
             service: s.sim.service,
             trace: s.sim.trace.clone(),
             filter_config: s.sim.filter_config.as_ref().map_or(String::new(), |v| v.to_string()),
+            cswrr: {
+                let (blackout, update) = o.cswrr_periods_s.unwrap_or((s.sim.cswrr_blackout_s, s.sim.cswrr_update_s));
+                positive("cswrr blackout", blackout, true)?;
+                positive("cswrr update period", update, false)?;
+                crate::policy::cswrr::Periods { blackout_ns: secs_to_ns(blackout), update_ns: secs_to_ns(update) }
+            },
             events,
             policies: default_policies(&s.policies),
         })

@@ -10,6 +10,7 @@ use super::{phase, Choice, Ctx, Outcome, Policy, Timer};
 use crate::server::Orca;
 use tailweight_core::rng::Rng;
 
+/// Envoy's defaults (the benchmark harness sets 1 s and 0.5 s: see `Periods`).
 pub const BLACKOUT_NS: u64 = 10_000_000_000;
 pub const EXPIRATION_NS: u64 = 180_000_000_000;
 pub const UPDATE_PERIOD_NS: u64 = 1_000_000_000;
@@ -24,7 +25,20 @@ struct HostWeight {
     last_update: u64,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Periods {
+    pub blackout_ns: u64,
+    pub update_ns: u64,
+}
+
+impl Default for Periods {
+    fn default() -> Self {
+        Periods { blackout_ns: BLACKOUT_NS, update_ns: UPDATE_PERIOD_NS }
+    }
+}
+
 pub struct Cswrr {
+    periods: Periods,
     endpoints: usize,
     clients: u32,
     hosts: Vec<HostWeight>,
@@ -44,17 +58,18 @@ pub fn orca_weight(orca: &Orca) -> Option<f64> {
 }
 
 impl Cswrr {
-    pub fn new(clients: u32, endpoints: u32, seed: u64) -> Cswrr {
+    pub fn new(clients: u32, endpoints: u32, periods: Periods, seed: u64) -> Cswrr {
         let mut rng = Rng::new(seed);
         let endpoints = endpoints as usize;
         let schedulers = (0..clients).map(|_| Edf::new(std::iter::repeat_n(1.0, endpoints), &mut rng)).collect();
         let empty = HostWeight { weight: 0.0, non_empty_since: NEVER, last_update: 0 };
         let cells = clients as usize * endpoints;
-        Cswrr { endpoints, clients, hosts: vec![empty; cells], in_use: vec![1.0; cells], schedulers, rng }
+        Cswrr { periods, endpoints, clients, hosts: vec![empty; cells], in_use: vec![1.0; cells], schedulers, rng }
     }
 
     /// The weights one client's scheduler uses from now on.
     fn weights(&mut self, client: u32, now_ns: u64) -> Vec<f64> {
+        let blackout_ns = self.periods.blackout_ns;
         let row = &mut self.hosts[client as usize * self.endpoints..(client as usize + 1) * self.endpoints];
         let counted: Vec<Option<f64>> = row
             .iter_mut()
@@ -64,7 +79,7 @@ impl Cswrr {
                 } else if now_ns.saturating_sub(h.last_update) >= EXPIRATION_NS {
                     h.non_empty_since = NEVER;
                     None
-                } else if now_ns.saturating_sub(h.non_empty_since) < BLACKOUT_NS {
+                } else if now_ns.saturating_sub(h.non_empty_since) < blackout_ns {
                     None
                 } else {
                     Some(h.weight)
@@ -89,7 +104,8 @@ fn median(values: &mut [f64]) -> Option<f64> {
 impl Policy for Cswrr {
     fn start(&mut self, ctx: &mut Ctx) {
         for client in 0..self.clients {
-            let first = phase(client, self.clients, UPDATE_PERIOD_NS) + UPDATE_PERIOD_NS;
+            let period = self.periods.update_ns;
+            let first = phase(client, self.clients, period) + period;
             ctx.after(first, Timer { kind: UPDATE, arg: client });
         }
     }
@@ -118,7 +134,7 @@ impl Policy for Cswrr {
         self.schedulers[client as usize] = Edf::new(weights.iter().copied(), &mut self.rng);
         let row = client as usize * self.endpoints;
         self.in_use[row..row + self.endpoints].copy_from_slice(&weights);
-        ctx.after(UPDATE_PERIOD_NS, timer);
+        ctx.after(self.periods.update_ns, timer);
     }
 }
 
@@ -141,7 +157,7 @@ mod tests {
 
     #[test]
     fn weights_count_after_blackout_and_others_get_the_median() {
-        let mut p = Cswrr::new(1, 4, 1);
+        let mut p = Cswrr::new(1, 4, Periods::default(), 1);
         let mut queue = Queue::default();
         let mut ctx = Ctx { now_ns: 0, servers: &[], queue: &mut queue, network_delay_ns: 0 };
         for (e, w) in [(0, 100.0), (1, 300.0), (2, 200.0)] {
@@ -154,7 +170,7 @@ mod tests {
 
     #[test]
     fn picks_follow_the_weights_after_an_update() {
-        let mut p = Cswrr::new(1, 2, 1);
+        let mut p = Cswrr::new(1, 2, Periods::default(), 1);
         let mut queue = Queue::default();
         let mut ctx = Ctx { now_ns: 0, servers: &[], queue: &mut queue, network_delay_ns: 0 };
         for (e, w) in [(0, 300.0), (1, 100.0)] {
