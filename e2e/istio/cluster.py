@@ -468,6 +468,48 @@ class ControlPlane:
             },
         }))
 
+    def apply_ingress_sidecar_resource(self, namespace: str, name: str, selector: dict[str, str],
+                                       bind_ip: str, port: int, app_port: int,
+                                       egress_hosts: tuple[str, ...] = ("istio-system/*",)) -> None:
+        """A Sidecar with an inbound listener bind_ip:port (mTLS or plaintext, then the namespace's
+        AuthorizationPolicies) forwarding to the app at 127.0.0.1:app_port; captureMode NONE."""
+        self.apply_yaml(yaml.safe_dump({
+            "apiVersion": "networking.istio.io/v1", "kind": "Sidecar",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "workloadSelector": {"labels": selector},
+                "ingress": [{"port": {"number": port, "protocol": "HTTP", "name": "http"},
+                             "bind": bind_ip, "captureMode": "NONE",
+                             "defaultEndpoint": f"{LOCALHOST}:{app_port}"}],
+                "egress": [{"hosts": list(egress_hosts)}],
+            },
+        }))
+
+    def apply_workload_entry(self, namespace: str, name: str, ip: str, labels: dict[str, str],
+                             ports: dict[str, int], service_account: str | None = None,
+                             mtls: bool = False) -> None:
+        """A WorkloadEntry at a loopback ip: Kubernetes Services whose selector matches `labels`
+        get it as an endpoint (EndpointSlices refuse loopback addresses). With mtls, callers'
+        sidecars use Istio mTLS to it (tlsMode label) and check service_account's identity."""
+        labels = {**labels, **({"security.istio.io/tlsMode": "istio"} if mtls else {})}
+        spec: dict[str, Any] = {"address": ip, "labels": labels, "ports": ports}
+        if service_account:
+            spec["serviceAccount"] = service_account
+        self.apply_yaml(yaml.safe_dump({
+            "apiVersion": "networking.istio.io/v1", "kind": "WorkloadEntry",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels}, "spec": spec,
+        }))
+
+    def apply_kustomization(self, directory: Path, check: bool = True,
+                            dry_run: bool = False) -> subprocess.CompletedProcess:
+        """`kubectl apply -k directory` (server-side), as a user installs wasmplugin/."""
+        extra = ["--dry-run=server"] if dry_run else []
+        return self.kubectl("apply", "--server-side", "--force-conflicts", *extra, "-k", str(directory),
+                            check=check)
+
+    def delete(self, kind: str, namespace: str, *names: str) -> None:
+        self.kubectl("delete", kind, "-n", namespace, "--ignore-not-found", "--wait=false", *names)
+
     def start_backend(self, name: str, ip: str, port: int | None = None) -> tuple[str, int]:
         """A loopback HTTP backend (see start_http_backend), stopped with the control plane."""
         port = port or free_port(ip)

@@ -1,11 +1,15 @@
-"""Fixtures for the Istio e2e tests: one real control plane per test module."""
+"""Fixtures for the Istio e2e tests: one real control plane for the whole session.
+
+Test modules keep to their own namespaces and host numbers in the control plane's 127.X.Y.0/24
+(test_istio_smoke: .10-.22; test_istio_tailweight: .110-.132), so they share it safely.
+"""
 
 import pytest
 
 from cluster import ControlPlane, missing_parts
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def control_plane(request):
     """etcd + kube-apiserver + istiod on 127.0.0.1; skips (with the reason) when not built.
 
@@ -22,8 +26,8 @@ def control_plane(request):
         if report is not None and capture is not None:
             with capture.global_and_fixture_disabled():  # else pytest swallows it
                 report.write_line(
-                    f"\n[istio] {request.module.__name__}: startup {sum(cp.timings.values()):.1f} s "
-                    f"{cp.timings}; RSS {sum(rss.values()):.0f} MB {_rounded(rss)}")
+                    f"\n[istio] startup {sum(cp.timings.values()):.1f} s {cp.timings}; "
+                    f"RSS at the end {sum(rss.values()):.0f} MB {_rounded(rss)}")
 
 
 def _rounded(d: dict) -> dict:

@@ -49,7 +49,7 @@ extract() {
   log "$name $version: $out"
 }
 
-targets=${*:-etcd kube-apiserver pilot-discovery pilot-agent crds bootstrap}
+targets=${*:-etcd kube-apiserver pilot-discovery pilot-agent crds bootstrap registry}
 total=$SECONDS
 for t in $targets; do
   case $t in
@@ -73,7 +73,10 @@ for t in $targets; do
       require_version istio istio.io/istio "$ISTIO_VERSION"
       extract "envoy bootstrap template" istio.io/istio "$ISTIO_VERSION" \
         tools/packaging/common/envoy_bootstrap.json "$TW_CACHE/istio/envoy_bootstrap-$ISTIO_VERSION.json" ;;
-    *) log "unknown target $t (etcd kube-apiserver pilot-discovery pilot-agent crds bootstrap)"; exit 2 ;;
+    registry)  # a loopback OCI registry (go-containerregistry) for the oci:// WasmPlugin test
+      require_version registry github.com/google/go-containerregistry "$GGCR_VERSION"
+      build registry "$GGCR_VERSION" registry tailweight.local/e2e/istio/build/registry ;;
+    *) log "unknown target $t (etcd kube-apiserver pilot-discovery pilot-agent crds bootstrap registry)"; exit 2 ;;
   esac
 done
 log "done in $((SECONDS - total)) s: $BIN"

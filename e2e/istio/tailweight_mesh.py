@@ -1,0 +1,253 @@
+"""tailweight installed from wasmplugin/ onto the loopback Istio control plane (see cluster.py).
+
+What runs (all on the control plane's private 127.X.Y.0/24, see ControlPlane.ip):
+- namespace `tailweight`: the aggregator Service, DestinationRule, AuthorizationPolicy ... from
+  wasmplugin/aggregator, and two replicas, each = the aggregator binary (the static build the
+  Dockerfile ships) + a recording relay (report_recorder.py) + its own inbound sidecar through
+  pilot-agent. Endpoints are WorkloadEntries the Service selects (EndpointSlices refuse loopback),
+  with Istio mTLS and the aggregator's service account.
+- namespace `shop` (opted in through wasmplugin/client): the Services `backend` and `svc-0..`,
+  all served by the same echo backends (plaintext WorkloadEntries), and the pod `client` whose
+  sidecar runs the filter and binds a real outbound listener on port 8080.
+- namespace `other` (not opted in): the pod `intruder`, a sidecar with an mTLS identity that the
+  AuthorizationPolicy must refuse.
+The overlay the test applies mirrors wasmplugin/overlays/example (one sub-directory per opted-in
+namespace), with a file:// (or http://, oci://) module URL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+import yaml
+
+from cluster import (LOCALHOST, ControlPlane, Sidecar, free_port, http_get, log_tail,
+                     wait_for, wait_ready)
+from tailweight_e2e.procs import Proc
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+WASMPLUGIN = REPO / "wasmplugin"
+# The module under test: the project's filter (override with TW_ISTIO_WASM to try another build).
+WASM = Path(os.environ.get("TW_ISTIO_WASM", REPO / "build" / "tailweight_filter.wasm"))
+# The aggregator as the Dockerfile ships it: `make aggregator-static` (TW_ISTIO_AGGREGATOR: another build).
+AGGREGATOR = Path(os.environ.get("TW_ISTIO_AGGREGATOR",
+                               REPO / "target" / "x86_64-unknown-linux-musl" / "release" / "tailweight-aggregator"))
+
+AGG_NS, CLIENT_NS, OTHER_NS = "tailweight", "shop", "other"
+PORT = 8080  # every Service port here (aggregator and destinations), as in the manifests
+AGG_HOST = f"tailweight-aggregator.{AGG_NS}.svc.cluster.local"
+AGG_CLUSTER = f"outbound|{PORT}||{AGG_HOST}"
+AGG_SA = "tailweight-aggregator"
+AGG_LABELS = {"app.kubernetes.io/name": "tailweight-aggregator", "app": "tailweight-aggregator"}
+REPLICA_LABEL = "tailweight.test/replica"
+OVERRIDE_HEADER = "x-gateway-destination-endpoint"
+SHARD_HEADER = "x-tailweight-shard"
+# Host numbers in the control plane's /24 (test_istio_smoke uses .10-.22 of the same one).
+CLIENT_HOST, INTRUDER_HOST, FIRST_REPLICA_HOST = 110, 111, 131
+BACKENDS = {"backend-a": 121, "backend-b": 122, "backend-c": 123}  # name -> host number
+REPLICAS = 2
+
+
+def host_of(service: str, namespace: str = CLIENT_NS) -> str:
+    return f"{service}.{namespace}.svc.cluster.local"
+
+
+def cluster_of(service: str) -> str:
+    """The Envoy cluster the client's sidecar routes `service` to (what the filter steers)."""
+    return f"outbound|{PORT}||{host_of(service)}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The overlay a user would write (see wasmplugin/overlays/example)
+
+
+def write_overlay(directory: Path, url: str, services: list[str],
+                  plugin_config: dict | None = None) -> Path:
+    """An overlay of wasmplugin/: the aggregator, and namespace `shop` opted in for `services`
+    (WasmPlugin `clusters` + one EnvoyFilter configPatch each), the module at `url`, and
+    `plugin_config` merged over the WasmPlugin's pluginConfig. Returns the overlay directory."""
+    shop = directory / CLIENT_NS
+    shop.mkdir(parents=True, exist_ok=True)
+    rel = lambda target, frm: os.path.relpath(target, frm)  # noqa: E731 - kustomize wants relative
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [rel(WASMPLUGIN / "aggregator", directory), CLIENT_NS],
+        "patches": [{"target": {"kind": "AuthorizationPolicy", "name": "tailweight-aggregator"},
+                     "patch": yaml.safe_dump([{
+                         "op": "replace", "path": "/spec/rules/0/from/0/source/namespaces",
+                         "value": [CLIENT_NS]}])}],
+    }))
+    base_config = yaml.safe_load((WASMPLUGIN / "client" / "wasmplugin.yaml").read_text())["spec"]["pluginConfig"]
+    config = {**base_config, "clusters": [cluster_of(s) for s in services], **(plugin_config or {})}
+    envoyfilter_ops = []
+    for i, service in enumerate(services):
+        if i > 0:
+            envoyfilter_ops.append({"op": "copy", "from": "/spec/configPatches/0",
+                                    "path": "/spec/configPatches/-"})
+        envoyfilter_ops.append({"op": "replace", "path": f"/spec/configPatches/{i}/match/cluster",
+                                "value": {"service": host_of(service), "portNumber": PORT}})
+    (shop / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "namespace": CLIENT_NS,
+        "resources": [rel(WASMPLUGIN / "client", shop)],
+        "patches": [
+            {"target": {"kind": "WasmPlugin", "name": "tailweight"},
+             "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/url", "value": url},
+                                      {"op": "replace", "path": "/spec/pluginConfig", "value": config}])},
+            {"target": {"kind": "EnvoyFilter", "name": "tailweight-override-host"},
+             "patch": yaml.safe_dump(envoyfilter_ops)},
+        ],
+    }))
+    return directory
+
+
+# ---------------------------------------------------------------------------------------------------
+# Destination services and their backends
+
+
+def apply_services(cp: ControlPlane, services: list[str], backends: dict[str, tuple[str, int]]) -> None:
+    """Kubernetes Services `backend` (selector app=backend) and the others (selector tier=pool),
+    all selecting the same plaintext WorkloadEntries, one per echo backend."""
+    docs = []
+    for service in services:
+        selector = {"app": "backend"} if service == "backend" else {"tier": "pool"}
+        docs.append({"apiVersion": "v1", "kind": "Service",
+                     "metadata": {"name": service, "namespace": CLIENT_NS},
+                     "spec": {"selector": selector,
+                              "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]}})
+    cp.apply_yaml(yaml.safe_dump_all(docs))
+    for name, (ip, port) in backends.items():
+        cp.apply_workload_entry(CLIENT_NS, name, ip, {"app": "backend", "tier": "pool"},
+                                ports={"http": port})
+
+
+# ---------------------------------------------------------------------------------------------------
+# Aggregator replicas
+
+
+@dataclass
+class Replica:
+    """One aggregator pod: the app, the recording relay in front of it, and its sidecar."""
+    index: int
+    ip: str
+    app_port: int
+    records_path: Path
+    app: Proc
+    relay: Proc
+    sidecar: Sidecar
+
+    @property
+    def name(self) -> str:
+        return f"tailweight-aggregator-{self.index}"
+
+    def weights(self) -> dict:
+        """GET /v1/weights on the app itself (as `kubectl port-forward` would reach it)."""
+        r = http_get(f"http://{LOCALHOST}:{self.app_port}/v1/weights", timeout=5)
+        r.raise_for_status()
+        return r.json()
+
+    def clusters(self) -> set[str]:
+        return {c["name"] for c in self.weights()["clusters"]}
+
+    def records(self) -> list[dict]:
+        """What the mesh delivered to this replica: one dict per POST (see report_recorder.py)."""
+        if not self.records_path.exists():
+            return []
+        return [json.loads(line) for line in self.records_path.read_text().splitlines() if line]
+
+
+def start_replica(cp: ControlPlane, index: int) -> Replica:
+    """Aggregator replica `index` at .131+index: app + relay + WorkloadEntry + sidecar (pilot-agent)."""
+    ip = cp.ip(FIRST_REPLICA_HOST + index)
+    name = f"tailweight-aggregator-{index}"
+    app_port, relay_port = free_port(), free_port()
+    app = cp.procs.start(f"{name}-app", [str(AGGREGATOR), f"--listen={LOCALHOST}:{app_port}"])
+    wait_ready(app, lambda: http_get(f"http://{LOCALHOST}:{app_port}/readyz", timeout=1).ok, 30,
+               f"{name} /readyz")
+    records = cp.dir / f"{name}-reports.jsonl"
+    relay = cp.procs.start(f"{name}-relay", [sys.executable, str(HERE / "report_recorder.py"),
+                                             LOCALHOST, str(relay_port), str(app_port), str(records)])
+    wait_ready(relay, lambda: http_get(f"http://{LOCALHOST}:{relay_port}/healthz", timeout=1).ok, 15,
+               f"{name} relay")
+    labels = {**AGG_LABELS, REPLICA_LABEL: str(index)}
+    cp.apply_ingress_sidecar_resource(AGG_NS, name, {REPLICA_LABEL: str(index)}, bind_ip=ip,
+                                      port=PORT, app_port=relay_port)
+    cp.apply_workload_entry(AGG_NS, name, ip, labels, ports={"http": PORT}, service_account=AGG_SA,
+                            mtls=True)
+    sidecar = cp.start_sidecar(AGG_NS, name, ip=ip, labels=labels, service_account=AGG_SA)
+    listener = f"{ip}_{PORT}"
+    wait_for(lambda: listener in sidecar.listeners(), 30, f"{name} inbound listener {listener}")
+    return Replica(index, ip, app_port, records, app, relay, sidecar)
+
+
+def stop_replica(cp: ControlPlane, replica: Replica) -> None:
+    """The pod goes away: Kubernetes would drop its endpoint (here: the WorkloadEntry and the Pod)
+    and the processes end."""
+    cp.delete("workloadentry", AGG_NS, replica.name)
+    cp.delete("pod", AGG_NS, replica.name)
+    cp.stop_sidecar(replica.sidecar)
+    for proc in (replica.relay, replica.app):
+        proc.stop()
+        if proc in cp.procs.procs:
+            cp.procs.procs.remove(proc)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading the client's sidecar
+
+
+def send(client: Sidecar, service: str, timeout: float = 5) -> requests.Response:
+    """One request through the client's outbound listener (port 8080), routed by Host."""
+    return http_get(f"http://{client.ip}:{PORT}/", headers={"Host": host_of(service)}, timeout=timeout)
+
+
+def filter_stats(sidecar: Sidecar) -> dict[str, int]:
+    """The filter's own metrics (wasmcustom.tailweight.*), as ints."""
+    out = {}
+    for name, value in sidecar.stats("wasmcustom.tailweight").items():
+        if value.strip().lstrip("-").isdigit():
+            out[name.removeprefix("wasmcustom.tailweight.")] = int(value)
+    return out
+
+
+def envoy_log(sidecar: Sidecar) -> str:
+    """pilot-agent's log, which carries its Envoy's log (incl. the filter's lines)."""
+    return sidecar.proc.log()
+
+
+def active_module(sidecar: Sidecar) -> str | None:
+    """The local file the client's tailweight filter runs from (pilot-agent rewrites http:// and
+    oci:// URLs to its download cache), or None when no such filter is configured."""
+    for name, config in sidecar.ecds_filters().items():
+        if f"/{CLIENT_NS}.tailweight~" in name:
+            vm = config["ecds_filter"]["typed_config"].get("config", {}).get("vm_config", {})
+            return vm.get("code", {}).get("local", {}).get("filename")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Module sources for the http:// and oci:// variants
+
+
+def serve_directory(cp: ControlPlane, directory: Path) -> str:
+    """A plain HTTP file server on 127.0.0.1 for `directory`; returns its base URL."""
+    port = free_port()
+    proc = cp.procs.start("http-files", [sys.executable, "-m", "http.server", str(port),
+                                         "--bind", LOCALHOST, "--directory", str(directory)])
+    base = f"http://{LOCALHOST}:{port}"
+    wait_ready(proc, lambda: http_get(f"{base}/", timeout=1).ok, 15, "http.server")
+    return base
+
+
+def start_registry(cp: ControlPlane, binary: Path) -> str:
+    """go-containerregistry's registry on 127.0.0.1 (build/registry); returns host:port."""
+    address = f"{LOCALHOST}:{free_port()}"
+    proc = cp.procs.start("oci-registry", [str(binary), f"--listen={address}"])
+    wait_ready(proc, lambda: http_get(f"http://{address}/v2/", timeout=1).ok, 15, "OCI registry /v2/")
+    return address

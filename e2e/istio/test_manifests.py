@@ -1,0 +1,147 @@
+"""wasmplugin/ builds with kustomize and its parts agree with each other and with the filter.
+
+No control plane needed: `kubectl kustomize` renders the base and the example overlay, and the
+checks read the rendered objects (names, ports, headers that must match across resources). The
+apiserver's own validation of the same objects is in test_istio_tailweight.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+BASE = REPO / "wasmplugin"
+EXAMPLE = BASE / "overlays" / "example"
+FILTER_DEFAULTS = REPO / "core" / "src" / "wire.rs"  # SHARD_HEADER lives here
+CONFIG_RS = REPO / "core" / "src" / "config.rs"
+
+pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) not on PATH")
+
+
+def render(directory: Path) -> dict[tuple[str, str], dict]:
+    out = subprocess.run(["kubectl", "kustomize", str(directory)], check=True, capture_output=True,
+                         text=True, timeout=60).stdout
+    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out) if d}
+
+
+def rust_const(path: Path, name: str) -> str:
+    """A `pub const NAME: &str = "...";` from the Rust sources (the filter's real default)."""
+    m = re.search(rf'const {name}: &str = "([^"]+)"', path.read_text())
+    assert m, f"{name} not found in {path}"
+    return m.group(1)
+
+
+def fqdn(service: dict) -> str:
+    return f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc.cluster.local"
+
+
+@pytest.fixture(scope="module", params=[BASE, EXAMPLE], ids=["base", "overlays/example"])
+def objects(request) -> dict[tuple[str, str], dict]:
+    return render(request.param)
+
+
+def test_wasmplugin_outbound_fail_open_with_pod_identity(objects):
+    spec = objects[("WasmPlugin", "tailweight")]["spec"]
+    assert spec["match"] == [{"mode": "CLIENT"}]
+    assert spec["failStrategy"] == "FAIL_OPEN" and spec["type"] == "HTTP"
+    assert spec["phase"] in ("AUTHZ", "STATS") and isinstance(spec["priority"], int)
+    assert "selector" not in spec and "targetRefs" not in spec, "applies to the whole namespace"
+    assert spec["vmConfig"]["env"] == [{"name": "POD_NAME", "valueFrom": "HOST"},
+                                      {"name": "POD_NAMESPACE", "valueFrom": "HOST"}]
+    assert spec["url"].startswith("oci://")
+
+
+def test_plugin_config_names_the_aggregator_service(objects):
+    service = objects[("Service", "tailweight-aggregator")]
+    (port,) = service["spec"]["ports"]
+    aggregator = objects[("WasmPlugin", "tailweight")]["spec"]["pluginConfig"]["aggregator"]
+    assert aggregator["cluster"] == f"outbound|{port['port']}||{fqdn(service)}"
+    assert aggregator["authority"] == fqdn(service)
+    assert port["name"] == "http" or port.get("appProtocol") == "http", "the mesh must see HTTP"
+    deployment = objects[("Deployment", "tailweight-aggregator")]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert port["targetPort"] in [p["name"] for p in container["ports"]]
+    assert f"--listen=0.0.0.0:{container['ports'][0]['containerPort']}" in container["args"]
+
+
+def test_plugin_config_is_valid_for_the_filter(objects):
+    """Every key the manifests set is one FilterConfig::parse knows (it rejects unknown keys)."""
+    config = objects[("WasmPlugin", "tailweight")]["spec"]["pluginConfig"]
+    source = CONFIG_RS.read_text()
+    known = set(re.findall(r'f\.[a-z_]+\("([a-z_]+)"', source))
+    assert set(config) <= known, set(config) - known
+    assert set(config["aggregator"]) <= known, set(config["aggregator"]) - known
+
+
+def test_clusters_and_envoyfilter_list_the_same_services(objects):
+    wasm = objects[("WasmPlugin", "tailweight")]
+    clusters = set(wasm["spec"]["pluginConfig"]["clusters"])
+    envoyfilter = objects[("EnvoyFilter", "tailweight-override-host")]
+    assert envoyfilter["metadata"]["namespace"] == wasm["metadata"]["namespace"]
+    patched = set()
+    for patch in envoyfilter["spec"]["configPatches"]:
+        assert patch["applyTo"] == "CLUSTER" and patch["match"]["context"] == "SIDECAR_OUTBOUND"
+        match = patch["match"]["cluster"]
+        patched.add(f"outbound|{match['portNumber']}||{match['service']}")
+        policy = patch["patch"]["value"]["load_balancing_policy"]["policies"][0]["typed_extension_config"]
+        assert policy["name"] == "envoy.load_balancing_policies.override_host"
+        config = policy["typed_config"]
+        # The header the filter writes (FilterConfig default; the manifests do not override it).
+        assert config["override_host_sources"] == [{"header": "x-gateway-destination-endpoint"}]
+        assert '"x-gateway-destination-endpoint"' in CONFIG_RS.read_text()
+        fallback = config["fallback_policy"]["policies"][0]["typed_extension_config"]["name"]
+        assert fallback == "envoy.load_balancing_policies.least_request"
+    assert clusters == patched
+
+
+def test_destination_rule_hashes_reports_by_shard(objects):
+    service = objects[("Service", "tailweight-aggregator")]
+    rule = objects[("DestinationRule", "tailweight-aggregator")]
+    assert rule["spec"]["host"] == fqdn(service)
+    hashing = rule["spec"]["trafficPolicy"]["loadBalancer"]["consistentHash"]
+    assert hashing["httpHeaderName"] == rust_const(FILTER_DEFAULTS, "SHARD_HEADER")
+    assert "maglev" in hashing or "ringHash" in hashing
+    assert rule["spec"]["trafficPolicy"]["outlierDetection"]["maxEjectionPercent"] < 100
+
+
+def test_aggregator_deployment_hardened_and_observable(objects):
+    deployment = objects[("Deployment", "tailweight-aggregator")]
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    pod = spec["template"]
+    assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["spec"]["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    labels = pod["metadata"]["labels"]
+    for kind in ("Service", "PodDisruptionBudget"):
+        selector = objects[(kind, "tailweight-aggregator")]["spec"]["selector"]
+        selector = selector.get("matchLabels", selector)
+        assert selector.items() <= labels.items(), (kind, selector)
+    policy = objects[("AuthorizationPolicy", "tailweight-aggregator")]["spec"]
+    assert policy["selector"]["matchLabels"].items() <= labels.items()
+
+
+def test_authorization_policy_admits_the_opted_in_namespaces(objects):
+    policy = objects[("AuthorizationPolicy", "tailweight-aggregator")]["spec"]
+    assert policy["action"] == "ALLOW"
+    reports = policy["rules"][0]
+    assert {"methods": ["POST"], "paths": ["/v1/report"]} in [t["operation"] for t in reports["to"]]
+    opted_in = {objects[("WasmPlugin", "tailweight")]["metadata"]["namespace"]}
+    assert set(reports["from"][0]["source"]["namespaces"]) == opted_in
+    # Nothing else may POST: every other rule is read-only.
+    for rule in policy["rules"][1:]:
+        assert all(t["operation"]["methods"] == ["GET"] for t in rule["to"]), rule
+    assert json.dumps(policy).count("/v1/report") == 1
