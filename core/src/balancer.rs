@@ -181,7 +181,7 @@ impl Balancer {
         Completion { honoured, learned }
     }
 
-    /// Once per tick: forget what is unseen, refresh priors, let expired views stop counting.
+    /// Once per tick: forget what is unseen, refresh priors.
     /// Returns the number of endpoints forgotten.
     pub fn tick(&mut self, now_us: u64) -> usize {
         let (ttl, p) = (self.settings.endpoint_ttl_us, &self.settings.pick);
@@ -189,7 +189,6 @@ impl Balancer {
         for cluster in self.clusters.values_mut() {
             forgotten += cluster.expire(now_us, ttl);
             cluster.refresh_prior(now_us, p);
-            cluster.mark_sampler_stale();
         }
         self.clusters.retain(|_, c| !c.is_empty() || now_us.saturating_sub(c.last_used_us) < ttl);
         forgotten

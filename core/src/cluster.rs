@@ -4,6 +4,7 @@
 use crate::config::PickParams;
 use crate::endpoint::{Endpoint, GlobalStats};
 use crate::rng::Rng;
+use crate::stats::median;
 use crate::wire::{is_endpoint_address, ClusterView};
 use std::collections::HashMap;
 
@@ -17,6 +18,8 @@ pub struct Cluster {
     /// Cumulative sampling weights, aligned with `endpoints`; None while all weights are equal.
     cumulative: Option<Vec<f64>>,
     sampler_stale: bool,
+    /// Whether the view was fresh when the sampler was built (its weights count only while fresh).
+    sampled_with_view: bool,
     /// The aggregator's view may be used until then.
     view_expires_us: u64,
     /// Latency assumed for endpoints without an estimate: the median of the fresh ones.
@@ -33,6 +36,7 @@ impl Cluster {
             index: HashMap::new(),
             cumulative: None,
             sampler_stale: false,
+            sampled_with_view: false,
             view_expires_us: 0,
             prior_latency_us: default_latency_us,
             novelty: 1.0,
@@ -151,8 +155,9 @@ impl Cluster {
         if self.endpoints.is_empty() {
             return None;
         }
-        if self.sampler_stale {
-            self.rebuild_sampler(now_us);
+        let fresh = self.view_fresh(now_us);
+        if self.sampler_stale || fresh != self.sampled_with_view {
+            self.rebuild_sampler(fresh);
         }
         match &self.cumulative {
             None => Some(rng.below(self.endpoints.len())),
@@ -169,13 +174,7 @@ impl Cluster {
         }
     }
 
-    /// The view's freshness changes what sampling uses; call when it may have expired.
-    pub fn mark_sampler_stale(&mut self) {
-        self.sampler_stale = true;
-    }
-
-    fn rebuild_sampler(&mut self, now_us: u64) {
-        let fresh = self.view_fresh(now_us);
+    fn rebuild_sampler(&mut self, fresh: bool) {
         let weights: Vec<f64> = self.endpoints.iter().map(|e| e.sampling_weight(fresh)).collect();
         let uniform = weights.iter().all(|w| *w == weights[0]) && weights[0] > 0.0;
         self.cumulative = if uniform {
@@ -188,16 +187,8 @@ impl Cluster {
             }).collect())
         };
         self.sampler_stale = false;
+        self.sampled_with_view = fresh;
     }
-}
-
-fn median(values: &mut [f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_unstable_by(|a, b| a.total_cmp(b));
-    let mid = values.len() / 2;
-    Some(if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 })
 }
 
 #[cfg(test)]
@@ -258,7 +249,6 @@ mod tests {
         let share = hits[0] as f64 / 40_000.0;
         assert!((share - 0.75).abs() < 0.02, "weighted 3:1, got {share}");
         // Past expiry, sampling is uniform again.
-        c.mark_sampler_stale();
         hits = [0; 2];
         for _ in 0..40_000 {
             hits[c.sample(&mut rng, 2_000).unwrap()] += 1;
@@ -313,12 +303,5 @@ mod tests {
         assert!((c.novelty() - 0.8f64.powi(10)).abs() < 1e-12);
         c.note_discovery(true);
         assert!(c.novelty() > 0.2);
-    }
-
-    #[test]
-    fn median_of_even_and_odd() {
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), Some(2.5));
-        assert_eq!(median(&mut []), None);
     }
 }

@@ -10,6 +10,7 @@ pub mod ewma;
 pub mod orca;
 pub mod rng;
 pub mod snapshot;
+pub mod stats;
 pub mod wire;
 pub mod weights;
 
