@@ -100,8 +100,11 @@ struct Sample {
     value: (f64, String),
 }
 
+/// An instant vector: each series' labels and value.
+pub type Series = Vec<(HashMap<String, String>, f64)>;
+
 /// Parse an `/api/v1/query` body into (labels, value) pairs of an instant vector.
-fn parse_vector(body: &[u8]) -> Result<Vec<(HashMap<String, String>, f64)>, PollError> {
+fn parse_vector(body: &[u8]) -> Result<Series, PollError> {
     let r: ApiResponse = serde_json::from_slice(body).map_err(|e| PollError::Decode(e.to_string()))?;
     if r.status != "success" {
         return Err(PollError::Query(r.error.unwrap_or_else(|| format!("status {:?}", r.status))));
@@ -155,7 +158,7 @@ pub fn cpu_by_ip(
     out
 }
 
-async fn query(client: &reqwest::Client, base: &str, promql: &str) -> Result<Vec<(HashMap<String, String>, f64)>, PollError> {
+async fn query(client: &reqwest::Client, base: &str, promql: &str) -> Result<Series, PollError> {
     let url = reqwest::Url::parse_with_params(&format!("{base}/api/v1/query"), &[("query", promql)])
         .map_err(|e| PollError::Request(format!("bad URL {base:?}: {e}")))?;
     let response = client.get(url).send().await.map_err(|e| PollError::Request(e.to_string()))?;

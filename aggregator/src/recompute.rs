@@ -1,5 +1,6 @@
-//! The timer that recomputes weights and expires silent reporters. One cluster per lock hold, with a
-//! yield in between, so reports keep flowing while thousands of clusters are recomputed.
+//! The timer that recomputes weights and expires silent reporters. One cluster per lock hold
+//! (recompute, then expire it), with a yield in between, so reports keep flowing while thousands of
+//! clusters are processed.
 
 use crate::state::AppState;
 use std::sync::Arc;
@@ -11,14 +12,19 @@ pub async fn once(state: &AppState) -> Duration {
     let mut busy = Duration::ZERO;
     for name in names {
         let t = Instant::now();
-        state.book().recompute_cluster(&name, state.now_us());
+        {
+            let mut book = state.book();
+            let now = state.now_us();
+            book.recompute_cluster(&name, now);
+            book.expire_cluster(&name, now);
+        }
         busy += t.elapsed();
         tokio::task::yield_now().await;
     }
     let t = Instant::now();
     let counts = {
         let mut book = state.book();
-        book.expire(state.now_us());
+        book.expire_reporters(state.now_us());
         book.counts()
     };
     busy += t.elapsed();

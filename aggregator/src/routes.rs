@@ -76,14 +76,13 @@ async fn handle_report(state: &AppState, headers: &HeaderMap, body: Body) -> Res
         (reason, StatusCode::BAD_REQUEST, line)
     })?;
     let now = state.now_us();
-    let reply = {
-        let mut book = state.book();
-        book.ingest(&report, now).map_err(|r| {
-            (RejectReason::Cap(r), StatusCode::TOO_MANY_REQUESTS, format!("{}: {r}", r.as_str()))
-        })?;
-        book.reply(&report.reporter, report.clusters.iter().map(|c| c.name.as_str()), now)
-    };
-    serde_json::to_vec(&reply).map_err(|e| (RejectReason::Invalid, StatusCode::INTERNAL_SERVER_ERROR, format!("reply: {e}")))
+    // The reply is mostly JSON prepared at the last recompute: a copy plus one number per endpoint.
+    let mut reply = Vec::with_capacity(bytes.len());
+    let mut book = state.book();
+    book.ingest(&report, now)
+        .map_err(|r| (RejectReason::Cap(r), StatusCode::TOO_MANY_REQUESTS, format!("{}: {r}", r.as_str())))?;
+    book.reply_json(&report.reporter, report.clusters.iter().map(|c| c.name.as_str()), now, &mut reply);
+    Ok(reply)
 }
 
 /// The body, or 413 if it is (or says it will be) larger than `limit`.

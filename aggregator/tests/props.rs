@@ -76,6 +76,10 @@ fn check_invariants(book: &WeightBook, now: u64) -> Result<(), TestCaseError> {
         let reply = book.reply(&format!("r{r}"), ["c0", "c1", "c2"], now);
         let limits = Limits { max_clusters: 16, max_endpoints_per_cluster: 64 };
         prop_assert!(reply.validate(&limits).is_ok(), "{:?}", reply.validate(&limits));
+        // The service's fast path writes exactly the serialised reply.
+        let mut fast = Vec::new();
+        book.reply_json(&format!("r{r}"), ["c0", "c1", "c2"], now, &mut fast);
+        prop_assert_eq!(fast, serde_json::to_vec(&reply).unwrap());
     }
     Ok(())
 }

@@ -19,6 +19,7 @@
 //!      saturated get the cluster's median learned concurrency (else 1). Errors cost twice: the
 //!      capacity counts successes only, and each failure adds `failure_cost_us` to the time per
 //!      request, so failing fast never looks fast: `k x success / (service + failure_cost x errors)`.
+//!
 //!    A cluster uses one method for all endpoints (the one most endpoints support); endpoints it
 //!    cannot rate get the median target, as Envoy's CSWRR gives unweighted hosts the median weight.
 //! 3. Target = raw / mean raw, at least `floor`; smoothed geometrically toward it
@@ -27,19 +28,24 @@
 //! 4. Ejected when the smoothed error ratio reaches `eject_ratio` over at least `eject_min_requests`;
 //!    readmitted below half of it; without traffic the ratio fades (`error_fade_us`) so it gets probed.
 //!
-//! Lying-reporter bound (one reporter, about an endpoint that at least one other live reporter also
-//! sends to; a reporter alone on an endpoint is all the evidence there is and is taken as it is):
-//! - it adds at most `sum_clip` x the largest honest contribution to the request, error and
-//!   in-flight sums (clipped against the reporters active on the endpoint), and lowers them only by
-//!   withholding its own: with n equal honest reporters the CPU-path capacity and the in-flight
-//!   estimate rise at most by a factor 1 + sum_clip / n (1 + sum_clip with one), never fall below
-//!   the honest-only value minus its own share;
-//! - it cannot raise the error ratio above what the honest reporters see when they see no errors
-//!   (its errors are clipped at `sum_clip` x theirs): it cannot eject a healthy endpoint;
-//! - its latency / ORCA vote is capped at `vote_cap` x the others', so the merged value stays between
-//!   the honest reporters' weighted (1 - vote_cap)/2 and (1 + vote_cap)/2 quantiles (default 0.25
-//!   and 0.75): when the honest reporters agree it moves nothing on the latency path.
-//! Whatever it reports, each weight still moves at most a factor `max_step` per recompute.
+//! Lying-reporter bound. About an endpoint on which at least one other live reporter is active
+//! (sending requests or holding some in flight), one reporter, whatever it reports:
+//! - raises a sum (request rate, error rate, in flight) by at most `sum_clip` x the largest honest
+//!   contribution: sum <= S_h + sum_clip x c_max, with S_h the honest reporters' own sum. With n equal
+//!   honest reporters: at most x(1 + sum_clip / n) (x3 with one, default sum_clip 2), and so for the
+//!   CPU-path capacity qps / (cpu + ...) when the CPU comes from elsewhere or honest ORCA agrees;
+//! - lowers a sum only by withholding its own share when two or more honest reporters are active;
+//!   with exactly one, a tiny positive claim can clip that one's contribution down to
+//!   sum_clip x the claim (the price of having no majority to compare with);
+//! - cannot push the error ratio above zero when the honest reporters see no errors (its errors are
+//!   clipped at sum_clip x theirs): it cannot eject a healthy endpoint;
+//! - moves the merged latency and ORCA CPU only within the honest reporters' weighted
+//!   (1 - vote_cap)/2 .. (1 + vote_cap)/2 quantiles (0.25 .. 0.75 by default), since its vote is
+//!   capped at vote_cap x the others': when the honest reporters agree, the latency path and the
+//!   ORCA value do not move at all.
+//!
+//! An endpoint only one reporter speaks about has no other evidence and gets no protection. Whatever
+//! is reported, each weight moves at most x`max_step` per recompute and stays >= `floor`.
 
 mod merge;
 mod normalize;
@@ -330,6 +336,9 @@ struct Endpoint {
     ejected: bool,
     weight: Option<f64>,
     decision: Option<EndpointDecision>,
+    /// The endpoint's reply JSON around `peer_inflight` (the only per-asker value), made at recompute.
+    json_head: Vec<u8>,
+    json_tail: Vec<u8>,
 }
 
 /// A cluster's endpoints: a vector (recomputes walk it in order) with an index by address (a hash
@@ -634,6 +643,7 @@ impl WeightBook {
             if let Some(d) = endpoint.decision.as_mut() {
                 d.weight = w;
             }
+            endpoint.prepare_json();
         }
         cluster.generation += 1;
         cluster.computed_at_us = Some(now_us);
@@ -642,10 +652,7 @@ impl WeightBook {
     /// The view of `clusters` as seen by `reporter` (peer_inflight excludes that reporter's own
     /// in-flight); unknown clusters are omitted, and so are endpoints not yet recomputed.
     pub fn reply<'a>(&self, reporter: &str, clusters: impl IntoIterator<Item = &'a str>, now_us: u64) -> Reply {
-        let p = &self.params;
         let asking = self.reporters.get(reporter);
-        let interval_us = asking.map_or(1_000_000, |r| r.interval_us);
-        let ttl_us = ((interval_us as f64 * p.view_ttl_intervals) as u64).max(p.min_view_ttl_us);
         let mut views = Vec::new();
         for name in clusters {
             let Some(cluster) = self.clusters.get(name) else { continue };
@@ -654,15 +661,11 @@ impl WeightBook {
                 .iter()
                 .filter_map(|e| {
                     let d = e.decision.as_ref()?;
-                    let own = asking
-                        .and_then(|r| e.obs.get(&r.id))
-                        .filter(|o| o.expires_us > now_us)
-                        .map_or(0.0, |o| o.counted_inflight);
                     Some(EndpointView {
                         address: e.address.clone(),
                         weight: d.weight,
                         inflight: d.inflight,
-                        peer_inflight: (d.inflight - own).max(0.0),
+                        peer_inflight: (d.inflight - e.own_inflight(asking, now_us)).max(0.0),
                         latency_us: d.latency_us,
                         cpu: d.cpu,
                         ejected: d.ejected,
@@ -671,7 +674,47 @@ impl WeightBook {
                 .collect();
             views.push(ClusterView { name: name.to_string(), endpoints });
         }
-        Reply { version: wire::VERSION, ttl_ms: (ttl_us / 1_000).min(u64::from(u32::MAX)) as u32, clusters: views }
+        Reply { version: wire::VERSION, ttl_ms: self.view_ttl_ms(asking), clusters: views }
+    }
+
+    /// `serde_json::to_vec(&self.reply(..))`, byte for byte, without building the reply: each
+    /// endpoint's JSON was prepared at recompute except `peer_inflight`. The service's hot path.
+    pub fn reply_json<'a>(&self, reporter: &str, clusters: impl IntoIterator<Item = &'a str>, now_us: u64, out: &mut Vec<u8>) {
+        let asking = self.reporters.get(reporter);
+        out.extend_from_slice(b"{\"version\":");
+        write_json(out, &wire::VERSION);
+        out.extend_from_slice(b",\"ttl_ms\":");
+        write_json(out, &self.view_ttl_ms(asking));
+        out.extend_from_slice(b",\"clusters\":[");
+        let mut first_cluster = true;
+        for name in clusters {
+            let Some(cluster) = self.clusters.get(name) else { continue };
+            if !std::mem::take(&mut first_cluster) {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"name\":");
+            write_json(out, &name);
+            out.extend_from_slice(b",\"endpoints\":[");
+            let mut first = true;
+            for e in cluster.endpoints.iter() {
+                let Some(d) = e.decision.as_ref() else { continue };
+                if !std::mem::take(&mut first) {
+                    out.push(b',');
+                }
+                out.extend_from_slice(&e.json_head);
+                write_json(out, &(d.inflight - e.own_inflight(asking, now_us)).max(0.0));
+                out.extend_from_slice(&e.json_tail);
+            }
+            out.extend_from_slice(b"]}");
+        }
+        out.extend_from_slice(b"]}");
+    }
+
+    fn view_ttl_ms(&self, asking: Option<&Reporter>) -> u32 {
+        let p = &self.params;
+        let interval_us = asking.map_or(1_000_000, |r| r.interval_us);
+        let ttl_us = ((interval_us as f64 * p.view_ttl_intervals) as u64).max(p.min_view_ttl_us);
+        (ttl_us / 1_000).min(u64::from(u32::MAX)) as u32
     }
 
     /// What the last recompute decided, for all clusters or one (sorted by name).
@@ -698,20 +741,34 @@ impl WeightBook {
     /// Drop reporters silent for longer than their ttl, what they said, endpoints nobody reports,
     /// empty clusters, and CPU values too old to be used.
     pub fn expire(&mut self, now_us: u64) {
+        for name in self.cluster_names() {
+            self.expire_cluster(&name, now_us);
+        }
+        self.expire_reporters(now_us);
+    }
+
+    /// Expire what was said about one cluster (and the cluster if nothing is left), so a caller can
+    /// spread the work of `expire` like that of `recompute`.
+    pub fn expire_cluster(&mut self, name: &str, now_us: u64) {
+        let Some(cluster) = self.clusters.get_mut(name) else { return };
         let mut removed = 0usize;
-        self.clusters.retain(|_, cluster| {
-            cluster.endpoints.retain(|e| {
-                let before = e.obs.len();
-                e.obs.retain(|_, o| o.expires_us > now_us);
-                removed += before - e.obs.len();
-                if e.obs.capacity() > 4 * e.obs.len().max(4) {
-                    e.obs.shrink_to_fit();
-                }
-                !e.obs.is_empty()
-            });
-            !cluster.endpoints.is_empty()
+        cluster.endpoints.retain(|e| {
+            let before = e.obs.len();
+            e.obs.retain(|_, o| o.expires_us > now_us);
+            removed += before - e.obs.len();
+            if e.obs.capacity() > 4 * e.obs.len().max(4) {
+                e.obs.shrink_to_fit();
+            }
+            !e.obs.is_empty()
         });
+        if cluster.endpoints.is_empty() {
+            self.clusters.remove(name);
+        }
         self.observations -= removed.min(self.observations);
+    }
+
+    /// The rest of `expire`: silent reporters and old CPU values (O(reporters + CPU entries)).
+    pub fn expire_reporters(&mut self, now_us: u64) {
         self.reporters.retain(|_, r| r.expires_us > now_us);
         let max_age = self.params.cpu_max_age_us;
         self.external_cpu.retain(|_, (_, at)| now_us.saturating_sub(*at) <= max_age);
@@ -727,7 +784,42 @@ impl WeightBook {
     }
 }
 
+/// Append `value` as JSON (serde_json's own formatting, so replies match `to_vec(&reply)` exactly).
+fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    // Writing numbers and strings into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
+}
+
 impl Endpoint {
+    /// The asking reporter's counted in-flight requests here (0 if it has none or is not live).
+    fn own_inflight(&self, asking: Option<&Reporter>, now_us: u64) -> f64 {
+        asking.and_then(|r| self.obs.get(&r.id)).filter(|o| o.expires_us > now_us).map_or(0.0, |o| o.counted_inflight)
+    }
+
+    /// Render this endpoint's reply JSON except `peer_inflight`, in `EndpointView`'s field order.
+    fn prepare_json(&mut self) {
+        let Some(d) = &self.decision else { return };
+        let (head, tail) = (&mut self.json_head, &mut self.json_tail);
+        head.clear();
+        head.extend_from_slice(b"{\"address\":");
+        write_json(head, &self.address);
+        head.extend_from_slice(b",\"weight\":");
+        write_json(head, &d.weight);
+        head.extend_from_slice(b",\"inflight\":");
+        write_json(head, &d.inflight);
+        head.extend_from_slice(b",\"peer_inflight\":");
+        tail.clear();
+        tail.extend_from_slice(b",\"latency_us\":");
+        write_json(tail, &d.latency_us);
+        if let Some(cpu) = d.cpu {
+            tail.extend_from_slice(b",\"cpu\":");
+            write_json(tail, &cpu);
+        }
+        tail.extend_from_slice(b",\"ejected\":");
+        write_json(tail, &d.ejected);
+        tail.push(b'}');
+    }
+
     fn new(address: &str) -> Self {
         Endpoint {
             address: address.to_string(),
@@ -739,6 +831,8 @@ impl Endpoint {
             ejected: false,
             weight: None,
             decision: None,
+            json_head: Vec::new(),
+            json_tail: Vec::new(),
         }
     }
 

@@ -64,6 +64,15 @@ struct InProcess {
     us_per_report: f64,
     reports_per_s: f64,
     recompute_ms: f64,
+    /// Share of the handling time per phase, percent.
+    share_pct: Phases,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Phases {
+    parse: f64,
+    ingest: f64,
+    reply: f64,
 }
 
 fn time_inprocess(fleet: &Fleet, reports: u64) -> InProcess {
@@ -71,12 +80,23 @@ fn time_inprocess(fleet: &Fleet, reports: u64) -> InProcess {
     use tailweight_core::wire::{parse_report, Limits};
     let mut book = WeightBook::new(WeightParams::default());
     let limits = Limits::default();
+    // Wall time per phase (sums; the shares are what matter, the total is measured in CPU time).
+    let phases = std::cell::RefCell::new([0f64; 3]);
     let handle = |book: &mut WeightBook, now: u64| {
         let body = fleet.body();
+        let t0 = Instant::now();
         if let Ok(report) = parse_report(&body, &limits) {
+            let t1 = Instant::now();
             if book.ingest(&report, now).is_ok() {
-                let reply = book.reply(&report.reporter, report.clusters.iter().map(|c| c.name.as_str()), now);
-                std::hint::black_box(serde_json::to_vec(&reply).unwrap_or_default());
+                let t2 = Instant::now();
+                let mut out = Vec::with_capacity(body.len());
+                book.reply_json(&report.reporter, report.clusters.iter().map(|c| c.name.as_str()), now, &mut out);
+                std::hint::black_box(out);
+                let t3 = Instant::now();
+                let mut p = phases.borrow_mut();
+                for (i, (a, b)) in [(t0, t1), (t1, t2), (t2, t3)].into_iter().enumerate() {
+                    p[i] += (b - a).as_secs_f64();
+                }
             }
         }
     };
@@ -114,7 +134,16 @@ fn time_inprocess(fleet: &Fleet, reports: u64) -> InProcess {
         }
     });
     let secs = (total - making).max(1e-9);
-    InProcess { reports, us_per_report: secs * 1e6 / reports.max(1) as f64, reports_per_s: reports as f64 / secs, recompute_ms }
+    let p = *phases.borrow();
+    let sum: f64 = p.iter().sum::<f64>().max(1e-12);
+    let share = |i: usize| (p[i] / sum * 1000.0).round() / 10.0;
+    InProcess {
+        reports,
+        us_per_report: secs * 1e6 / reports.max(1) as f64,
+        reports_per_s: reports as f64 / secs,
+        recompute_ms,
+        share_pct: Phases { parse: share(0), ingest: share(1), reply: share(2) },
+    }
 }
 
 /// The aggregator process we started; stopped by PID (its own process group) when dropped.
@@ -466,6 +495,11 @@ fn markdown(r: &Results) -> String {
             "Handling logic alone (parse, merge, reply, serialise; no HTTP), one thread: {:.1} us per report = {:.0} reports/s; \
              one full recompute of the {} x {} book: {:.1} ms.\n",
             p.us_per_report, p.reports_per_s, r.reporters, r.endpoints_per_reporter, p.recompute_ms
+        ));
+        let sh = &p.share_pct;
+        s.push_str(&format!(
+            "Shares of that time: parse + validate {}%, merge (ingest) {}%, reply (prepared JSON) {}%.\n",
+            sh.parse, sh.ingest, sh.reply
         ));
     }
     s

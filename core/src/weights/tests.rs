@@ -321,6 +321,19 @@ fn a_liar_moves_cpu_capacity_at_most_by_the_documented_factor() {
 }
 
 #[test]
+fn with_two_honest_reporters_a_liar_lowers_sums_only_by_withholding_its_own() {
+    let mut w = World::new(WeightParams::default());
+    for _ in 0..5 {
+        w.step(&["h0", "h1", "liar"], |i| {
+            let t = if i < 2 { Traffic { inflight: 3, ..ok(50, 10_000) } } else { Traffic { inflight: 1, ..ok(1, 10_000) } };
+            vec![(A, t)]
+        });
+    }
+    let a = w.decision(A);
+    assert!(a.qps >= 100.0 && a.inflight >= 6.0, "{a:?}");
+}
+
+#[test]
 fn a_liar_cannot_eject_a_healthy_endpoint_nor_inflate_inflight_beyond_the_clip() {
     let p = WeightParams::default();
     let truth = || vec![(A, ok(50, 10_000)), (B, ok(50, 10_000))];
@@ -353,6 +366,31 @@ fn reply_excludes_the_askers_own_inflight_and_omits_unknown_clusters() {
     assert_eq!(w.book.reply("stranger", [CLUSTER], w.now).clusters[0].endpoints[0].peer_inflight, 8.0);
     assert_eq!(reply.ttl_ms, 3_000, "three intervals of 1 s");
     assert!(reply.validate(&wire::Limits::default()).is_ok());
+}
+
+#[test]
+fn reply_json_is_the_serialised_reply_byte_for_byte() {
+    let mut w = World::new(WeightParams::default());
+    for i in 0..8 {
+        w.book.set_external_cpu("10.0.0.2".parse().unwrap(), 0.3, w.now);
+        w.step(&REPORTERS, |r| {
+            vec![
+                (A, Traffic { inflight: r as u32, ..ok(50, 10_000 + i) }),
+                (B, Traffic { errors: 45, ..ok(50, 1_000) }),
+                (C, Traffic { cpu: Some(0.123_456_789), ..ok(50, 50_000) }),
+            ]
+        });
+    }
+    for asker in ["r0", "r3", "stranger"] {
+        let names = [CLUSTER, "unknown", CLUSTER];
+        let mut fast = Vec::new();
+        w.book.reply_json(asker, names, w.now, &mut fast);
+        let slow = serde_json::to_vec(&w.book.reply(asker, names, w.now)).unwrap();
+        assert_eq!(String::from_utf8(fast).unwrap(), String::from_utf8(slow).unwrap());
+    }
+    let mut empty = Vec::new();
+    w.book.reply_json("r0", [], w.now, &mut empty);
+    assert_eq!(empty, serde_json::to_vec(&w.book.reply("r0", [], w.now)).unwrap());
 }
 
 #[test]
