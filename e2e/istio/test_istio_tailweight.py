@@ -407,6 +407,28 @@ def test_module_from_http_and_oci_urls(mesh):
     wait_for(lambda: tm.active_module(client) == str(tm.WASM), 30, "back to the file:// module")
 
 
+def test_unfetchable_module_fails_open(mesh):
+    """failStrategy FAIL_OPEN: a module pilot-agent cannot download becomes an allow-all filter."""
+    cp, client = mesh.cp, mesh.client
+    try:
+        base = tm.serve_directory(cp, tm.WASM.parent)
+        mesh.install(url=f"{base}/no-such-module.wasm")
+
+        def replaced():
+            config = next((c for n, c in client.ecds_filters().items() if f"/{tm.CLIENT_NS}.tailweight~" in n), None)
+            typed = config and config["ecds_filter"]["typed_config"]
+            return typed if typed and typed["@type"].endswith("rbac.v3.RBAC") else None
+        typed = wait_for(replaced, 60, "pilot-agent's allow-all stand-in for the missing module")
+        assert typed.get("rules_stat_prefix") == "wasm-default-allow", typed
+        responses = mesh.traffic(rounds=5)
+        assert all(r.status_code == 200 for r in responses), [r.status_code for r in responses]
+        assert not any(r.headers["x-echo-override"] for r in responses)
+        assert "applying allow RBAC filter" in tm.envoy_log(client)
+    finally:
+        mesh.install(url=f"file://{tm.WASM}")
+    wait_for(lambda: tm.active_module(client) == str(tm.WASM), 30, "back to the file:// module")
+
+
 # ---------------------------------------------------------------------------------------------------
 # Bad input: the aggregator unreachable -> local-only, no request fails
 
