@@ -88,6 +88,9 @@ impl Metrics {
         for reason in RejectReason::all() {
             m.reports_rejected.with_label_values(&[reason.as_str()]);
         }
+        for kind in ["request", "status", "decode", "query"] {
+            m.cpu_errors.with_label_values(&[kind]);
+        }
         m.cpu_staleness.set(-1.0);
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
             Box::new(m.reports_accepted.clone()),

@@ -136,6 +136,7 @@ async fn health_readiness_and_metrics() {
     assert!(metric(&page, "tailweight_weight_compute_seconds_count") >= 1.0);
     assert_eq!(metric(&page, "tailweight_report_handling_seconds_count"), 2.0);
     assert_eq!(metric(&page, "tailweight_cpu_source_staleness_seconds"), -1.0);
+    assert_eq!(metric(&page, "tailweight_cpu_source_errors_total{kind=\"request\"}"), 0.0);
     s.state.start_draining();
     assert_eq!(s.get("/readyz").await.0, 503);
     s.stop().await;

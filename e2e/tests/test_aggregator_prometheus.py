@@ -80,10 +80,11 @@ class Reporter:
 
 
 def metric(url, name):
-    for line in requests.get(f"{url}/metrics", timeout=5).text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} not in /metrics")
+    """The value of a metric, summed over its label sets."""
+    values = [float(line.rsplit(" ", 1)[1]) for line in requests.get(f"{url}/metrics", timeout=5).text.splitlines()
+              if line.startswith(name + " ") or line.startswith(name + "{")]
+    assert values, f"{name} not in /metrics"
+    return sum(values)
 
 
 @pytest.fixture

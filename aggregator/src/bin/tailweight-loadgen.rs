@@ -281,7 +281,7 @@ impl Fleet {
         loop {
             let next = MARK.iter().enumerate().filter_map(|(k, m)| rest.find(&m.to_string()).map(|at| (at, k))).min();
             let Some((at, k)) = next else { break };
-            bytes.extend_from_slice(rest[..at].as_bytes());
+            bytes.extend_from_slice(&rest.as_bytes()[..at]);
             let width = MARK[k].to_string().len() + 4;
             slots.push((bytes.len(), width, seen[k], k as u8));
             seen[k] += 1;
