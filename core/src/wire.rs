@@ -99,6 +99,18 @@ pub struct EndpointView {
     pub ejected: bool,
 }
 
+/// The `:authority` of a report about `cluster`: `<16 hex digits of FNV-1a(cluster)>.<authority>`.
+/// Envoy hashes a wasm `dispatch_http_call` on its `:authority` only (a hash policy hard-coded in the
+/// host; a DestinationRule's `httpHeaderName` never applies to it), so with ring_hash/maglev on the
+/// aggregator cluster the shard key must be in the authority. The raw cluster name cannot be:
+/// `|` is not a host name character.
+pub fn shard_authority(cluster: &str, authority: &str) -> String {
+    let hash = cluster
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    format!("{hash:016x}.{authority}")
+}
+
 /// Caps that bound the memory one message can claim.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -373,6 +385,17 @@ mod tests {
         assert!(err.contains("weight: -1 is outside"), "{err}");
         let body = serde_json::to_vec(&Reply { clusters: vec![], ..reply }).unwrap();
         assert!(parse_reply(&body, &Limits::default()).is_ok());
+    }
+
+    #[test]
+    fn shard_authority_is_a_stable_host_name_per_cluster() {
+        let a = shard_authority("outbound|8080||cart.shop.svc.cluster.local", "agg.tailweight.svc");
+        assert_eq!(a, shard_authority("outbound|8080||cart.shop.svc.cluster.local", "agg.tailweight.svc"));
+        assert_ne!(a, shard_authority("outbound|8080||catalog.shop.svc.cluster.local", "agg.tailweight.svc"));
+        assert!(a.ends_with(".agg.tailweight.svc") && a.len() == 16 + 1 + 18, "{a}");
+        assert!(a.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'), "{a}");
+        // FNV-1a 64 of the empty string is its offset basis.
+        assert_eq!(shard_authority("", "x"), "cbf29ce484222325.x");
     }
 
     #[test]

@@ -289,10 +289,6 @@ def test_each_cluster_reports_to_exactly_one_replica(mesh):
         assert received == {c for c, rs in o.items() if rs == [r.index]}, (r.index, received)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "filter: Envoy hashes a Wasm dispatch_http_call on :authority (hard-coded hash policy; the "
-    "DestinationRule's httpHeaderName applies to routed requests only), and the filter sends every "
-    "report with the same :authority, so one replica gets all clusters. See docs/istio.md."))
 def test_replicas_share_the_clusters(mesh):
     o = wait_all_owned(mesh, "every destination cluster at some replica")
     per_replica = {r.index: sorted(c for c, rs in o.items() if r.index in rs) for r in mesh.live}

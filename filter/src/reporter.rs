@@ -45,10 +45,12 @@ impl Reporter {
                 clusters: vec![cluster],
             };
             let Ok(body) = serde_json::to_vec(&report) else { continue };
+            // Replicas behind consistent hashing each see whole clusters (see wire::shard_authority).
+            let authority = wire::shard_authority(&name, &aggregator.authority);
             let headers = vec![
                 (":method", "POST"),
                 (":path", aggregator.path.as_str()),
-                (":authority", aggregator.authority.as_str()),
+                (":authority", authority.as_str()),
                 ("content-type", "application/json"),
                 (aggregator.shard_header.as_str(), name.as_str()),
             ];
