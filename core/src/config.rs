@@ -81,7 +81,7 @@ impl Default for FilterConfig {
             pick: PickParams::default(),
             endpoint_ttl_ms: 60_000,
             max_clusters: 64,
-            max_endpoints_per_cluster: 512,
+            max_endpoints_per_cluster: 2048,
             sync_interval_ms: 200,
             aggregator: None,
             reporter_id: None,

@@ -103,6 +103,8 @@ def test_chosen_endpoint_serves_every_steered_request(group, tmp_path):
     assert client.stat("picks_honoured") == len(steered)
     assert client.stat("picks_not_honoured") == 0
     assert client.stat("picks") + client.stat("explorations") + client.stat("fallbacks") == 300
+    # Local-only mode too: the gauge counts what the balancer tracks (set every sync tick).
+    wait_for(lambda: client.stat("endpoints_tracked") == 3, 10, "endpoints_tracked == 3")
 
 
 # (b) a 5x slower backend receives a clearly smaller share, yet still some traffic.
