@@ -96,6 +96,10 @@ pub struct Config {
     /// A CPU value older than this is not used.
     #[arg(long, env = "TAILWEIGHT_CPU_MAX_AGE_MS", default_value_t = 60_000)]
     pub cpu_max_age_ms: u64,
+    /// The window the query averages CPU over (the `[1m]` of the default query): capacity divides
+    /// it into the request rate over the same window.
+    #[arg(long, env = "TAILWEIGHT_CPU_WINDOW_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1_000..=3_600_000))]
+    pub cpu_window_ms: u64,
 }
 
 impl Config {
@@ -117,6 +121,7 @@ impl Config {
             max_endpoints_per_cluster: self.max_endpoints_per_cluster,
             max_observations: self.max_observations,
             cpu_max_age_us: self.cpu_max_age_ms.saturating_mul(1_000),
+            cpu_window_us: self.cpu_window_ms.saturating_mul(1_000),
             ..WeightParams::default()
         };
         p.validate()?;

@@ -2,13 +2,24 @@
 //! capacity weight per endpoint. Pure: time is an argument (microseconds), no I/O. Used by the
 //! aggregator service and the simulator.
 //!
+//! A reporter is a (name, incarnation): each keeps its own counters, so processes sharing a name (a
+//! sidecar without a usable node id) are counted apart, not differenced into each other. A new
+//! incarnation of a known name cuts the others' ttl to one of their intervals (a restart's old self
+//! fades once the new one has a window; a live twin renews itself by reporting). A reporter's rates
+//! count for two of its intervals after their window closed: after that they are unknown, never an
+//! old value paired with fresh CPU.
+//!
 //! Per recompute, for each endpoint (reporters silent past their ttl no longer count):
 //! 1. Merge reporters robustly (see [`merge`]): request, error and in-flight rates are sums whose
 //!    contributions are clipped at `sum_clip` x the largest other active reporter's; latency and ORCA
 //!    CPU are weighted medians whose votes are capped at `vote_cap` x the other votes.
 //! 2. Raw capacity, in requests per second:
 //!    - CPU known (metrics store or ORCA, whichever is fresher) and traffic seen: the shape of Envoy's
-//!      client-side WRR, `qps / (cpu + error_penalty x eps / qps)`: throughput per unit of CPU.
+//!      client-side WRR, `qps / (cpu + error_penalty x eps / qps)`: throughput per unit of CPU, with
+//!      both measured over the same window. ORCA utilisation covers about the reporters' last
+//!      interval, like their request windows; a metrics-store value averages over `cpu_window_us`
+//!      (`rate(...[1m])`), so it is divided into the request and error rates over that window
+//!      ending when it was set (from a short history of merged counts), never into the last second's.
 //!    - Otherwise latency and Little's law: `concurrency / service_time`. The service time is a
 //!      "valley follower" of the merged mean latency (drops at once, rises with `service_rise_us`):
 //!      queueing only ever adds latency, so the low envelope estimates the work per request while the
@@ -44,6 +55,10 @@
 //!   capped at vote_cap x the others': when the honest reporters agree, the latency path and the
 //!   ORCA value do not move at all.
 //!
+//! "One reporter" is one (name, incarnation): a liar that varies its incarnation is as many liars
+//! (as one that varies its name always was), each counted against `max_reporters`. Reporting under an
+//! honest reporter's name with another incarnation no longer disturbs that reporter's windows.
+//!
 //! An endpoint only one reporter speaks about has no other evidence and gets no protection. Whatever
 //! is reported, each weight moves at most x`max_step` per recompute and stays >= `floor`.
 
@@ -73,6 +88,7 @@ type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
 
 pub use merge::{capped_median, clip_contributions, Vote};
 
+use crate::stats::median;
 use crate::wire::{self, ClusterView, EndpointView, Report, Reply};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -109,6 +125,10 @@ pub struct WeightParams {
     pub concurrency_decay_us: f64,
     /// A CPU value older than this is not used.
     pub cpu_max_age_us: u64,
+    /// The window a metrics-store CPU value averages over (the `[1m]` of `rate(...[1m])`). The CPU
+    /// path divides it into the request rate over that same window, ending when the value was
+    /// set: a 1 s request rate against a 60 s CPU average is off by the whole change in between.
+    pub cpu_window_us: u64,
     /// CPU below this is treated as unknown (the formula divides by it).
     pub min_cpu: f64,
     /// Latency path: time one failure costs, added per request at the error ratio.
@@ -151,6 +171,7 @@ impl Default for WeightParams {
             saturation_factor: 2.0,
             concurrency_decay_us: 10_000_000.0,
             cpu_max_age_us: 60_000_000,
+            cpu_window_us: 60_000_000,
             min_cpu: 0.01,
             failure_cost_us: 100_000.0,
             min_qps_for_cpu: 1.0,
@@ -311,7 +332,10 @@ struct Observation {
     errors: u64,
     latency_sum_us: u64,
     window_start_us: u64,
-    /// Over the last completed window.
+    /// Over the last completed window, which counts until `window_until_us` (two of the reporter's
+    /// intervals after it closed): without a new window since (resets, or no report), the rates
+    /// are unknown, never an old value paired with fresh CPU or in-flight numbers.
+    window_until_us: u64,
     qps: f64,
     eps: f64,
     successes: u64,
@@ -336,6 +360,10 @@ struct Endpoint {
     ejected: bool,
     weight: Option<f64>,
     decision: Option<EndpointDecision>,
+    /// Merged requests and errors counted up over recomputes, as (time, requests, errors), spaced at
+    /// least `cpu_window_us / 32` apart and reaching one window back: the rates over the window of a
+    /// metrics-store CPU value. Kept only while the endpoint's IP has one (at most 34 entries).
+    history: std::collections::VecDeque<(u64, f64, f64)>,
     /// The endpoint's reply JSON around `peer_inflight` (the only per-asker value), made at recompute.
     json_head: Vec<u8>,
     json_tail: Vec<u8>,
@@ -419,7 +447,11 @@ struct Scratch {
 pub struct WeightBook {
     params: WeightParams,
     clusters: HashMap<String, Cluster>,
-    reporters: HashMap<String, Reporter>,
+    /// By name; each name's live incarnations, the one that reported last first (usually just one:
+    /// more when a reporter restarted within its ttl, or when several processes share a name).
+    reporters: HashMap<String, Vec<Reporter>>,
+    /// Live incarnations in all (what `max_reporters` bounds).
+    reporter_count: usize,
     next_reporter_id: u64,
     external_cpu: HashMap<IpAddr, (f64, u64)>,
     observations: usize,
@@ -432,6 +464,7 @@ impl WeightBook {
             params,
             clusters: HashMap::new(),
             reporters: HashMap::new(),
+            reporter_count: 0,
             next_reporter_id: 0,
             external_cpu: HashMap::new(),
             observations: 0,
@@ -445,7 +478,7 @@ impl WeightBook {
 
     pub fn counts(&self) -> Counts {
         Counts {
-            reporters: self.reporters.len(),
+            reporters: self.reporter_count,
             clusters: self.clusters.len(),
             endpoints: self.clusters.values().map(|c| c.endpoints.len()).sum(),
             observations: self.observations,
@@ -461,16 +494,36 @@ impl WeightBook {
         let interval_us = u64::from(report.interval_ms) * 1_000;
         let ttl_us = ((interval_us as f64 * p.reporter_ttl_intervals) as u64).max(p.min_reporter_ttl_us);
         let expires_us = now_us.saturating_add(ttl_us);
-        let id = match self.reporters.get_mut(&report.reporter) {
-            Some(r) => {
-                (r.incarnation, r.interval_us, r.expires_us) = (report.incarnation, interval_us, expires_us);
+        let incarnations = match self.reporters.get_mut(&report.reporter) {
+            Some(list) => list,
+            None => self.reporters.entry(report.reporter.clone()).or_default(),
+        };
+        // A reporter is a (name, incarnation): a new incarnation is a restart, or another process
+        // under the same name. Its counters are its own either way (taking differences across
+        // processes would reset every window). The other incarnations stop counting after one more
+        // of their intervals unless they report again: a restarted reporter's old self fades once its
+        // successor has a window, while a live twin renews itself with its next report.
+        let mut superseded = None;
+        let id = match incarnations.iter().position(|r| r.incarnation == report.incarnation) {
+            Some(i) => {
+                incarnations.swap(0, i);
+                let r = &mut incarnations[0];
+                (r.interval_us, r.expires_us) = (interval_us, expires_us);
                 r.id
             }
             None => {
                 let id = self.next_reporter_id;
                 self.next_reporter_id += 1;
-                let r = Reporter { id, incarnation: report.incarnation, interval_us, expires_us };
-                self.reporters.insert(report.reporter.clone(), r);
+                if !incarnations.is_empty() {
+                    for r in incarnations.iter_mut() {
+                        r.expires_us = r.expires_us.min(now_us.saturating_add(r.interval_us));
+                    }
+                    superseded = Some(incarnations.iter().map(|r| (r.id, r.expires_us)).collect::<Vec<_>>());
+                }
+                incarnations.push(Reporter { id, incarnation: report.incarnation, interval_us, expires_us });
+                let last = incarnations.len() - 1;
+                incarnations.swap(0, last);
+                self.reporter_count += 1;
                 id
             }
         };
@@ -481,6 +534,11 @@ impl WeightBook {
             };
             for e in &c.endpoints {
                 let endpoint = cluster.endpoints.get_or_insert(&e.address);
+                for (other, until) in superseded.iter().flatten() {
+                    if let Some(o) = endpoint.obs.get_mut(other) {
+                        o.expires_us = o.expires_us.min(*until);
+                    }
+                }
                 match endpoint.obs.get_mut(&id) {
                     Some(o) => o.update(e, report.incarnation, interval_us, expires_us, now_us),
                     None => {
@@ -496,8 +554,8 @@ impl WeightBook {
     /// Check the caps before touching anything. Exact counting only when a cap is within reach.
     fn admit(&self, report: &Report) -> Result<(), Rejection> {
         let p = &self.params;
-        let known = self.reporters.get(&report.reporter);
-        if known.is_none() && self.reporters.len() >= p.max_reporters {
+        let known = self.reporter(&report.reporter, Some(report.incarnation));
+        if known.is_none() && self.reporter_count >= p.max_reporters {
             return Err(Rejection::TooManyReporters);
         }
         let in_report: usize = report.clusters.iter().map(|c| c.endpoints.len()).sum();
@@ -580,10 +638,19 @@ impl WeightBook {
         for endpoint in cluster.endpoints.iter_mut() {
             let m = merge_endpoint(endpoint, p, s, external_cpu, now_us);
             endpoint.learn(&m, p, dt_us);
+            let has_external = endpoint.ip.is_some_and(|ip| external_cpu.contains_key(&ip));
+            endpoint.record_rates(has_external, &m, p, dt_us, now_us);
+            // ORCA utilisation is the endpoint's over about the last report interval, like the
+            // reporters' windows; a metrics-store value averages over `cpu_window_us`: divide it
+            // into the rates over that same window.
             let by_cpu = m
                 .cpu
-                .filter(|(cpu, _)| *cpu >= p.min_cpu && m.qps > 0.0 && m.qps >= p.min_qps_for_cpu)
-                .map(|(cpu, _)| m.qps / (cpu + p.error_penalty * m.eps / m.qps))
+                .map(|(cpu, source, at)| match source {
+                    "metrics" => (cpu, endpoint.rates_over(at.saturating_sub(p.cpu_window_us), at).unwrap_or((m.qps, m.eps))),
+                    _ => (cpu, (m.qps, m.eps)),
+                })
+                .filter(|(cpu, (qps, _))| *cpu >= p.min_cpu && *qps > 0.0 && *qps >= p.min_qps_for_cpu)
+                .map(|(cpu, (qps, eps))| qps / (cpu + p.error_penalty * eps / qps))
                 .filter(|v| v.is_finite() && *v > 0.0);
             by_cpu_count += by_cpu.is_some() as usize;
             rated_count += (by_cpu.is_some() || endpoint.service_us.is_some()) as usize;
@@ -649,10 +716,10 @@ impl WeightBook {
         cluster.computed_at_us = Some(now_us);
     }
 
-    /// The view of `clusters` as seen by `reporter` (peer_inflight excludes that reporter's own
-    /// in-flight); unknown clusters are omitted, and so are endpoints not yet recomputed.
+    /// The view of `clusters` as seen by `reporter`, i.e. its incarnation that reported last (call
+    /// right after `ingest`; peer_inflight excludes that incarnation's own in-flight); unknown clusters are omitted, and so are endpoints not yet recomputed.
     pub fn reply<'a>(&self, reporter: &str, clusters: impl IntoIterator<Item = &'a str>, now_us: u64) -> Reply {
-        let asking = self.reporters.get(reporter);
+        let asking = self.reporter(reporter, None);
         let mut views = Vec::new();
         for name in clusters {
             let Some(cluster) = self.clusters.get(name) else { continue };
@@ -680,7 +747,7 @@ impl WeightBook {
     /// `serde_json::to_vec(&self.reply(..))`, byte for byte, without building the reply: each
     /// endpoint's JSON was prepared at recompute except `peer_inflight`. The service's hot path.
     pub fn reply_json<'a>(&self, reporter: &str, clusters: impl IntoIterator<Item = &'a str>, now_us: u64, out: &mut Vec<u8>) {
-        let asking = self.reporters.get(reporter);
+        let asking = self.reporter(reporter, None);
         out.extend_from_slice(b"{\"version\":");
         write_json(out, &wire::VERSION);
         out.extend_from_slice(b",\"ttl_ms\":");
@@ -708,6 +775,15 @@ impl WeightBook {
             out.extend_from_slice(b"]}");
         }
         out.extend_from_slice(b"]}");
+    }
+
+    /// A live incarnation of `name`: `incarnation`'s, or (None) the one that reported last.
+    fn reporter(&self, name: &str, incarnation: Option<u64>) -> Option<&Reporter> {
+        let list = self.reporters.get(name)?;
+        match incarnation {
+            Some(i) => list.iter().find(|r| r.incarnation == i),
+            None => list.first(),
+        }
     }
 
     fn view_ttl_ms(&self, asking: Option<&Reporter>) -> u32 {
@@ -769,7 +845,13 @@ impl WeightBook {
 
     /// The rest of `expire`: silent reporters and old CPU values (O(reporters + CPU entries)).
     pub fn expire_reporters(&mut self, now_us: u64) {
-        self.reporters.retain(|_, r| r.expires_us > now_us);
+        let mut count = 0usize;
+        self.reporters.retain(|_, list| {
+            list.retain(|r| r.expires_us > now_us);
+            count += list.len();
+            !list.is_empty()
+        });
+        self.reporter_count = count;
         let max_age = self.params.cpu_max_age_us;
         self.external_cpu.retain(|_, (_, at)| now_us.saturating_sub(*at) <= max_age);
         if self.reporters.capacity() > 4 * self.reporters.len().max(64) {
@@ -831,9 +913,63 @@ impl Endpoint {
             ejected: false,
             weight: None,
             decision: None,
+            history: std::collections::VecDeque::new(),
             json_head: Vec::new(),
             json_tail: Vec::new(),
         }
+    }
+
+    /// Count this recompute's merged rates into `history` (cleared while no metrics-store CPU).
+    fn record_rates(&mut self, keep: bool, m: &Merged, p: &WeightParams, dt_us: f64, now_us: u64) {
+        if !keep {
+            if !self.history.is_empty() {
+                self.history = std::collections::VecDeque::new();
+            }
+            return;
+        }
+        let (requests, errors) = match self.history.back() {
+            // The merged rates cover about the last interval; a long gap counts as that gap.
+            Some(&(_, r, e)) if dt_us.is_finite() => (r + m.qps * dt_us / 1e6, e + m.eps.min(m.qps) * dt_us / 1e6),
+            Some(&(_, r, e)) => (r, e),
+            None => (0.0, 0.0),
+        };
+        let spacing = p.cpu_window_us / 32;
+        let n = self.history.len();
+        if n >= 2 && now_us.saturating_sub(self.history[n - 2].0) < spacing {
+            self.history[n - 1] = (now_us, requests, errors);
+        } else {
+            self.history.push_back((now_us, requests, errors));
+        }
+        // Keep one entry at or before a window ago.
+        let horizon = now_us.saturating_sub(p.cpu_window_us);
+        while self.history.len() > 2 && self.history[1].0 <= horizon {
+            self.history.pop_front();
+        }
+    }
+
+    /// Requests and errors per second over [from, to] (clipped to the history; None if it covers
+    /// less than a second of it).
+    fn rates_over(&self, from_us: u64, to_us: u64) -> Option<(f64, f64)> {
+        let (first, last) = (self.history.front()?, self.history.back()?);
+        let (from, to) = (from_us.max(first.0), to_us.min(last.0));
+        if to < from.saturating_add(1_000_000) {
+            return None;
+        }
+        let at = |t: u64| -> (f64, f64) {
+            let i = self.history.partition_point(|h| h.0 < t);
+            match (i.checked_sub(1).and_then(|j| self.history.get(j)), self.history.get(i)) {
+                (Some(a), Some(b)) if b.0 > a.0 => {
+                    let f = (t - a.0) as f64 / (b.0 - a.0) as f64;
+                    (a.1 + (b.1 - a.1) * f, a.2 + (b.2 - a.2) * f)
+                }
+                (_, Some(b)) => (b.1, b.2),
+                (Some(a), None) => (a.1, a.2),
+                (None, None) => (0.0, 0.0),
+            }
+        };
+        let ((r0, e0), (r1, e1)) = (at(from), at(to));
+        let secs = (to - from) as f64 / 1e6;
+        Some(((r1 - r0) / secs, (e1 - e0) / secs))
     }
 
     /// Fold one recompute's merged numbers into the slow state: error ratio and ejection, service
@@ -878,7 +1014,8 @@ struct Merged {
     eps: f64,
     inflight: f64,
     latency_us: Option<f64>,
-    cpu: Option<(f64, &'static str)>,
+    /// Utilisation, its source, and when it was measured (the end of its window).
+    cpu: Option<(f64, &'static str, u64)>,
     reporters: usize,
 }
 
@@ -896,8 +1033,8 @@ impl Merged {
             latency_us: self.latency_us.map_or(0, |l| l.round().min(wire::MAX_LATENCY_US as f64) as u64),
             service_time_us: e.service_us,
             concurrency: e.concurrency,
-            cpu: self.cpu.map(|(c, _)| c),
-            cpu_source: self.cpu.map(|(_, s)| s),
+            cpu: self.cpu.map(|(c, _, _)| c),
+            cpu_source: self.cpu.map(|(_, s, _)| s),
             error_ratio: e.error_ratio,
             ejected: e.ejected,
             reporters: self.reporters,
@@ -921,11 +1058,12 @@ fn merge_endpoint(
         if o.expires_us <= now_us {
             continue;
         }
+        let (qps, eps) = if o.window_until_us > now_us { (o.qps, o.eps) } else { (0.0, 0.0) };
         s.ids.push(*id);
-        s.qps.push(o.qps);
-        s.eps.push(o.eps);
+        s.qps.push(qps);
+        s.eps.push(eps);
         s.inflight.push(f64::from(o.inflight));
-        s.active.push(o.qps > 0.0 || o.inflight > 0);
+        s.active.push(qps > 0.0 || o.inflight > 0);
     }
     let reporters = s.ids.len();
     let qps = clip_contributions(&mut s.qps, &s.active, p.sum_clip);
@@ -941,7 +1079,9 @@ fn merge_endpoint(
     s.votes.clear();
     for o in e.obs.values().filter(|o| o.expires_us > now_us) {
         match (o.mean_latency_us, o.ewma) {
-            (Some(mean), _) if o.successes > 0 => s.votes.push(Vote { value: mean, weight: o.successes as f64 }),
+            (Some(mean), _) if o.successes > 0 && o.window_until_us > now_us => {
+                s.votes.push(Vote { value: mean, weight: o.successes as f64 })
+            }
             (_, Some((ewma, at))) if now_us.saturating_sub(at) <= p.latency_sample_max_age_us => {
                 s.votes.push(Vote { value: ewma, weight: 1.0 })
             }
@@ -955,7 +1095,8 @@ fn merge_endpoint(
     for o in e.obs.values().filter(|o| o.expires_us > now_us) {
         if let Some((cpu, at)) = o.cpu {
             if now_us.saturating_sub(at) <= p.cpu_max_age_us {
-                s.votes.push(Vote { value: cpu, weight: o.qps.max(1.0) });
+                let qps = if o.window_until_us > now_us { o.qps } else { 0.0 };
+                s.votes.push(Vote { value: cpu, weight: qps.max(1.0) });
                 orca_at = orca_at.max(at);
             }
         }
@@ -966,9 +1107,9 @@ fn merge_endpoint(
         .and_then(|ip| external_cpu.get(&ip).copied())
         .filter(|(_, at)| now_us.saturating_sub(*at) <= p.cpu_max_age_us);
     let cpu = match (orca, external) {
-        (Some((o, oat)), Some((x, xat))) => Some(if oat >= xat { (o, "orca") } else { (x, "metrics") }),
-        (Some((o, _)), None) => Some((o, "orca")),
-        (None, Some((x, _))) => Some((x, "metrics")),
+        (Some((o, oat)), Some((x, xat))) => Some(if oat >= xat { (o, "orca", oat) } else { (x, "metrics", xat) }),
+        (Some((o, oat)), None) => Some((o, "orca", oat)),
+        (None, Some((x, xat))) => Some((x, "metrics", xat)),
         (None, None) => None,
     };
     Merged { qps, eps, inflight, latency_us, cpu, reporters }
@@ -982,6 +1123,7 @@ impl Observation {
             errors: e.errors,
             latency_sum_us: e.latency_sum_us,
             window_start_us: now_us,
+            window_until_us: 0,
             qps: 0.0,
             eps: 0.0,
             successes: 0,
@@ -1018,6 +1160,7 @@ impl Observation {
             self.successes = d_successes;
             self.mean_latency_us =
                 (d_successes > 0).then(|| (d_latency as f64 / d_successes as f64).min(wire::MAX_LATENCY_US as f64));
+            self.window_until_us = now_us.saturating_add(interval_us.saturating_mul(2));
             self.restart(e, now_us);
         }
         // else: too soon after the last window (a duplicate or a burst): keep accumulating.
@@ -1042,15 +1185,6 @@ impl Observation {
             _ => None,
         };
     }
-}
-
-fn median(values: &mut [f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_unstable_by(|a, b| a.total_cmp(b));
-    let mid = values.len() / 2;
-    Some(if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 })
 }
 
 #[cfg(test)]

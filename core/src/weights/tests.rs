@@ -52,7 +52,14 @@ impl World {
                 }
             })
             .collect();
-        report_of(reporter, vec![ClusterReport { name: CLUSTER.into(), endpoints: eps }])
+        // "name#incarnation": several processes under one reporter name, each with its own counters.
+        match reporter.split_once('#') {
+            Some((name, incarnation)) => Report {
+                incarnation: incarnation.parse().unwrap(),
+                ..report_of(name, vec![ClusterReport { name: CLUSTER.into(), endpoints: eps }])
+            },
+            None => report_of(reporter, vec![ClusterReport { name: CLUSTER.into(), endpoints: eps }]),
+        }
     }
 
     /// One second: every reporter reports `traffic(reporter index)`, then a recompute.
@@ -553,4 +560,206 @@ fn bad_external_cpu_is_ignored() {
     book.set_external_cpu(ip, 0.5, 7);
     book.set_external_cpu("10.0.0.2".parse().unwrap(), 0.5, 7);
     assert_eq!((book.external_cpu(ip), book.counts().cpu_entries), (Some((0.5, 7)), 1));
+}
+
+// ---- the slowdown benchmark in miniature ----
+
+/// Ten backends of two workers, 10 ms per request; 800 rps offered, split by the book's weights (as
+/// Envoy's WRR would); backend 3 becomes 5x slower at `SLOW_AT`. Each of `reporters` client sidecars
+/// sends a quarter of the traffic and reports every second, like the filter: cumulative counters, its
+/// in flight, and (with `orca`) the last ORCA utilisation seen (the backend's busy fraction over the
+/// last second, as the emulator sends it). `prometheus`: instead, every 10 s the metrics store hands
+/// the book the utilisation averaged over the last 60 s (`rate(...[1m])`), which lags the change.
+struct Slowdown {
+    w: World,
+    names: Vec<String>,
+    addresses: Vec<String>,
+    speed: Vec<f64>,
+    backlog: Vec<f64>,
+    /// Utilisation per backend per second, newest last (for the lagging metrics store).
+    utilisation: Vec<Vec<f64>>,
+    orca: bool,
+    prometheus: bool,
+    t: u64,
+    rng: crate::rng::Rng,
+}
+
+const SLOW: usize = 3;
+const SLOW_AT: u64 = 30;
+const WORKERS: f64 = 2.0;
+const BASE_S: f64 = 0.010;
+
+impl Slowdown {
+    fn new(names: &[&str], orca: bool, prometheus: bool) -> Self {
+        Slowdown {
+            w: World::new(WeightParams::default()),
+            names: names.iter().map(|n| n.to_string()).collect(),
+            addresses: (0..10).map(|i| format!("10.0.1.{}:8080", i + 1)).collect(),
+            speed: vec![1.0; 10],
+            backlog: vec![0.0; 10],
+            utilisation: vec![Vec::new(); 10],
+            orca,
+            prometheus,
+            t: 0,
+            rng: crate::rng::Rng::new(7),
+        }
+    }
+
+    fn weight(&self, i: usize) -> f64 {
+        self.w.book.decisions(Some(CLUSTER)).first().and_then(|c| c.endpoints.iter().find(|e| e.address == self.addresses[i])).map_or(1.0, |e| e.weight)
+    }
+
+    /// The slowed backend's weight relative to the mean of the fast ones.
+    fn relative(&self) -> f64 {
+        let fast: f64 = (0..10).filter(|i| *i != SLOW).map(|i| self.weight(i)).sum::<f64>() / 9.0;
+        self.weight(SLOW) / fast
+    }
+
+    /// One second of traffic, the reports, a recompute.
+    fn step(&mut self) {
+        self.t += 1;
+        if self.t == SLOW_AT {
+            self.speed[SLOW] = 5.0;
+        }
+        let weights: Vec<f64> = (0..10).map(|i| self.weight(i)).collect();
+        let total: f64 = weights.iter().sum();
+        let mut per_backend = Vec::new();
+        for (i, weight) in weights.iter().enumerate() {
+            let service_s = BASE_S * self.speed[i];
+            let capacity = WORKERS / service_s;
+            let offered = 800.0 * weight / total;
+            let served = (offered + self.backlog[i]).min(capacity);
+            self.backlog[i] += offered - served;
+            let rho = (offered / capacity).min(0.95);
+            // M/M/2 response time, plus the wait behind a backlog.
+            let latency_s = service_s / (1.0 - rho * rho) + self.backlog[i] / capacity;
+            let utilisation = served * service_s / WORKERS;
+            self.utilisation[i].push(utilisation);
+            let inflight = served * latency_s + self.backlog[i];
+            per_backend.push((served, latency_s, inflight, utilisation));
+        }
+        let now = self.w.now + SEC;
+        if self.prometheus && self.t % 10 == 0 {
+            for i in 0..10 {
+                let last: Vec<f64> = self.utilisation[i].iter().rev().take(60).copied().collect();
+                let ip = self.addresses[i].parse::<SocketAddr>().unwrap().ip();
+                self.w.book.set_external_cpu(ip, last.iter().sum::<f64>() / last.len() as f64, now);
+            }
+        }
+        let n = self.names.len() as f64;
+        let traffic: Vec<Vec<(&'static str, Traffic)>> = (0..self.names.len())
+            .map(|_| {
+                per_backend
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (served, latency_s, inflight, utilisation))| {
+                        let address: &'static str = Box::leak(self.addresses[i].clone().into_boxed_str());
+                        let t = Traffic {
+                            requests: (served / n).round() as u64,
+                            errors: 0,
+                            latency_us: (latency_s * 1e6) as u64,
+                            inflight: (inflight / n).round() as u32,
+                            cpu: self.orca.then_some(*utilisation),
+                        };
+                        (address, t)
+                    })
+                    .collect()
+            })
+            .collect();
+        // The sidecars tick independently: their order changes from one second to the next.
+        let mut names: Vec<&str> = self.names.iter().map(String::as_str).collect();
+        let k = self.rng.below(names.len());
+        names.rotate_left(k);
+        if self.rng.below(2) == 1 {
+            names.reverse();
+        }
+        self.w.step(&names, |r| traffic[r].clone());
+    }
+}
+
+/// Runs the slowdown for `seconds` after the event; the slowed backend's weight relative to the
+/// fast ones' mean at each second from the event on.
+fn slowdown(names: &[&str], orca: bool, prometheus: bool, seconds: u64) -> Vec<f64> {
+    let mut s = Slowdown::new(names, orca, prometheus);
+    let mut after = Vec::new();
+    while s.t < SLOW_AT + seconds {
+        s.step();
+        if s.t >= SLOW_AT {
+            after.push(s.relative());
+        }
+    }
+    after
+}
+
+/// 5x slower: a fifth of a fast backend's weight, give or take 30%.
+fn assert_settled(after: &[f64], from: usize, what: &str) {
+    let shown: Vec<String> = after.iter().map(|x| format!("{x:.2}")).collect();
+    for (i, r) in after.iter().enumerate().skip(from) {
+        assert!((0.14..=0.26).contains(r), "{what}: {r:.3} at {i} s after the slowdown: {}", shown.join(" "));
+    }
+}
+
+#[test]
+fn a_slowed_backend_gets_a_fifth_within_a_few_reports_by_orca() {
+    let after = slowdown(&REPORTERS, true, false, 60);
+    assert_settled(&after, 6, "orca");
+}
+
+#[test]
+fn sidecars_sharing_a_reporter_name_are_counted_apart() {
+    // Four processes reporting as "envoy", each with its own incarnation and counters (as a filter
+    // without a usable node id does). Taking differences across them reset every window, kept the
+    // last rate that happened to complete for many seconds and paired it with fresh ORCA CPU.
+    let after = slowdown(&["envoy#11", "envoy#12", "envoy#13", "envoy#14"], true, false, 60);
+    assert_settled(&after, 6, "shared name");
+}
+
+#[test]
+fn a_lagging_metrics_store_cpu_is_divided_into_the_rate_over_its_own_window() {
+    // rate(cpu[1m]) lags the change by up to a minute. Divided into the last second's request rate
+    // (which falls as soon as the weight does) it drove the slowed backend to the floor and held it
+    // there; over the same minute the two agree, and the estimate only ever moves toward a fifth.
+    let after = slowdown(&REPORTERS, false, true, 80);
+    let shown: Vec<String> = after.iter().map(|x| format!("{x:.2}")).collect();
+    assert!(after.iter().all(|r| (0.14..=1.05).contains(r)), "overshoot: {}", shown.join(" "));
+    assert!(after.windows(2).all(|w| w[1] <= w[0] + 0.02), "not monotone: {}", shown.join(" "));
+    assert_settled(&after, 70, "metrics store");
+}
+
+#[test]
+fn a_slowed_backend_gets_a_fifth_within_a_few_reports_by_latency() {
+    let after = slowdown(&REPORTERS, false, false, 60);
+    assert_settled(&after, 8, "latency");
+}
+
+#[test]
+fn a_restarted_reporters_old_incarnation_stops_counting_after_one_interval() {
+    let mut w = World::new(WeightParams::default());
+    for _ in 0..5 {
+        w.step(&["r0#1"], |_| vec![(A, ok(50, 10_000))]);
+    }
+    for _ in 0..3 {
+        w.step(&["r0#2"], |_| vec![(A, ok(50, 10_000))]);
+    }
+    // Not 100: the old incarnation no longer counts once the new one has a window.
+    assert!((w.decision(A).qps - 50.0).abs() < 1e-9, "{:?}", w.decision(A));
+    w.book.expire(w.now);
+    assert_eq!(w.book.counts().reporters, 1);
+}
+
+#[test]
+fn rates_without_a_recent_window_are_unknown_not_old() {
+    let mut w = World::new(WeightParams::default());
+    for _ in 0..5 {
+        w.step(&["r0"], |_| vec![(A, Traffic { cpu: Some(0.5), ..ok(50, 10_000) })]);
+    }
+    assert_eq!(w.decision(A).method, Method::Cpu);
+    // Every report from now on is a reset (a counter went down): no window completes.
+    for _ in 0..3 {
+        w.counters.clear();
+        w.step(&["r0"], |_| vec![(A, Traffic { cpu: Some(0.5), ..ok(1, 10_000) })]);
+    }
+    let d = w.decision(A);
+    // No rate to divide the CPU into: the latency path, which needs none.
+    assert_eq!((d.qps, d.method), (0.0, Method::Latency), "{d:?}");
 }
