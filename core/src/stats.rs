@@ -33,7 +33,7 @@ mod tests {
     fn median_matches_sorting() {
         let mut rng = crate::rng::Rng::new(4);
         for n in 1..40 {
-            let mut v: Vec<f64> = (0..n).map(|_| (rng.below(20) as f64)).collect();
+            let mut v: Vec<f64> = (0..n).map(|_| rng.below(20) as f64).collect();
             let mut sorted = v.clone();
             sorted.sort_by(|a, b| a.total_cmp(b));
             let expected = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };

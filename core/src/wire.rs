@@ -321,7 +321,8 @@ mod tests {
     #[test]
     fn each_bad_report_names_its_problem() {
         use serde_json::json;
-        let cases: Vec<(Box<dyn FnOnce(&mut serde_json::Value)>, &str)> = vec![
+        type Edit = Box<dyn FnOnce(&mut serde_json::Value)>;
+        let cases: Vec<(Edit, &str)> = vec![
             (Box::new(|v| v["version"] = json!(2)), "version: 2 is not supported"),
             (Box::new(|v| v["reporter"] = json!("")), "reporter: must not be empty"),
             (Box::new(|v| v["reporter"] = json!("a\nb")), "control characters"),
