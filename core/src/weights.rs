@@ -31,8 +31,10 @@
 //!      capacity counts successes only, and each failure adds `failure_cost_us` to the time per
 //!      request, so failing fast never looks fast: `k x success / (service + failure_cost x errors)`.
 //!
-//!    A cluster uses one method for all endpoints (the one most endpoints support); endpoints it
-//!    cannot rate get the median target, as Envoy's CSWRR gives unweighted hosts the median weight.
+//!    A cluster uses one method for all endpoints (the one most endpoints support); an endpoint it
+//!    cannot rate this time keeps its last capacity by that method for `capacity_hold_us` (a slow
+//!    endpoint the picker steers around may see no request in a window: that is no reason to send
+//!    it the median share), then gets the median target, as Envoy's CSWRR gives unweighted hosts.
 //! 3. Target = raw / mean raw, at least `floor`; smoothed geometrically toward it
 //!    (log w moves 1 - exp(-dt / smoothing_us) of the way); then [`normalize`]: mean 1, each weight
 //!    within a factor `max_step` of its previous value, never below `floor`.
@@ -135,6 +137,10 @@ pub struct WeightParams {
     pub failure_cost_us: f64,
     /// Requests per second needed for the CPU formula.
     pub min_qps_for_cpu: f64,
+    /// An endpoint the cluster's method cannot rate this time (e.g. hardly any requests in the last
+    /// window, as the picker steers around a slow endpoint) keeps its last capacity of that method
+    /// for this long before it falls back to the median.
+    pub capacity_hold_us: u64,
     /// Envoy CSWRR's error_utilization_penalty: qps / (cpu + penalty x eps / qps).
     pub error_penalty: f64,
     /// A reporter's latency sample without requests in its last window counts if younger than this.
@@ -175,6 +181,7 @@ impl Default for WeightParams {
             min_cpu: 0.01,
             failure_cost_us: 100_000.0,
             min_qps_for_cpu: 1.0,
+            capacity_hold_us: 10_000_000,
             error_penalty: 1.0,
             latency_sample_max_age_us: 10_000_000,
             vote_cap: 0.5,
@@ -359,6 +366,8 @@ struct Endpoint {
     error_ratio: f64,
     ejected: bool,
     weight: Option<f64>,
+    /// The last raw capacity it was rated with, by which method, and when (see `capacity_hold_us`).
+    last_raw: Option<(f64, Method, u64)>,
     decision: Option<EndpointDecision>,
     /// Merged requests and errors counted up over recomputes, as (time, requests, errors), spaced at
     /// least `cpu_window_us / 32` apart and reaching one window back: the rates over the window of a
@@ -675,6 +684,16 @@ impl WeightBook {
                 (endpoint.service_us.filter(|s| *s > 0.0).map(|s_us| k * 1e6 * (1.0 - errors) / per_request_us(s_us)), Method::Latency)
             };
             let raw = raw.filter(|v| v.is_finite() && *v > 0.0);
+            let raw = match raw {
+                Some(r) => {
+                    endpoint.last_raw = Some((r, method, now_us));
+                    Some(r)
+                }
+                None => endpoint
+                    .last_raw
+                    .filter(|(_, m, at)| *m == method && now_us.saturating_sub(*at) <= p.capacity_hold_us)
+                    .map(|(r, _, _)| r),
+            };
             s.raw.push(raw);
             if let Some(d) = endpoint.decision.as_mut() {
                 d.capacity = raw;
@@ -912,6 +931,7 @@ impl Endpoint {
             error_ratio: 0.0,
             ejected: false,
             weight: None,
+            last_raw: None,
             decision: None,
             history: std::collections::VecDeque::new(),
             json_head: Vec::new(),

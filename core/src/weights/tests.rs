@@ -763,3 +763,25 @@ fn rates_without_a_recent_window_are_unknown_not_old() {
     // No rate to divide the CPU into: the latency path, which needs none.
     assert_eq!((d.qps, d.method), (0.0, Method::Latency), "{d:?}");
 }
+
+#[test]
+fn an_endpoint_without_requests_for_a_moment_keeps_its_capacity_not_the_median() {
+    let mut w = World::new(WeightParams::default());
+    let t = |requests, cpu| Traffic { cpu: Some(cpu), ..ok(requests, 10_000) };
+    for _ in 0..30 {
+        w.step(&REPORTERS, |_| vec![(A, t(50, 0.1)), (B, t(50, 0.1)), (C, t(10, 0.5))]);
+    }
+    let before = w.weights()[C];
+    assert!(before < 0.1, "{:?}", w.weights());
+    // Two seconds in which no request reaches C (its ORCA value stays what it was).
+    for _ in 0..2 {
+        w.step(&REPORTERS, |_| vec![(A, t(50, 0.1)), (B, t(50, 0.1)), (C, t(0, 0.5))]);
+    }
+    assert_eq!(w.decision(C).method, Method::Cpu);
+    assert!((w.weights()[C] - before).abs() < 0.01, "{before} -> {:?}", w.weights());
+    // Long silence: the held capacity runs out, the median it is.
+    for _ in 0..12 {
+        w.step(&REPORTERS, |_| vec![(A, t(50, 0.1)), (B, t(50, 0.1)), (C, t(0, 0.5))]);
+    }
+    assert_eq!(w.decision(C).method, Method::Median);
+}
