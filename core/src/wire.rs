@@ -165,7 +165,10 @@ impl Report {
                     return Err(format!("{}.latency_ewma_us: {} is above one hour", at(), e.latency_ewma_us));
                 }
                 if let Some(cpu) = e.cpu {
-                    check_range(&format!("{}.cpu", at()), cpu, MAX_CPU)?;
+                    // The field name is only formatted for the error (this runs per endpoint).
+                    if !in_range(cpu, MAX_CPU) {
+                        check_range(&format!("{}.cpu", at()), cpu, MAX_CPU)?;
+                    }
                 }
             }
         }
@@ -201,6 +204,11 @@ fn check_version(version: u32) -> Result<(), String> {
     }
 }
 
+/// What `check_name` accepts, without formatting anything.
+fn name_ok(name: &str) -> bool {
+    !name.is_empty() && name.len() <= MAX_NAME_LEN && !name.chars().any(char::is_control)
+}
+
 fn check_name(field: &str, name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err(format!("{field}: must not be empty"));
@@ -218,10 +226,24 @@ fn check_clusters<'a>(clusters: impl ExactSizeIterator<Item = (&'a String, usize
     if clusters.len() > limits.max_clusters {
         return Err(format!("clusters: {} is more than the limit of {}", clusters.len(), limits.max_clusters));
     }
-    let mut seen = std::collections::HashSet::new();
+    // Names seen so far; a report usually names one cluster or a few: a scan beats a hash set there.
+    let mut seen: Vec<&str> = Vec::new();
+    let mut seen_set = std::collections::HashSet::new();
     for (ci, (name, endpoints)) in clusters.enumerate() {
-        check_name(&format!("clusters[{ci}].name"), name)?;
-        if !seen.insert(name.as_str()) {
+        if !name_ok(name) {
+            check_name(&format!("clusters[{ci}].name"), name)?;
+        }
+        let repeated = if ci < 16 {
+            let r = seen.contains(&name.as_str());
+            seen.push(name);
+            r
+        } else {
+            if ci == 16 {
+                seen_set.extend(seen.iter().copied());
+            }
+            !seen_set.insert(name.as_str())
+        };
+        if repeated {
             return Err(format!("clusters[{ci}].name: {name:?} appears twice"));
         }
         if endpoints > limits.max_endpoints_per_cluster {
@@ -235,20 +257,28 @@ fn check_clusters<'a>(clusters: impl ExactSizeIterator<Item = (&'a String, usize
 }
 
 fn check_unique_addresses<'a>(ci: usize, addresses: impl Iterator<Item = &'a String>) -> Result<(), String> {
-    let mut seen = std::collections::HashSet::new();
+    // Sorted, duplicates are neighbours: cheaper than hashing every address of every report.
+    let mut sorted: Vec<(&str, usize)> = Vec::with_capacity(addresses.size_hint().0);
     for (ei, address) in addresses.enumerate() {
         if !is_endpoint_address(address) {
             return Err(format!("clusters[{ci}].endpoints[{ei}].address: {:?} is not ip:port", clip(address)));
         }
-        if !seen.insert(address.as_str()) {
-            return Err(format!("clusters[{ci}].endpoints[{ei}].address: {address} appears twice"));
-        }
+        sorted.push((address, ei));
+    }
+    sorted.sort_unstable();
+    // Name the earliest second occurrence, as a scan in order would.
+    if let Some((dup, ei)) = sorted.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1]).min_by_key(|(_, ei)| *ei) {
+        return Err(format!("clusters[{ci}].endpoints[{ei}].address: {dup} appears twice"));
     }
     Ok(())
 }
 
+fn in_range(value: f64, max: f64) -> bool {
+    value.is_finite() && (0.0..=max).contains(&value)
+}
+
 fn check_range(field: &str, value: f64, max: f64) -> Result<(), String> {
-    if value.is_finite() && (0.0..=max).contains(&value) {
+    if in_range(value, max) {
         Ok(())
     } else {
         Err(format!("{field}: {value} is outside 0..={max}"))
@@ -296,6 +326,23 @@ mod tests {
                 endpoints: vec![endpoint("10.0.0.1:8080"), endpoint("[::1]:80")],
             }],
         }
+    }
+
+    #[test]
+    fn repeated_names_and_addresses_are_named_at_their_second_occurrence() {
+        // Many clusters (past the small-report scan) and addresses out of order.
+        let mut r = report();
+        let c = r.clusters[0].clone();
+        r.clusters = (0..20).map(|i| ClusterReport { name: format!("c{i}"), ..c.clone() }).collect();
+        r.clusters[18].name = "c3".into();
+        let err = r.validate(&Limits::default()).unwrap_err();
+        assert!(err.starts_with("clusters[18].name: \"c3\" appears twice"), "{err}");
+        r.clusters[18].name = "c18".into();
+        r.clusters[5].endpoints = ["10.0.0.9:1", "10.0.0.2:1", "10.0.0.5:1", "10.0.0.2:1", "10.0.0.9:1"].map(endpoint).to_vec();
+        let err = r.validate(&Limits::default()).unwrap_err();
+        assert!(err.starts_with("clusters[5].endpoints[3].address: 10.0.0.2:1 appears twice"), "{err}");
+        r.clusters[5].endpoints.truncate(3);
+        assert_eq!(r.validate(&Limits::default()), Ok(()));
     }
 
     #[test]
