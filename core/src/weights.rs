@@ -328,6 +328,51 @@ struct Reporter {
     incarnation: u64,
     interval_us: u64,
     expires_us: u64,
+    /// Where its last report's endpoints are, per cluster in report order.
+    routes: Vec<Route>,
+}
+
+/// Where one cluster's endpoints of a reporter's last report are in the cluster's list, with their
+/// addresses back to back in report order. The next report naming the same endpoints in the same
+/// order (the usual case) finds them by comparing bytes in this one buffer instead of hashing each
+/// address and chasing the index, a key and the endpoint through memory (cache misses dominated
+/// `ingest` in a large book). Valid while the cluster's `layout` is the one recorded.
+#[derive(Debug, Clone, Default)]
+struct Route {
+    layout: u64,
+    index: Vec<u32>,
+    addresses: Vec<u8>,
+    /// `addresses[ends[i - 1]..ends[i]]` is the i-th address.
+    ends: Vec<u32>,
+}
+
+impl Route {
+    /// The list index of the i-th endpoint of the report if the route says `address` is there.
+    fn lookup(&self, layout: u64, i: usize, address: &str) -> Option<usize> {
+        if self.layout != layout {
+            return None;
+        }
+        let end = *self.ends.get(i)? as usize;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        (self.addresses.get(start..end) == Some(address.as_bytes())).then(|| self.index[i] as usize)
+    }
+
+    fn rebuild<'a>(&mut self, layout: u64, endpoints: &Endpoints, addresses: impl Iterator<Item = &'a str>) {
+        self.layout = layout;
+        self.index.clear();
+        self.addresses.clear();
+        self.ends.clear();
+        for a in addresses {
+            let Some(&i) = endpoints.index.get(a) else {
+                // Cannot happen (ingest inserted them all); an empty route only costs a slow lookup.
+                self.layout = 0;
+                return;
+            };
+            self.index.push(i as u32);
+            self.addresses.extend_from_slice(a.as_bytes());
+            self.ends.push(self.addresses.len() as u32);
+        }
+    }
 }
 
 /// What one reporter last said about one endpoint.
@@ -373,9 +418,10 @@ struct Endpoint {
     /// least `cpu_window_us / 32` apart and reaching one window back: the rates over the window of a
     /// metrics-store CPU value. Kept only while the endpoint's IP has one (at most 34 entries).
     history: std::collections::VecDeque<(u64, f64, f64)>,
-    /// The endpoint's reply JSON around `peer_inflight` (the only per-asker value), made at recompute.
-    json_head: Vec<u8>,
-    json_tail: Vec<u8>,
+    /// The endpoint's reply JSON around `peer_inflight` (the only per-asker value), made at recompute:
+    /// `json[..json_split]` goes before it, the rest after (one buffer: one cache miss per reply).
+    json: Vec<u8>,
+    json_split: usize,
 }
 
 /// A cluster's endpoints: a vector (recomputes walk it in order) with an index by address (a hash
@@ -399,6 +445,23 @@ impl Endpoints {
         self.index.get(address).and_then(|i| self.list.get(*i))
     }
 
+    /// Look up `id`'s observation of each endpoint at `indices` and drop the answer: the lookups
+    /// are independent, so their cache misses overlap here instead of queueing up one endpoint at
+    /// a time behind the work of `ingest` (the misses were most of its time in a large book).
+    fn warm(&self, indices: &[u32], id: u64) {
+        let mut sum = 0u64;
+        for i in indices {
+            if let Some(o) = self.list.get(*i as usize).and_then(|e| e.obs.get(&id)) {
+                sum = sum.wrapping_add(o.requests);
+            }
+        }
+        std::hint::black_box(sum);
+    }
+
+    fn at(&mut self, i: usize) -> &mut Endpoint {
+        &mut self.list[i]
+    }
+
     fn get_or_insert(&mut self, address: &str) -> &mut Endpoint {
         let i = match self.index.get(address) {
             Some(i) => *i,
@@ -419,18 +482,23 @@ impl Endpoints {
         self.list.iter_mut()
     }
 
-    fn retain(&mut self, keep: impl FnMut(&mut Endpoint) -> bool) {
+    /// Keep the endpoints `keep` says to; true if any went (indices moved).
+    fn retain(&mut self, keep: impl FnMut(&mut Endpoint) -> bool) -> bool {
         let before = self.list.len();
         self.list.retain_mut(keep);
         if self.list.len() != before {
             self.index = self.list.iter().enumerate().map(|(i, e)| (e.address.clone(), i)).collect();
+            return true;
         }
+        false
     }
 }
 
 #[derive(Debug, Clone, Default)]
 struct Cluster {
     endpoints: Endpoints,
+    /// Changes whenever endpoint indices move (and differs between clusters): see `Route`.
+    layout: u64,
     generation: u64,
     computed_at_us: Option<u64>,
 }
@@ -462,6 +530,7 @@ pub struct WeightBook {
     /// Live incarnations in all (what `max_reporters` bounds).
     reporter_count: usize,
     next_reporter_id: u64,
+    next_layout: u64,
     external_cpu: HashMap<IpAddr, (f64, u64)>,
     observations: usize,
     scratch: Scratch,
@@ -475,6 +544,7 @@ impl WeightBook {
             reporters: HashMap::new(),
             reporter_count: 0,
             next_reporter_id: 0,
+            next_layout: 1,
             external_cpu: HashMap::new(),
             observations: 0,
             scratch: Scratch::default(),
@@ -529,20 +599,40 @@ impl WeightBook {
                     }
                     superseded = Some(incarnations.iter().map(|r| (r.id, r.expires_us)).collect::<Vec<_>>());
                 }
-                incarnations.push(Reporter { id, incarnation: report.incarnation, interval_us, expires_us });
+                incarnations.push(Reporter { id, incarnation: report.incarnation, interval_us, expires_us, routes: Vec::new() });
                 let last = incarnations.len() - 1;
                 incarnations.swap(0, last);
                 self.reporter_count += 1;
                 id
             }
         };
-        for c in &report.clusters {
+        let mut routes = std::mem::take(&mut incarnations[0].routes);
+        routes.resize_with(report.clusters.len(), Route::default);
+        for (c, route) in report.clusters.iter().zip(routes.iter_mut()) {
             let cluster = match self.clusters.get_mut(&c.name) {
                 Some(cluster) => cluster,
-                None => self.clusters.entry(c.name.clone()).or_default(),
+                None => {
+                    let layout = self.next_layout;
+                    self.next_layout += 1;
+                    self.clusters.entry(c.name.clone()).or_insert(Cluster { layout, ..Cluster::default() })
+                }
             };
-            for e in &c.endpoints {
-                let endpoint = cluster.endpoints.get_or_insert(&e.address);
+            let mut stale = route.index.len() != c.endpoints.len();
+            if !stale && route.layout == cluster.layout {
+                cluster.endpoints.warm(&route.index, id);
+            }
+            for (i, e) in c.endpoints.iter().enumerate() {
+                let endpoint = match route.lookup(cluster.layout, i, &e.address).filter(|at| *at < cluster.endpoints.len()) {
+                    Some(at) => {
+                        let endpoint = cluster.endpoints.at(at);
+                        debug_assert_eq!(endpoint.address, e.address, "a route outlived its layout");
+                        endpoint
+                    }
+                    None => {
+                        stale = true;
+                        cluster.endpoints.get_or_insert(&e.address)
+                    }
+                };
                 for (other, until) in superseded.iter().flatten() {
                     if let Some(o) = endpoint.obs.get_mut(other) {
                         o.expires_us = o.expires_us.min(*until);
@@ -556,6 +646,12 @@ impl WeightBook {
                     }
                 }
             }
+            if stale {
+                route.rebuild(cluster.layout, &cluster.endpoints, c.endpoints.iter().map(|e| e.address.as_str()));
+            }
+        }
+        if let Some(r) = self.reporters.get_mut(&report.reporter).and_then(|list| list.first_mut()) {
+            r.routes = routes;
         }
         Ok(())
     }
@@ -787,9 +883,10 @@ impl WeightBook {
                 if !std::mem::take(&mut first) {
                     out.push(b',');
                 }
-                out.extend_from_slice(&e.json_head);
+                let (head, tail) = e.json.split_at(e.json_split);
+                out.extend_from_slice(head);
                 write_json(out, &(d.inflight - e.own_inflight(asking, now_us)).max(0.0));
-                out.extend_from_slice(&e.json_tail);
+                out.extend_from_slice(tail);
             }
             out.extend_from_slice(b"]}");
         }
@@ -847,7 +944,7 @@ impl WeightBook {
     pub fn expire_cluster(&mut self, name: &str, now_us: u64) {
         let Some(cluster) = self.clusters.get_mut(name) else { return };
         let mut removed = 0usize;
-        cluster.endpoints.retain(|e| {
+        let moved = cluster.endpoints.retain(|e| {
             let before = e.obs.len();
             e.obs.retain(|_, o| o.expires_us > now_us);
             removed += before - e.obs.len();
@@ -856,6 +953,10 @@ impl WeightBook {
             }
             !e.obs.is_empty()
         });
+        if moved {
+            cluster.layout = self.next_layout;
+            self.next_layout += 1;
+        }
         if cluster.endpoints.is_empty() {
             self.clusters.remove(name);
         }
@@ -900,16 +1001,17 @@ impl Endpoint {
     /// Render this endpoint's reply JSON except `peer_inflight`, in `EndpointView`'s field order.
     fn prepare_json(&mut self) {
         let Some(d) = &self.decision else { return };
-        let (head, tail) = (&mut self.json_head, &mut self.json_tail);
-        head.clear();
-        head.extend_from_slice(b"{\"address\":");
-        write_json(head, &self.address);
-        head.extend_from_slice(b",\"weight\":");
-        write_json(head, &d.weight);
-        head.extend_from_slice(b",\"inflight\":");
-        write_json(head, &d.inflight);
-        head.extend_from_slice(b",\"peer_inflight\":");
-        tail.clear();
+        let json = &mut self.json;
+        json.clear();
+        json.extend_from_slice(b"{\"address\":");
+        write_json(json, &self.address);
+        json.extend_from_slice(b",\"weight\":");
+        write_json(json, &d.weight);
+        json.extend_from_slice(b",\"inflight\":");
+        write_json(json, &d.inflight);
+        json.extend_from_slice(b",\"peer_inflight\":");
+        self.json_split = json.len();
+        let tail = json;
         tail.extend_from_slice(b",\"latency_us\":");
         write_json(tail, &d.latency_us);
         if let Some(cpu) = d.cpu {
@@ -934,8 +1036,8 @@ impl Endpoint {
             last_raw: None,
             decision: None,
             history: std::collections::VecDeque::new(),
-            json_head: Vec::new(),
-            json_tail: Vec::new(),
+            json: Vec::new(),
+            json_split: 0,
         }
     }
 

@@ -785,3 +785,28 @@ fn an_endpoint_without_requests_for_a_moment_keeps_its_capacity_not_the_median()
     }
     assert_eq!(w.decision(C).method, Method::Median);
 }
+
+#[test]
+fn reports_land_on_their_endpoints_when_indices_move_and_orders_change() {
+    let mut w = World::new(WeightParams::default());
+    // r1 alone reports A (first in the list), then stops: A expires, B and C move up.
+    for _ in 0..3 {
+        w.step(&["r1", "r0"], |i| if i == 1 { vec![(B, ok(20, 10_000)), (C, ok(30, 10_000))] } else { vec![(A, ok(10, 10_000))] });
+    }
+    for _ in 0..6 {
+        w.step(&["r0"], |_| vec![(B, ok(20, 10_000)), (C, ok(30, 10_000))]);
+        w.book.expire(w.now);
+    }
+    assert!(w.book.decisions(Some(CLUSTER))[0].endpoints.iter().all(|e| e.address != A));
+    assert_eq!((w.decision(B).qps, w.decision(C).qps), (20.0, 30.0));
+    // Same endpoints, other order; then a new one in the middle.
+    for _ in 0..2 {
+        w.step(&["r0"], |_| vec![(C, ok(30, 10_000)), (B, ok(20, 10_000))]);
+    }
+    assert_eq!((w.decision(B).qps, w.decision(C).qps), (20.0, 30.0));
+    for _ in 0..2 {
+        w.step(&["r0"], |_| vec![(C, ok(30, 10_000)), (A, ok(40, 10_000)), (B, ok(20, 10_000))]);
+    }
+    assert_eq!((w.decision(A).qps, w.decision(B).qps, w.decision(C).qps), (40.0, 20.0, 30.0));
+    assert_eq!(w.book.counts().observations, 3);
+}
