@@ -17,7 +17,7 @@ pub struct Config {
     /// Address to listen on.
     #[arg(long, env = "TAILWEIGHT_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
-    /// Tokio worker threads (0 = one per CPU).
+    /// Tokio worker threads (0 = one per CPU; 1 = everything on one thread, the cheapest per report).
     #[arg(long, env = "TAILWEIGHT_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
     /// Largest accepted request body; larger gets 413.

@@ -13,10 +13,18 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if config.worker_threads > 0 {
-        runtime.worker_threads(config.worker_threads);
-    }
+    // One worker: a current-thread runtime. Accepting, serving and recomputing then share one
+    // thread, with none of the multi-thread scheduler's cross-thread wake-ups (a multi-thread
+    // runtime with one worker still accepts on the main thread and hands each wake-up over).
+    let mut runtime = if config.worker_threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        if config.worker_threads > 0 {
+            b.worker_threads(config.worker_threads);
+        }
+        b
+    };
     let runtime = match runtime.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
