@@ -9,13 +9,12 @@
 //! 3. Keep the one with the lower score (in flight + 1) x expected latency x (1 + penalty x failures);
 //!    the other becomes the retry choice.
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, FastMap};
 use crate::config::{FilterConfig, PickParams};
 use crate::endpoint::{Outcome, SiblingStats};
 use crate::rng::Rng;
 use crate::snapshot::Part;
 use crate::wire::{ClusterReport, ClusterView};
-use std::collections::HashMap;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -77,13 +76,15 @@ pub struct Completion {
 #[derive(Debug, Clone)]
 pub struct Balancer {
     settings: Settings,
-    clusters: HashMap<String, Cluster>,
+    clusters: FastMap<Cluster>,
     rng: Rng,
+    /// Slots drawn for the current pick (kept to reuse its allocation).
+    chosen: Vec<usize>,
 }
 
 impl Balancer {
     pub fn new(settings: Settings, seed: u64) -> Self {
-        Balancer { settings, clusters: HashMap::new(), rng: Rng::new(seed) }
+        Balancer { settings, clusters: FastMap::default(), rng: Rng::new(seed), chosen: Vec::new() }
     }
 
     pub fn settings(&self) -> &Settings {
@@ -103,7 +104,7 @@ impl Balancer {
     }
 
     pub fn pick(&mut self, cluster_name: &str, now_us: u64) -> Pick {
-        let Balancer { settings, clusters, rng } = self;
+        let Balancer { settings, clusters, rng, chosen } = self;
         let (p, retry_choices) = (&settings.pick, settings.retry_choices);
         let Some(cluster) = cluster_entry(clusters, settings, cluster_name, now_us) else {
             return Pick::Untracked;
@@ -126,10 +127,11 @@ impl Balancer {
             Some(b) if score(b) < score(a) => (b, Some(a)),
             _ => (a, b),
         };
-        let mut chosen = vec![first];
+        chosen.clear();
+        chosen.push(first);
         chosen.extend(second);
         while chosen.len() < retry_choices + 1 {
-            match draw_distinct(cluster, rng, now_us, &chosen) {
+            match draw_distinct(cluster, rng, now_us, chosen) {
                 Some(slot) => chosen.push(slot),
                 None => break,
             }
@@ -249,7 +251,7 @@ impl Balancer {
 
 /// The cluster, created if new and there is room under the cluster limit.
 fn cluster_entry<'a>(
-    clusters: &'a mut HashMap<String, Cluster>,
+    clusters: &'a mut FastMap<Cluster>,
     settings: &Settings,
     name: &str,
     now_us: u64,
