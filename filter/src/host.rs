@@ -18,9 +18,35 @@ pub fn property(path: &[&str]) -> Option<String> {
     String::from_utf8(bytes).ok()
 }
 
+#[link(wasm_import_module = "env")]
+extern "C" {
+    fn proxy_get_property(path: *const u8, path_size: usize, value: *mut *mut u8, value_size: *mut usize) -> u32;
+}
+
+/// A property by its serialized path (parts joined by NUL, e.g. `b"upstream\0address"`): the
+/// per-request reads skip the SDK's path vector and serialization. None if absent or on any error.
+pub fn property_at(serialized_path: &'static [u8]) -> Option<Vec<u8>> {
+    let (mut data, mut size) = (std::ptr::null_mut::<u8>(), 0usize);
+    // SAFETY: the host writes a buffer it allocated through proxy_on_memory_allocate (a boxed
+    // slice of exactly `size` bytes), or leaves `data` null.
+    unsafe {
+        if proxy_get_property(serialized_path.as_ptr(), serialized_path.len(), &mut data, &mut size) != 0
+            || data.is_null()
+        {
+            return None;
+        }
+        Some(Vec::from_raw_parts(data, size, size))
+    }
+}
+
+/// A non-empty UTF-8 property (see `property_at`).
+pub fn property_str(serialized_path: &'static [u8]) -> Option<String> {
+    property_at(serialized_path).filter(|b| !b.is_empty()).and_then(|b| String::from_utf8(b).ok())
+}
+
 /// A property holding a little-endian integer (e.g. `response.code`).
-pub fn property_u64(path: &[&str]) -> Option<u64> {
-    let bytes = hostcalls::get_property(path.to_vec()).ok()??;
+pub fn property_u64(serialized_path: &'static [u8]) -> Option<u64> {
+    let bytes = property_at(serialized_path)?;
     let raw: [u8; 8] = bytes.get(..8)?.try_into().ok()?;
     Some(u64::from_le_bytes(raw))
 }

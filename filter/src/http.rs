@@ -15,7 +15,10 @@ pub struct Request {
     state: Shared,
     /// Set when the request belongs to a cluster we track.
     cluster: Option<String>,
-    chosen: Option<String>,
+    /// The override header value written (first choice, then retry choices); empty if none.
+    steered: String,
+    /// The first choice is `steered[..len]` when we steered.
+    chosen_len: Option<usize>,
     started_us: u64,
     response: Option<Response>,
 }
@@ -29,19 +32,21 @@ struct Response {
 
 impl Request {
     pub fn new(state: Shared) -> Self {
-        Request { state, cluster: None, chosen: None, started_us: 0, response: None }
+        Request { state, cluster: None, steered: String::new(), chosen_len: None, started_us: 0, response: None }
     }
 }
 
 /// The route's cluster (resolved before our filter runs on the request headers).
 fn cluster_name() -> Option<String> {
-    host::property(&["xds", "cluster_name"])
-        .or_else(|| host::property(&["cluster_name"]))
+    let utf8 = |b: Vec<u8>| String::from_utf8(b).ok();
+    host::property_at(b"xds\0cluster_name")
+        .and_then(utf8)
+        .or_else(|| host::property_at(b"cluster_name").and_then(utf8))
         .filter(|c| !c.is_empty())
 }
 
 fn served_by() -> Option<String> {
-    host::property(&["upstream", "address"]).filter(|a| !a.is_empty())
+    host::property_str(b"upstream\0address")
 }
 
 impl Context for Request {}
@@ -69,22 +74,23 @@ impl HttpContext for Request {
         };
         let now = host::now_us();
         let pick = w.balancer.pick(&cluster, now);
-        match &pick {
+        let untracked = matches!(pick, Pick::Untracked);
+        match pick {
             Pick::Steer { header: value, first_len } => {
-                host::set_request_header(header, value);
+                host::set_request_header(header, &value);
                 metrics::inc(w.metrics.picks);
-                let first = &value[..*first_len];
-                w.metrics.endpoint_pick(first);
-                self.chosen = Some(first.to_string());
+                w.metrics.endpoint_pick(&value[..first_len]);
+                self.steered = value;
+                self.chosen_len = Some(first_len);
             }
             Pick::Explore => metrics::inc(w.metrics.explorations),
             Pick::NoCandidate => metrics::inc(w.metrics.fallbacks),
             Pick::Untracked => metrics::inc(w.metrics.untracked),
         }
-        if !matches!(pick, Pick::Steer { .. }) && incoming.is_some() {
+        if self.chosen_len.is_none() && incoming.is_some() {
             host::remove_request_header(header);
         }
-        if pick != Pick::Untracked {
+        if !untracked {
             self.cluster = Some(cluster);
             self.started_us = now;
         }
@@ -108,7 +114,7 @@ impl HttpContext for Request {
         // No response headers: reset or timeout before any answer.
         let response = self.response.take().unwrap_or_else(|| Response {
             at_us: host::now_us(),
-            status: host::property_u64(&["response", "code"]).map_or(0, |c| c as u16),
+            status: host::property_u64(b"response\0code").map_or(0, |c| c as u16),
             served: served_by(),
             load: None,
         });
@@ -120,7 +126,8 @@ impl HttpContext for Request {
         };
         let mut state = self.state.borrow_mut();
         let State::Active(w) = &mut *state else { return };
-        let done = w.balancer.complete(&cluster, self.chosen.as_deref(), &outcome, response.at_us);
+        let chosen = self.chosen_len.map(|n| &self.steered[..n]);
+        let done = w.balancer.complete(&cluster, chosen, &outcome, response.at_us);
         match done.honoured {
             Some(true) => metrics::inc(w.metrics.honoured),
             Some(false) => metrics::inc(w.metrics.not_honoured),
