@@ -36,7 +36,32 @@ pub struct Report {
 pub struct ClusterReport {
     /// Envoy cluster name, e.g. `outbound|8080||svc.ns.svc.cluster.local`.
     pub name: String,
+    #[serde(deserialize_with = "presized_vec")]
     pub endpoints: Vec<EndpointReport>,
+}
+
+/// A JSON array into a Vec that starts with room for 16 (JSON gives no length up front; growing
+/// from nothing copied a typical report's endpoints three times).
+fn presized_vec<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Items<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Items<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a sequence")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(16).min(16));
+            while let Some(item) = seq.next_element()? {
+                items.push(item);
+            }
+            Ok(items)
+        }
+    }
+    d.deserialize_seq(Items(std::marker::PhantomData))
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -126,7 +151,10 @@ impl Default for Limits {
 
 /// Parse and validate a report; the error is one line naming the field.
 pub fn parse_report(body: &[u8], limits: &Limits) -> Result<Report, String> {
-    let report: Report = serde_json::from_slice(body).map_err(|e| format!("malformed report: {e}"))?;
+    // UTF-8 checked once for the whole body (a word at a time), not string by string inside the
+    // parser: from a &str serde_json takes every string as it is.
+    let text = std::str::from_utf8(body).map_err(|e| format!("malformed report: not UTF-8: {e}"))?;
+    let report: Report = serde_json::from_str(text).map_err(|e| format!("malformed report: {e}"))?;
     report.validate(limits)?;
     Ok(report)
 }
@@ -417,6 +445,16 @@ mod tests {
         for body in [&b""[..], b"{", b"[]", b"null", b"\xff\xfe", b"{\"version\":1}"] {
             assert!(parse_report(body, &Limits::default()).unwrap_err().starts_with("malformed report"));
         }
+        // Bad UTF-8 inside a string is refused as before (checked over the whole body now), and
+        // so is a non-array where the endpoints go.
+        let good = serde_json::to_vec(&report()).unwrap();
+        let at = good.windows(3).position(|w| w == b"10.").unwrap();
+        let mut bad = good.clone();
+        bad[at] = 0xC3;
+        assert!(parse_report(&bad, &Limits::default()).unwrap_err().starts_with("malformed report: not UTF-8"));
+        let text = String::from_utf8(good).unwrap().replacen("\"endpoints\":[", "\"endpoints\":{\"a\":[", 1).replacen("]}]", "]}}]", 1);
+        let err = parse_report(text.as_bytes(), &Limits::default()).unwrap_err();
+        assert!(err.starts_with("malformed report: invalid type: map, expected a sequence"), "{err}");
     }
 
     #[test]
