@@ -107,7 +107,11 @@ fn reporter_id(config: &FilterConfig) -> String {
     match (host::env("POD_NAME"), host::env("POD_NAMESPACE")) {
         (Some(pod), Some(ns)) => format!("{pod}.{ns}"),
         (Some(pod), None) => pod,
-        _ => host::property(&["node", "id"]).filter(|id| !id.is_empty()).unwrap_or_else(|| "envoy".into()),
+        // Envoy 1.40 serves the node as `xds.node`; older hosts as `node`.
+        _ => host::property(&["xds", "node", "id"])
+            .or_else(|| host::property(&["node", "id"]))
+            .filter(|id| !id.is_empty())
+            .unwrap_or_else(|| "envoy".into()),
     }
 }
 
