@@ -6,8 +6,9 @@
 //!    discovers endpoints we do not know and refreshes the samples of those we avoid.
 //! 2. Draw two distinct endpoints, each with probability proportional to its aggregator weight
 //!    (uniform without a fresh view; ejected endpoints never).
-//! 3. Keep the one with the lower score (in flight + 1) x expected latency x (1 + penalty x failures);
-//!    the other becomes the retry choice.
+//! 3. Keep the one with the lower score (in flight + 1) x expected latency x (1 + penalty x failures),
+//!    from this proxy's own counts and samples only (see `endpoint`); the other becomes the retry
+//!    choice.
 
 use crate::cluster::{Cluster, FastMap};
 use crate::config::{FilterConfig, PickParams};
@@ -120,9 +121,8 @@ impl Balancer {
             return Pick::NoCandidate;
         };
         let b = draw_distinct(cluster, rng, now_us, &[a]);
-        let fresh = p.use_global_view && cluster.view_fresh(now_us);
         let prior = cluster.prior_latency_us();
-        let score = |slot: usize| cluster.endpoints()[slot].score(now_us, p, fresh, prior);
+        let score = |slot: usize| cluster.endpoints()[slot].score(now_us, p, prior);
         let (first, second) = match b {
             Some(b) if score(b) < score(a) => (b, Some(a)),
             _ => (a, b),
@@ -196,8 +196,12 @@ impl Balancer {
         forgotten
     }
 
-    /// Use the aggregator's view of one cluster until `received_us + ttl_us`.
+    /// Use the aggregator's view of one cluster until `received_us + ttl_us` (unless the global
+    /// view is switched off: then it is reported to, never listened to).
     pub fn apply_view(&mut self, view: &ClusterView, received_us: u64, ttl_us: u64) {
+        if !self.settings.pick.use_global_view {
+            return;
+        }
         let max_endpoints = self.settings.max_endpoints_per_cluster;
         if let Some(cluster) = cluster_entry(&mut self.clusters, &self.settings, &view.name, received_us) {
             cluster.apply_view(view, received_us.saturating_add(ttl_us), received_us, max_endpoints);

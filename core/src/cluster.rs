@@ -167,7 +167,6 @@ impl Cluster {
                 let e = &mut self.endpoints[slot];
                 e.global = Some(GlobalStats {
                     weight: v.weight,
-                    peer_inflight: v.peer_inflight,
                     latency_us: v.latency_us as f64,
                     ejected: v.ejected,
                 });

@@ -1,5 +1,11 @@
 //! What one worker knows about one upstream endpoint: its own observations, what the other workers
 //! of the same proxy saw (shared data), and the aggregator's view of all proxies.
+//!
+//! The per-request score uses only this proxy's own knowledge (its workers' in-flight counts and
+//! latency samples). The aggregator's view is up to a report interval old and the same for every
+//! proxy: scoring requests with its instantaneous in-flight counts or queueing latencies sends all
+//! proxies to the same "idle" endpoints until the next view (the herd effect of stale shared load
+//! information; measured in sim/README.md). It steers through the sampling weights instead.
 
 use crate::config::PickParams;
 use crate::ewma::{DecayingRatio, PeakEwma};
@@ -45,7 +51,7 @@ pub struct SiblingStats {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GlobalStats {
     pub weight: f64,
-    pub peer_inflight: f64,
+    /// All proxies' mean latency: only a cluster-wide prior (see `Cluster::refresh_prior`).
     pub latency_us: f64,
     pub ejected: bool,
 }
@@ -97,39 +103,22 @@ impl Endpoint {
         }
     }
 
-    /// Latency to expect: the freshest of this worker's and its siblings' estimates; if both are
-    /// stale, the aggregator's (when its view is fresh); else the cluster's prior.
-    pub fn expected_latency_us(&self, now_us: u64, p: &PickParams, global_fresh: bool, prior_us: f64) -> f64 {
-        let local = self.local.latency.map(|e| (e.value_us(), e.stamp_us()));
-        let freshest = match (local, self.siblings.latency) {
-            (Some(a), Some(b)) => Some(if b.1 > a.1 { b } else { a }),
-            (a, b) => a.or(b),
-        };
-        match freshest {
-            Some((estimate, stamp)) if now_us.saturating_sub(stamp) < p.stale_after_us => estimate,
-            _ => match self.global {
-                Some(g) if global_fresh && g.latency_us > 0.0 => g.latency_us,
-                _ => prior_us,
-            },
-        }
+    /// Latency to expect: the freshest of this worker's and its siblings' estimates while fresh,
+    /// else the cluster's prior.
+    pub fn expected_latency_us(&self, now_us: u64, p: &PickParams, prior_us: f64) -> f64 {
+        self.fresh_latency_us(now_us, p).unwrap_or(prior_us)
     }
 
-    /// Requests in flight: this worker's, its siblings', and other proxies' (when the view is fresh).
-    pub fn load(&self, global_fresh: bool) -> f64 {
-        let peers = match self.global {
-            Some(g) if global_fresh => g.peer_inflight,
-            _ => 0.0,
-        };
-        self.local.inflight as f64 + self.siblings.inflight as f64 + peers
+    /// Requests in flight from this proxy: this worker's and its siblings'.
+    pub fn load(&self) -> f64 {
+        self.local.inflight as f64 + self.siblings.inflight as f64
     }
 
     /// Expected cost of sending one more request here: (in flight + 1) x latency, inflated by recent
     /// failures. Lower is better.
-    pub fn score(&self, now_us: u64, p: &PickParams, global_fresh: bool, prior_us: f64) -> f64 {
+    pub fn score(&self, now_us: u64, p: &PickParams, prior_us: f64) -> f64 {
         let failure_ratio = self.local.failures.value_at(now_us, p.stale_after_us as f64);
-        (self.load(global_fresh) + 1.0)
-            * self.expected_latency_us(now_us, p, global_fresh, prior_us)
-            * (1.0 + p.error_penalty * failure_ratio)
+        (self.load() + 1.0) * self.expected_latency_us(now_us, p, prior_us) * (1.0 + p.error_penalty * failure_ratio)
     }
 
     pub fn sampling_weight(&self, global_fresh: bool) -> f64 {
@@ -145,15 +134,15 @@ impl Endpoint {
         }
     }
 
-    /// A fresh local or sibling latency estimate exists.
+    /// The freshest of this worker's and its siblings' latency estimates, if sampled within
+    /// `stale_after`.
     pub fn fresh_latency_us(&self, now_us: u64, p: &PickParams) -> Option<f64> {
-        let fresh = |(v, stamp): (f64, u64)| (now_us.saturating_sub(stamp) < p.stale_after_us).then_some(v);
-        let local = self.local.latency.map(|e| (e.value_us(), e.stamp_us())).and_then(fresh);
-        let sibling = self.siblings.latency.and_then(fresh);
-        match (local, sibling) {
-            (Some(a), Some(b)) => Some(a.max(b)),
+        let local = self.local.latency.map(|e| (e.value_us(), e.stamp_us()));
+        let freshest = match (local, self.siblings.latency) {
+            (Some(a), Some(b)) => Some(if b.1 > a.1 { b } else { a }),
             (a, b) => a.or(b),
-        }
+        };
+        freshest.filter(|(_, stamp)| now_us.saturating_sub(*stamp) < p.stale_after_us).map(|(v, _)| v)
     }
 }
 
@@ -191,31 +180,31 @@ mod tests {
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         e.record(1_000, false, None, 0, &p);
         e.local.inflight = 3;
-        assert_eq!(e.score(0, &p, false, 5_000.0), 4.0 * 1_000.0);
+        assert_eq!(e.score(0, &p, 5_000.0), 4.0 * 1_000.0);
         e.siblings.inflight = 2;
-        assert_eq!(e.score(0, &p, false, 5_000.0), 6.0 * 1_000.0);
+        assert_eq!(e.score(0, &p, 5_000.0), 6.0 * 1_000.0);
     }
 
     #[test]
-    fn peers_count_only_while_the_view_is_fresh() {
+    fn the_aggregators_counts_and_latency_never_enter_the_score() {
         let p = params();
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         e.record(1_000, false, None, 0, &p);
-        e.global = Some(GlobalStats { weight: 1.0, peer_inflight: 9.0, latency_us: 7_000.0, ejected: false });
-        assert_eq!(e.score(0, &p, true, 0.0), 10.0 * 1_000.0);
-        assert_eq!(e.score(0, &p, false, 0.0), 1_000.0);
+        let own = e.score(0, &p, 5_000.0);
+        e.global = Some(GlobalStats { weight: 3.0, latency_us: 70_000.0, ejected: false });
+        assert_eq!(e.score(0, &p, 5_000.0), own);
+        assert_eq!(own, 1_000.0);
     }
 
     #[test]
-    fn stale_local_latency_yields_to_global_then_prior() {
+    fn stale_local_latency_yields_to_the_prior() {
         let p = params();
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         e.record(1_000, false, None, 0, &p);
+        e.global = Some(GlobalStats { weight: 1.0, latency_us: 7_000.0, ejected: false });
         let later = p.stale_after_us + 1;
-        assert_eq!(e.expected_latency_us(later, &p, false, 5_000.0), 5_000.0);
-        e.global = Some(GlobalStats { weight: 1.0, peer_inflight: 0.0, latency_us: 7_000.0, ejected: false });
-        assert_eq!(e.expected_latency_us(later, &p, true, 5_000.0), 7_000.0);
-        assert_eq!(e.expected_latency_us(later - 2, &p, true, 5_000.0), 1_000.0, "fresh local wins");
+        assert_eq!(e.expected_latency_us(later, &p, 5_000.0), 5_000.0);
+        assert_eq!(e.expected_latency_us(later - 2, &p, 5_000.0), 1_000.0, "fresh local wins");
     }
 
     #[test]
@@ -224,7 +213,7 @@ mod tests {
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         e.record(1_000, false, None, 0, &p);
         e.siblings.latency = Some((3_000.0, 500));
-        assert_eq!(e.expected_latency_us(600, &p, false, 0.0), 3_000.0);
+        assert_eq!(e.expected_latency_us(600, &p, 0.0), 3_000.0);
         assert_eq!(e.fresh_latency_us(600, &p), Some(3_000.0));
     }
 
@@ -233,11 +222,11 @@ mod tests {
         let p = params();
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         e.record(1_000, false, None, 0, &p);
-        let healthy = e.score(0, &p, false, 0.0);
+        let healthy = e.score(0, &p, 0.0);
         let mut bad = e.clone();
         bad.local.failures.observe(true, 0, 1.0, 1.0);
         // Same latency, full failure ratio: x (1 + penalty).
-        assert_eq!(bad.score(0, &p, false, 0.0), healthy * (1.0 + p.error_penalty));
+        assert_eq!(bad.score(0, &p, 0.0), healthy * (1.0 + p.error_penalty));
         let faded = bad.local.failures.value_at(10 * p.stale_after_us, p.stale_after_us as f64);
         assert!(faded < 1e-4);
     }
@@ -254,7 +243,7 @@ mod tests {
     fn ejected_endpoints_are_not_sampled_while_the_view_is_fresh() {
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         assert_eq!(e.sampling_weight(true), 1.0);
-        e.global = Some(GlobalStats { weight: 2.0, peer_inflight: 0.0, latency_us: 0.0, ejected: false });
+        e.global = Some(GlobalStats { weight: 2.0, latency_us: 0.0, ejected: false });
         assert_eq!(e.sampling_weight(true), 2.0);
         assert_eq!(e.sampling_weight(false), 1.0);
         e.global.as_mut().unwrap().ejected = true;

@@ -21,8 +21,6 @@ options:
   --filter-config JSON   tailweight filter plugin configuration (default: sim.filter_config)
   --cswrr-periods B,U    client-side WRR blackout and weight update periods in seconds
                          (default: sim.cswrr_blackout_s, sim.cswrr_update_s: Envoy's 10,1)
-  --peer-inflight-scale X  experiment: scale the aggregator's peer in-flight counts before
-                         tailweight applies a view (default 1, as the filter does)
   --threads N            policies (and sweep points) run in parallel (default 1)";
 
 struct Args {
@@ -71,7 +69,6 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--connection-limit" => o.connection_limit = Some(true),
             "--open-loop" => o.connection_limit = Some(false),
             "--filter-config" => a.filter_config = Some(value("JSON")?),
-            "--peer-inflight-scale" => o.peer_inflight_scale = Some(number(&flag, &value("factor")?)?),
             "--cswrr-periods" => {
                 let v = value("blackout,update")?;
                 let (b, u) = v.split_once(',').ok_or_else(|| format!("{flag}: expected two numbers: blackout,update"))?;

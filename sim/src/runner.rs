@@ -81,9 +81,7 @@ pub fn run_policy(setup: &Setup, name: &str, filter: &FilterConfig) -> Result<Po
         }
         "prequal" => simulate(setup, Prequal::new(c, e, seed))?.0,
         "tailweight_local" | "tailweight" => {
-            let mut policy = Tailweight::new(c, e, filter, name == "tailweight", seed);
-            policy.peer_inflight_scale = setup.peer_inflight_scale;
-            let (m, tw) = simulate(setup, policy)?;
+            let (m, tw) = simulate(setup, Tailweight::new(c, e, filter, name == "tailweight", seed))?;
             let picks = (tw.steered + tw.fallbacks).max(1) as f64;
             extra.insert("fallback_share".to_string(), tw.fallbacks as f64 / picks);
             extra.insert("rejected_reports".to_string(), tw.rejected_reports() as f64);

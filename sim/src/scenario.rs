@@ -120,14 +120,6 @@ pub struct SimSection {
     pub cswrr_blackout_s: f64,
     #[serde(default = "default_cswrr_update_s")]
     pub cswrr_update_s: f64,
-    /// Experiment only: scale the aggregator's peer in-flight counts before tailweight applies a
-    /// view (1 = as the filter does).
-    #[serde(default = "one")]
-    pub peer_inflight_scale: f64,
-}
-
-fn one() -> f64 {
-    1.0
 }
 
 fn default_cswrr_blackout_s() -> f64 {
@@ -155,7 +147,6 @@ impl Default for SimSection {
             filter_config: None,
             cswrr_blackout_s: default_cswrr_blackout_s(),
             cswrr_update_s: default_cswrr_update_s(),
-            peer_inflight_scale: 1.0,
         }
     }
 }
@@ -256,7 +247,6 @@ impl Scenario {
         positive("sim.network_delay_ms", s.network_delay_ms, true)?;
         positive("sim.cswrr_blackout_s", s.cswrr_blackout_s, true)?;
         positive("sim.cswrr_update_s", s.cswrr_update_s, false)?;
-        positive("sim.peer_inflight_scale", s.peer_inflight_scale, true)?;
         Ok(())
     }
 }
@@ -307,7 +297,6 @@ pub struct Overrides {
     pub connection_limit: Option<bool>,
     /// Envoy client-side WRR blackout and update periods, seconds.
     pub cswrr_periods_s: Option<(f64, f64)>,
-    pub peer_inflight_scale: Option<f64>,
 }
 
 /// One simulated endpoint.
@@ -357,7 +346,6 @@ pub struct Setup {
     /// The filter's plugin configuration as JSON ("" = defaults).
     pub filter_config: String,
     pub cswrr: crate::policy::cswrr::Periods,
-    pub peer_inflight_scale: f64,
     pub events: Vec<TimedEvent>,
     pub policies: Vec<String>,
 }
@@ -427,11 +415,6 @@ impl Setup {
                 positive("cswrr blackout", blackout, true)?;
                 positive("cswrr update period", update, false)?;
                 crate::policy::cswrr::Periods { blackout_ns: secs_to_ns(blackout), update_ns: secs_to_ns(update) }
-            },
-            peer_inflight_scale: {
-                let x = o.peer_inflight_scale.unwrap_or(s.sim.peer_inflight_scale);
-                positive("peer in-flight scale", x, true)?;
-                x
             },
             events,
             policies: default_policies(&s.policies),

@@ -173,6 +173,26 @@ fn aggregator_weights_bias_sampling_and_ejection_excludes() {
 }
 
 #[test]
+fn with_the_global_view_off_views_are_ignored() {
+    let pick = PickParams { explore_ratio: 0.0, use_global_view: false, ..Default::default() };
+    let mut b = Balancer::new(Settings { pick, ..Default::default() }, 13);
+    learn(&mut b, &[A, B], 0);
+    let view = ClusterView {
+        name: C.into(),
+        endpoints: vec![
+            EndpointView { address: A.into(), weight: 1.0, ejected: true, ..Default::default() },
+            EndpointView { address: "10.0.0.3:80".into(), weight: 1.0, ..Default::default() },
+        ],
+    };
+    b.apply_view(&view, 0, 10_000 * MS);
+    let cluster = b.cluster(C).unwrap();
+    assert_eq!(cluster.len(), 2, "the view taught nothing");
+    assert!(!cluster.view_fresh(1) && cluster.get(A).unwrap().global.is_none());
+    let chose_a = (0..200).filter_map(|_| b.pick(C, 1).first_choice().map(str::to_string)).any(|f| f == A);
+    assert!(chose_a, "A is not ejected here");
+}
+
+#[test]
 fn sibling_inflight_counts_and_dead_siblings_do_not() {
     let settings = Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() };
     let mut b = Balancer::new(settings, 17);

@@ -64,9 +64,6 @@ pub struct Tailweight {
     rng: Rng,
     sync_interval_ns: u64,
     aggregator: Option<Aggregator>,
-    /// What-if knob for experiments: the aggregator's peer in-flight counts are multiplied by this
-    /// before the proxy applies a view (1 = as the filter does; 0 = weights and latency only).
-    pub peer_inflight_scale: f64,
     /// Requests left to the fallback (exploration or nothing known), for the results.
     pub fallbacks: u64,
     pub steered: u64,
@@ -96,7 +93,6 @@ impl Tailweight {
             rng,
             sync_interval_ns: config.sync_interval_ms * 1_000_000,
             aggregator,
-            peer_inflight_scale: 1.0,
             fallbacks: 0,
             steered: 0,
         }
@@ -112,13 +108,8 @@ impl Tailweight {
         let balancer = &mut self.balancers[client as usize];
         balancer.tick(now_us);
         let Some(agg) = &mut self.aggregator else { return };
-        if let Some((mut reply, received_us)) = agg.ready[client as usize].take() {
-            for view in &mut reply.clusters {
-                if self.peer_inflight_scale != 1.0 {
-                    for e in &mut view.endpoints {
-                        e.peer_inflight *= self.peer_inflight_scale;
-                    }
-                }
+        if let Some((reply, received_us)) = agg.ready[client as usize].take() {
+            for view in &reply.clusters {
                 balancer.apply_view(view, received_us, u64::from(reply.ttl_ms) * 1_000);
             }
         }
