@@ -9,7 +9,7 @@ empty-wasm: deps
 
 # Envoy CPU per request and latency: no wasm vs empty wasm vs tailweight (bench/results/overhead.*).
 bench-overhead: build empty-wasm
-	cd e2e && nice $(PY) -m bench.overhead --out $(CURDIR)/bench/results
+	PYTHONPATH=e2e nice $(PY) -m bench.overhead --out bench/results
 
 # examples/standalone: Envoy + tailweight in front of three local backends, 20 s of load.
 standalone: wasm native
