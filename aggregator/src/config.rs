@@ -47,6 +47,9 @@ pub struct Config {
     pub failure_cost_ms: f64,
     #[arg(long, env = "TAILWEIGHT_ERROR_PENALTY", default_value_t = WeightParams::default().error_penalty)]
     pub error_penalty: f64,
+    /// An endpoint's standing queue should drain within this; that rate comes off its capacity (0 = off).
+    #[arg(long, env = "TAILWEIGHT_BACKLOG_DRAIN_MS", default_value_t = 5_000.0)]
+    pub backlog_drain_ms: f64,
     /// Lying-reporter guards: a vote <= vote_cap x the other votes; a contribution <= sum_clip x the largest other.
     #[arg(long, env = "TAILWEIGHT_VOTE_CAP", default_value_t = WeightParams::default().vote_cap)]
     pub vote_cap: f64,
@@ -111,6 +114,7 @@ impl Config {
             smoothing_us: self.smoothing_ms as f64 * 1e3,
             eject_ratio: self.eject_ratio,
             failure_cost_us: self.failure_cost_ms * 1e3,
+            backlog_drain_us: self.backlog_drain_ms * 1e3,
             error_penalty: self.error_penalty,
             vote_cap: self.vote_cap,
             sum_clip: self.sum_clip,
