@@ -6,11 +6,14 @@ filter, (b) with an empty wasm filter, (c) with tailweight — one run, same bac
 Envoy CPU per request = (utime + stime of the Envoy process over the run) / requests, from /proc.
 Envoy runs pinned to one core and Fortio plus the backends to the other, when there are two.
 The variants run interleaved for `--rounds` rounds and each figure is the median over the rounds,
-so a burst of noise on this shared machine skews one sample, not a variant.
+so a burst of noise on this shared machine skews one sample, not a variant. The costs one variant
+adds over another are medians of per-round differences: the variants of a round ran back to back,
+under the same load from the rest of the machine.
 Also: seconds from starting Envoy to /ready, with and without the filter (median of several starts).
 
     python -m bench.overhead --out bench/results [--seconds 30] [--qps 1000] [--rounds 3]
         [--variant NAME=path/to/filter.wasm ...]   (extra variants, e.g. experimental builds)
+    python -m bench.overhead --rerender --out bench/results   (the tables again from overhead.json)
 """
 import argparse
 import json
@@ -125,11 +128,24 @@ def run(out_dir: Path, seconds: float, qps: float, connections: int, payload: in
                 "envoy_cpu_us_per_request_all": [round(s["envoy_cpu_us_per_request"], 1) for s in samples[v]],
                 "start_to_ready_s": statistics.median(ready[v]), "start_to_ready_all_s": ready[v],
             }
-    cost = {v: r["envoy_cpu_us_per_request"] for v, r in results["variants"].items()}
-    results["tailweight_minus_no_wasm_us"] = cost["tailweight"] - cost["no_wasm"]
-    results["empty_minus_no_wasm_us"] = cost["empty_wasm"] - cost["no_wasm"]
-    results["tailweight_minus_empty_us"] = cost["tailweight"] - cost["empty_wasm"]
     results["wasm_bytes"] = paths.WASM.stat().st_size
+    return write(out_dir, results)
+
+
+def paired_difference(variants: dict, a: str, b: str) -> dict:
+    """Envoy CPU per request of `a` minus `b`, round by round, and the median of those."""
+    per_round = [x - y for x, y in zip(variants[a]["envoy_cpu_us_per_request_all"],
+                                       variants[b]["envoy_cpu_us_per_request_all"])]
+    return {"median_us": statistics.median(per_round), "per_round_us": [round(d, 1) for d in per_round]}
+
+
+def write(out_dir: Path, results: dict) -> dict:
+    v = results["variants"]
+    results["tailweight_minus_no_wasm"] = paired_difference(v, "tailweight", "no_wasm")
+    results["empty_minus_no_wasm"] = paired_difference(v, "empty_wasm", "no_wasm")
+    results["tailweight_minus_empty"] = paired_difference(v, "tailweight", "empty_wasm")
+    for old in ("tailweight_minus_no_wasm_us", "empty_minus_no_wasm_us", "tailweight_minus_empty_us"):
+        results.pop(old, None)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "overhead.json").write_text(json.dumps(results, indent=2) + "\n")
     (out_dir / "overhead.md").write_text(markdown(results))
@@ -151,11 +167,17 @@ def markdown(r: dict) -> str:
     for name, v in r["variants"].items():
         lines.append(f"| {name} | {v['requests']} | {v['errors']} | {v['p50_ms']:.2f} | {v['p90_ms']:.2f} | "
                      f"{v['p99_ms']:.2f} | {v['envoy_cpu_us_per_request']:.1f} | {v['start_to_ready_s']:.3f} |")
+    def diff(key: str) -> str:
+        d = r[key]
+        return f"{d['median_us']:+.1f} us (rounds: {', '.join(f'{x:+.1f}' for x in d['per_round_us'])})"
+
     lines += [
         "",
-        f"- tailweight over no filter: **{r['tailweight_minus_no_wasm_us']:+.1f} us** of Envoy CPU per request "
-        f"(target <= 45 us); the empty V8 filter alone: {r['empty_minus_no_wasm_us']:+.1f} us; "
-        f"tailweight's own logic over the empty filter: {r['tailweight_minus_empty_us']:+.1f} us.",
+        "Added Envoy CPU per request, median of the per-round differences:",
+        "",
+        f"- tailweight over no filter: **{diff('tailweight_minus_no_wasm')}** (target <= 45 us);",
+        f"- the empty V8 filter over no filter: {diff('empty_minus_no_wasm')};",
+        f"- tailweight's own logic over the empty filter: {diff('tailweight_minus_empty')}.",
         f"- tailweight_filter.wasm: {r['wasm_bytes']} bytes.",
         "",
     ]
@@ -173,7 +195,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=WASM",
                     help="an extra variant: a name and a proxy-wasm module")
+    ap.add_argument("--rerender", action="store_true", help="rewrite the tables from --out's overhead.json")
     a = ap.parse_args()
+    if a.rerender:
+        print(markdown(write(a.out, json.loads((a.out / "overhead.json").read_text()))))
+        return
     variants = dict(VARIANTS)
     for spec in a.variant:
         name, _, wasm = spec.partition("=")
