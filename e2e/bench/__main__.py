@@ -67,9 +67,9 @@ def main(argv=None) -> int:
 
 def finish(out_dir: Path, log_dir: Path, scenario, results: list, meta: dict) -> int:
     report.write_json(out_dir / "results.json", scenario, results, meta)
-    md = report.markdown(scenario, results, meta)
-    (out_dir / "results.md").write_text(md)
     pngs = report.plots(out_dir, scenario, results)
+    md = report.markdown(scenario, results, meta) + report.plot_links(pngs)
+    (out_dir / "results.md").write_text(md)
     print(md)
     print(f"results: {out_dir / 'results.json'}, {out_dir / 'results.md'}")
     print("plots: " + ", ".join(str(p) for p in pngs))

@@ -95,6 +95,13 @@ def markdown(scenario: Scenario, results: List[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot_links(pngs: List[Path]) -> str:
+    """The plots, shown in results.md (they sit beside it)."""
+    if not pngs:
+        return ""
+    return "\nPlots:\n\n" + "".join(f"![{p.stem}]({p.name})\n" for p in dict.fromkeys(pngs))
+
+
 def plots(out_dir: Path, scenario: Scenario, results: List[dict]) -> List[Path]:
     import matplotlib
     matplotlib.use("Agg")
