@@ -36,7 +36,7 @@ pub struct PickParams {
     pub latency_decay_us: f64,
     /// Latency assumed for an endpoint nobody has measured yet when no other estimate exists.
     pub default_latency_us: f64,
-    /// A local latency sample older than this yields to the aggregator's estimate or the prior.
+    /// A latency sample older than this yields to the cluster's prior (see `Cluster::refresh_prior`).
     pub stale_after_us: u64,
     /// Score multiplier per unit of recent failure ratio: score x (1 + error_penalty x ratio).
     pub error_penalty: f64,
