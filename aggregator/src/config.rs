@@ -48,7 +48,7 @@ pub struct Config {
     #[arg(long, env = "TAILWEIGHT_ERROR_PENALTY", default_value_t = WeightParams::default().error_penalty)]
     pub error_penalty: f64,
     /// An endpoint's standing queue should drain within this; that rate comes off its capacity (0 = off).
-    #[arg(long, env = "TAILWEIGHT_BACKLOG_DRAIN_MS", default_value_t = 5_000.0)]
+    #[arg(long, env = "TAILWEIGHT_BACKLOG_DRAIN_MS", default_value_t = WeightParams::default().backlog_drain_us / 1e3)]
     pub backlog_drain_ms: f64,
     /// Lying-reporter guards: a vote <= vote_cap x the other votes; a contribution <= sum_clip x the largest other.
     #[arg(long, env = "TAILWEIGHT_VOTE_CAP", default_value_t = WeightParams::default().vote_cap)]

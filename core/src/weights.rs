@@ -1150,10 +1150,9 @@ impl Endpoint {
 }
 
 /// Capacity left for new requests while `backlog` requests wait: the rate that clears them within
-/// `backlog_drain` comes off, down to 1% of the capacity. Weights from capacity alone keep feeding
-/// an endpoint whose queue built up (a cold start, a slowdown) at its full rate, so the queue only
-/// drains at the spare rate. The in-flight sum is seconds old: it acts through the smoothed,
-/// step-bounded weights, never on single requests.
+/// `backlog_drain` comes off, down to 1% of the capacity (why: the module docs, step 2). The
+/// in-flight sum is seconds old: it acts through the smoothed, step-bounded weights, never on
+/// single requests.
 fn drained(capacity: f64, backlog: f64, p: &WeightParams) -> f64 {
     if p.backlog_drain_us <= 0.0 {
         return capacity;

@@ -144,8 +144,6 @@ def write(out_dir: Path, results: dict) -> dict:
     results["tailweight_minus_no_wasm"] = paired_difference(v, "tailweight", "no_wasm")
     results["empty_minus_no_wasm"] = paired_difference(v, "empty_wasm", "no_wasm")
     results["tailweight_minus_empty"] = paired_difference(v, "tailweight", "empty_wasm")
-    for old in ("tailweight_minus_no_wasm_us", "empty_minus_no_wasm_us", "tailweight_minus_empty_us"):
-        results.pop(old, None)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "overhead.json").write_text(json.dumps(results, indent=2) + "\n")
     (out_dir / "overhead.md").write_text(markdown(results))

@@ -656,8 +656,12 @@ impl Slowdown {
         }
     }
 
+    fn decision(&self, i: usize) -> Option<EndpointDecision> {
+        self.w.book.decisions(Some(CLUSTER)).first().and_then(|c| c.endpoints.iter().find(|e| e.address == self.addresses[i]).cloned())
+    }
+
     fn weight(&self, i: usize) -> f64 {
-        self.w.book.decisions(Some(CLUSTER)).first().and_then(|c| c.endpoints.iter().find(|e| e.address == self.addresses[i])).map_or(1.0, |e| e.weight)
+        self.decision(i).map_or(1.0, |e| e.weight)
     }
 
     /// The slowed backend's weight relative to the mean of the fast ones.
@@ -668,10 +672,7 @@ impl Slowdown {
 
     /// The same for the capacity estimate (before smoothing, bounds and the backlog's drain).
     fn relative_capacity(&self) -> f64 {
-        let capacity = |i: usize| {
-            let c = self.w.book.decisions(Some(CLUSTER)).first().and_then(|c| c.endpoints.iter().find(|e| e.address == self.addresses[i]).cloned());
-            c.and_then(|e| e.capacity).unwrap_or(f64::NAN)
-        };
+        let capacity = |i: usize| self.decision(i).and_then(|e| e.capacity).unwrap_or(f64::NAN);
         let fast: f64 = (0..10).filter(|i| *i != SLOW).map(capacity).sum::<f64>() / 9.0;
         capacity(SLOW) / fast
     }
