@@ -79,7 +79,11 @@ pub struct Config {
     #[arg(long, env = "TAILWEIGHT_CPU_URL")]
     pub cpu_url: Option<String>,
     /// PromQL returning one utilisation per endpoint; `{interval}` becomes the poll interval (e.g. `30s`).
-    #[arg(long, env = "TAILWEIGHT_CPU_QUERY", default_value = "sum by (instance) (rate(process_cpu_seconds_total[1m]))")]
+    #[arg(
+        long,
+        env = "TAILWEIGHT_CPU_QUERY",
+        default_value = "sum by (instance) (rate(process_cpu_seconds_total[1m]))"
+    )]
     pub cpu_query: String,
     /// Label carrying the endpoint IP (`ip`, `ip:port` or `[ipv6]:port`).
     #[arg(long, env = "TAILWEIGHT_CPU_IP_LABEL", default_value = "instance")]

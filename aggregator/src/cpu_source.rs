@@ -263,7 +263,8 @@ mod tests {
     #[test]
     fn errors_are_classified() {
         assert_eq!(parse_vector(b"nope").unwrap_err().kind(), "decode");
-        let err = parse_vector(br#"{"status":"error","errorType":"bad_data","error":"parse error at char 3"}"#).unwrap_err();
+        let err =
+            parse_vector(br#"{"status":"error","errorType":"bad_data","error":"parse error at char 3"}"#).unwrap_err();
         assert_eq!(err, PollError::Query("parse error at char 3".into()));
         let matrix = br#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#;
         assert_eq!(parse_vector(matrix).unwrap_err().kind(), "query");

@@ -38,7 +38,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let recompute = tokio::spawn(recompute::run(state.clone(), config.recompute_interval()));
-    let poller = cpu_source::CpuSource::from_config(&config).map(|source| tokio::spawn(cpu_source::run(source, state.clone())));
+    let poller =
+        cpu_source::CpuSource::from_config(&config).map(|source| tokio::spawn(cpu_source::run(source, state.clone())));
     let draining = state.clone();
     let result = axum::serve(listener, routes::router(state))
         .with_graceful_shutdown(async move {

@@ -1,6 +1,8 @@
 //! The service's own metrics, in Prometheus text format at `/metrics`.
 
-use prometheus::{Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+};
 use tailweight_core::weights::{Counts, Rejection};
 
 /// Why a report got a 4xx (the label of `tailweight_reports_rejected_total`).
@@ -60,8 +62,11 @@ impl Metrics {
             )
             .unwrap(),
             report_seconds: Histogram::with_opts(
-                HistogramOpts::new("tailweight_report_handling_seconds", "Time to handle one report (parse, merge, reply)")
-                    .buckets(vec![25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3]),
+                HistogramOpts::new(
+                    "tailweight_report_handling_seconds",
+                    "Time to handle one report (parse, merge, reply)",
+                )
+                .buckets(vec![25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3]),
             )
             .unwrap(),
             recompute_seconds: Histogram::with_opts(
@@ -71,18 +76,31 @@ impl Metrics {
             .unwrap(),
             reporters: IntGauge::new("tailweight_reporters_live", "Reporters not yet expired").unwrap(),
             clusters: IntGauge::new("tailweight_clusters_tracked", "Clusters with at least one live report").unwrap(),
-            endpoints: IntGauge::new("tailweight_endpoints_tracked", "Endpoints with at least one live report").unwrap(),
+            endpoints: IntGauge::new("tailweight_endpoints_tracked", "Endpoints with at least one live report")
+                .unwrap(),
             observations: IntGauge::new("tailweight_observations", "Reporter x endpoint pairs held").unwrap(),
-            cpu_entries: IntGauge::new("tailweight_cpu_entries", "Endpoint IPs with a CPU value from the metrics store").unwrap(),
-            cpu_polls: IntCounter::new("tailweight_cpu_source_polls_total", "Successful polls of the CPU source").unwrap(),
+            cpu_entries: IntGauge::new(
+                "tailweight_cpu_entries",
+                "Endpoint IPs with a CPU value from the metrics store",
+            )
+            .unwrap(),
+            cpu_polls: IntCounter::new("tailweight_cpu_source_polls_total", "Successful polls of the CPU source")
+                .unwrap(),
             cpu_errors: IntCounterVec::new(
                 Opts::new("tailweight_cpu_source_errors_total", "Failed polls of the CPU source, by kind"),
                 &["kind"],
             )
             .unwrap(),
-            cpu_series: IntGauge::new("tailweight_cpu_source_series", "Series with a usable IP and value in the last poll").unwrap(),
-            cpu_staleness: Gauge::new("tailweight_cpu_source_staleness_seconds", "Seconds since the last successful poll (-1: none yet)")
-                .unwrap(),
+            cpu_series: IntGauge::new(
+                "tailweight_cpu_source_series",
+                "Series with a usable IP and value in the last poll",
+            )
+            .unwrap(),
+            cpu_staleness: Gauge::new(
+                "tailweight_cpu_source_staleness_seconds",
+                "Seconds since the last successful poll (-1: none yet)",
+            )
+            .unwrap(),
             registry,
         };
         for reason in RejectReason::all() {

@@ -22,8 +22,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .method_not_allowed_fallback(|| async { text(StatusCode::METHOD_NOT_ALLOWED, "method: not allowed on this path") })
-        .fallback(|| async { text(StatusCode::NOT_FOUND, "path: not found (see /v1/report, /v1/weights, /metrics, /healthz, /readyz)") })
+        .method_not_allowed_fallback(|| async {
+            text(StatusCode::METHOD_NOT_ALLOWED, "method: not allowed on this path")
+        })
+        .fallback(|| async {
+            text(StatusCode::NOT_FOUND, "path: not found (see /v1/report, /v1/weights, /metrics, /healthz, /readyz)")
+        })
         .with_state(state)
 }
 
@@ -69,7 +73,11 @@ async fn handle_report(state: &AppState, headers: &HeaderMap, body: Body) -> Res
         let line = match reason {
             // A future version may not even parse as v1: say what is wrong, not what failed.
             RejectReason::UnsupportedVersion if !e.starts_with("version") => {
-                format!("version: {} is not supported (this side speaks {})", peek_version(&bytes).unwrap_or(0), wire::VERSION)
+                format!(
+                    "version: {} is not supported (this side speaks {})",
+                    peek_version(&bytes).unwrap_or(0),
+                    wire::VERSION
+                )
             }
             _ => e,
         };
@@ -87,8 +95,11 @@ async fn handle_report(state: &AppState, headers: &HeaderMap, body: Body) -> Res
 
 /// The body, or 413 if it is (or says it will be) larger than `limit`.
 async fn read_limited(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, Refusal> {
-    let too_large = || (RejectReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, format!("body: larger than the limit of {limit} bytes"));
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let too_large = || {
+        (RejectReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, format!("body: larger than the limit of {limit} bytes"))
+    };
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
@@ -117,7 +128,10 @@ struct WeightsQuery {
     cluster: Option<String>,
 }
 
-async fn weights(State(state): State<Arc<AppState>>, query: Result<Query<WeightsQuery>, axum::extract::rejection::QueryRejection>) -> Response {
+async fn weights(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<WeightsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
     let Ok(Query(q)) = query else {
         return text(StatusCode::BAD_REQUEST, "query: expected at most `cluster=<name>`");
     };

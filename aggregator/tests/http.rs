@@ -161,22 +161,57 @@ async fn every_class_of_bad_input_gets_a_4xx_with_one_line_and_changes_nothing()
         ("".into(), 400, "malformed report", "malformed"),
         ("\u{0}\u{1}garbage".into(), 400, "malformed report", "malformed"),
         (with(&|v| v["interval_ms"] = json!("1000")), 400, "invalid type", "malformed"),
-        (with(&|v| *v.pointer_mut(&format!("{e}/requests")).unwrap() = json!(-5)), 400, "malformed report", "malformed"),
-        (with(&|v| *v.pointer_mut(&format!("{e}/requests")).unwrap() = json!(1.5)), 400, "malformed report", "malformed"),
+        (
+            with(&|v| *v.pointer_mut(&format!("{e}/requests")).unwrap() = json!(-5)),
+            400,
+            "malformed report",
+            "malformed",
+        ),
+        (
+            with(&|v| *v.pointer_mut(&format!("{e}/requests")).unwrap() = json!(1.5)),
+            400,
+            "malformed report",
+            "malformed",
+        ),
         (with(&|v| v["clusters"] = json!({"a": 1})), 400, "malformed report", "malformed"),
-        (with(&|v| v.pointer_mut(e).unwrap().as_object_mut().unwrap().remove("address").map(|_| ()).unwrap()), 400, "missing field `address`", "malformed"),
-        (with(&|_| {}).replacen("\"inflight\":2", "\"inflight\":2,\"cpu\":NaN", 1), 400, "malformed report", "malformed"),
-        (with(&|_| {}).replacen("\"inflight\":2", "\"inflight\":2,\"cpu\":1e999", 1), 400, "malformed report", "malformed"),
+        (
+            with(&|v| v.pointer_mut(e).unwrap().as_object_mut().unwrap().remove("address").map(|_| ()).unwrap()),
+            400,
+            "missing field `address`",
+            "malformed",
+        ),
+        (
+            with(&|_| {}).replacen("\"inflight\":2", "\"inflight\":2,\"cpu\":NaN", 1),
+            400,
+            "malformed report",
+            "malformed",
+        ),
+        (
+            with(&|_| {}).replacen("\"inflight\":2", "\"inflight\":2,\"cpu\":1e999", 1),
+            400,
+            "malformed report",
+            "malformed",
+        ),
         (with(&|v| v.pointer_mut(e).unwrap()["cpu"] = json!(-0.5)), 400, "cpu: -0.5 is outside", "invalid"),
         (with(&|v| v.pointer_mut(e).unwrap()["cpu"] = json!(1e300)), 400, "is outside 0..=1000", "invalid"),
-        (with(&|v| v.pointer_mut(e).unwrap()["inflight"] = json!(4_000_000)), 400, "inflight: 4000000 is above", "invalid"),
+        (
+            with(&|v| v.pointer_mut(e).unwrap()["inflight"] = json!(4_000_000)),
+            400,
+            "inflight: 4000000 is above",
+            "invalid",
+        ),
         (with(&|v| v.pointer_mut(e).unwrap()["latency_ewma_us"] = json!(u64::MAX)), 400, "above one hour", "invalid"),
         (with(&|v| v.pointer_mut(e).unwrap()["errors"] = json!(1_000)), 400, "exceed requests", "invalid"),
         (with(&|v| v.pointer_mut(e).unwrap()["address"] = json!("pod-a")), 400, "is not ip:port", "invalid"),
         (with(&|v| v["reporter"] = json!("")), 400, "reporter: must not be empty", "invalid"),
         (with(&|v| v["interval_ms"] = json!(0)), 400, "interval_ms: 0 is outside", "invalid"),
         (with(&|v| v["version"] = json!(2)), 400, "version: 2 is not supported", "unsupported_version"),
-        (json!({"version": 3, "something": "else"}).to_string(), 400, "version: 3 is not supported", "unsupported_version"),
+        (
+            json!({"version": 3, "something": "else"}).to_string(),
+            400,
+            "version: 3 is not supported",
+            "unsupported_version",
+        ),
         ("x".repeat(70 * 1024), 413, "larger than the limit of 65536 bytes", "too_large"),
         (report("pod-new-1", 1, &["10.0.0.1:80"]).to_string(), 200, "", ""),
         (report("pod-new-2", 1, &["10.0.0.1:80"]).to_string(), 429, "too_many_reporters", "too_many_reporters"),
@@ -213,7 +248,8 @@ async fn a_chunked_body_over_the_limit_is_refused_too() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let s = Server::start(|c| c.max_body_bytes = 1024).await;
     let mut tcp = tokio::net::TcpStream::connect(s.url.trim_start_matches("http://")).await.unwrap();
-    let mut request = b"POST /v1/report HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n".to_vec();
+    let mut request =
+        b"POST /v1/report HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n".to_vec();
     for _ in 0..10 {
         request.extend_from_slice(b"200\r\n");
         request.extend_from_slice(&[b' '; 512]);

@@ -18,19 +18,21 @@ fn endpoint() -> impl Strategy<Value = EndpointReport> {
         proptest::option::of(prop_oneof![Just(0.0f64), 0.0f64..2.0, Just(f64::NAN), Just(-1.0), Just(1e300)]),
         proptest::option::of(any::<u64>()),
     )
-        .prop_map(|(ip, requests, errors, latency_sum_us, inflight, latency_ewma_us, latency_age_ms, cpu, cpu_age_ms)| {
-            EndpointReport {
-                address: format!("10.0.0.{ip}:80"),
-                requests,
-                errors: errors.min(requests),
-                latency_sum_us,
-                inflight,
-                latency_ewma_us,
-                latency_age_ms,
-                cpu,
-                cpu_age_ms,
-            }
-        })
+        .prop_map(
+            |(ip, requests, errors, latency_sum_us, inflight, latency_ewma_us, latency_age_ms, cpu, cpu_age_ms)| {
+                EndpointReport {
+                    address: format!("10.0.0.{ip}:80"),
+                    requests,
+                    errors: errors.min(requests),
+                    latency_sum_us,
+                    inflight,
+                    latency_ewma_us,
+                    latency_age_ms,
+                    cpu,
+                    cpu_age_ms,
+                }
+            },
+        )
 }
 
 fn report() -> impl Strategy<Value = Report> {

@@ -165,11 +165,7 @@ impl Cluster {
         for v in &view.endpoints {
             if let Some((slot, _)) = self.learn(&v.address, now_us, max_endpoints) {
                 let e = &mut self.endpoints[slot];
-                e.global = Some(GlobalStats {
-                    weight: v.weight,
-                    latency_us: v.latency_us as f64,
-                    ejected: v.ejected,
-                });
+                e.global = Some(GlobalStats { weight: v.weight, latency_us: v.latency_us as f64, ejected: v.ejected });
                 e.last_seen_us = e.last_seen_us.max(now_us);
             }
         }
@@ -180,8 +176,7 @@ impl Cluster {
     /// Forget endpoints unseen for `ttl` (unless requests are in flight to them). Returns how many.
     pub fn expire(&mut self, now_us: u64, ttl_us: u64) -> usize {
         let before = self.endpoints.len();
-        self.endpoints
-            .retain(|e| e.local.inflight > 0 || now_us.saturating_sub(e.last_seen_us) < ttl_us);
+        self.endpoints.retain(|e| e.local.inflight > 0 || now_us.saturating_sub(e.last_seen_us) < ttl_us);
         let removed = before - self.endpoints.len();
         if removed > 0 {
             self.index = self.endpoints.iter().enumerate().map(|(i, e)| (e.address.clone(), i)).collect();
@@ -232,10 +227,15 @@ impl Cluster {
             None
         } else {
             let mut acc = 0.0;
-            Some(weights.iter().map(|w| {
-                acc += w;
-                acc
-            }).collect())
+            Some(
+                weights
+                    .iter()
+                    .map(|w| {
+                        acc += w;
+                        acc
+                    })
+                    .collect(),
+            )
         };
         self.sampler_stale = false;
         self.sampled_with_view = fresh;

@@ -113,7 +113,9 @@ impl FilterConfig {
             clusters: f.string_list("clusters", 256)?,
             pick: PickParams {
                 explore_ratio: f.number("explore_ratio", p.explore_ratio, 0.0, 0.5)?,
-                latency_decay_us: f.integer("latency_decay_ms", (p.latency_decay_us / 1e3) as u64, 10..=600_000)? as f64 * 1e3,
+                latency_decay_us: f.integer("latency_decay_ms", (p.latency_decay_us / 1e3) as u64, 10..=600_000)?
+                    as f64
+                    * 1e3,
                 default_latency_us: f.number("default_latency_ms", p.default_latency_us / 1e3, 0.01, 600_000.0)? * 1e3,
                 stale_after_us: f.integer("stale_after_ms", p.stale_after_us / 1_000, 100..=3_600_000)? * 1_000,
                 error_penalty: f.number("error_penalty", p.error_penalty, 0.0, 1_000.0)?,
@@ -122,8 +124,11 @@ impl FilterConfig {
             },
             endpoint_ttl_ms: f.integer("endpoint_ttl_ms", d.endpoint_ttl_ms, 1_000..=86_400_000)?,
             max_clusters: f.integer("max_clusters", d.max_clusters as u64, 1..=10_000)? as usize,
-            max_endpoints_per_cluster: f.integer("max_endpoints_per_cluster", d.max_endpoints_per_cluster as u64, 1..=100_000)?
-                as usize,
+            max_endpoints_per_cluster: f.integer(
+                "max_endpoints_per_cluster",
+                d.max_endpoints_per_cluster as u64,
+                1..=100_000,
+            )? as usize,
             sync_interval_ms: f.integer("sync_interval_ms", d.sync_interval_ms, 10..=10_000)?,
             aggregator: match f.object("aggregator")? {
                 None => None,
@@ -194,7 +199,12 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn integer(&mut self, key: &'static str, default: u64, range: std::ops::RangeInclusive<u64>) -> Result<u64, String> {
+    fn integer(
+        &mut self,
+        key: &'static str,
+        default: u64,
+        range: std::ops::RangeInclusive<u64>,
+    ) -> Result<u64, String> {
         match self.get(key) {
             None => Ok(default),
             Some(v) => match v.as_u64() {
@@ -219,8 +229,7 @@ impl<'a> Fields<'a> {
     }
 
     fn required_string(&mut self, key: &'static str, max_len: usize) -> Result<String, String> {
-        self.optional_string(key, max_len)?
-            .ok_or_else(|| format!("field `{}{key}`: required", self.prefix))
+        self.optional_string(key, max_len)?.ok_or_else(|| format!("field `{}{key}`: required", self.prefix))
     }
 
     fn optional_string(&mut self, key: &'static str, max_len: usize) -> Result<Option<String>, String> {
@@ -366,7 +375,10 @@ mod tests {
             (r#"{"aggregator": 5}"#, "field `aggregator`: expected an object, got 5"),
             (r#"{"aggregator": {}}"#, "field `aggregator.cluster`: required"),
             (r#"{"aggregator": {"cluster": "a", "report_interval_ms": 50}}"#, "field `aggregator.report_interval_ms`"),
-            (r#"{"aggregator": {"cluster": "a", "path": "v1"}}"#, "field `aggregator.path`: expected a path starting with '/'"),
+            (
+                r#"{"aggregator": {"cluster": "a", "path": "v1"}}"#,
+                "field `aggregator.path`: expected a path starting with '/'",
+            ),
             (r#"{"aggregator": {"cluster": "a", "clutser": 1}}"#, "field `aggregator.clutser`: unknown field"),
             (r#"{"explore_ration": 0.1}"#, "field `explore_ration`: unknown field (known: "),
         ] {

@@ -11,8 +11,8 @@ pub mod orca;
 pub mod rng;
 pub mod snapshot;
 pub mod stats;
-pub mod wire;
 pub mod weights;
+pub mod wire;
 
 pub use balancer::{Balancer, Completion, Pick, Settings};
 pub use config::FilterConfig;

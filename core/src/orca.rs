@@ -37,21 +37,16 @@ pub fn parse(header: &str) -> Result<OrcaLoad, String> {
 fn parse_text(body: &str) -> Result<OrcaLoad, String> {
     let mut load = OrcaLoad::default();
     for pair in body.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (key, value) = pair
-            .split_once('=')
-            .ok_or_else(|| format!("{HEADER}: {:?} is not key=value", truncate(pair, 40)))?;
-        let value: f64 = value
-            .trim()
-            .parse()
-            .map_err(|_| format!("{HEADER}: {} is not a number", key.trim()))?;
+        let (key, value) =
+            pair.split_once('=').ok_or_else(|| format!("{HEADER}: {:?} is not key=value", truncate(pair, 40)))?;
+        let value: f64 = value.trim().parse().map_err(|_| format!("{HEADER}: {} is not a number", key.trim()))?;
         set(&mut load, key.trim(), value)?;
     }
     Ok(load)
 }
 
 fn parse_json(body: &str) -> Result<OrcaLoad, String> {
-    let value: serde_json::Value =
-        serde_json::from_str(body).map_err(|e| format!("{HEADER}: bad JSON: {e}"))?;
+    let value: serde_json::Value = serde_json::from_str(body).map_err(|e| format!("{HEADER}: bad JSON: {e}"))?;
     let object = value.as_object().ok_or_else(|| format!("{HEADER}: JSON report is not an object"))?;
     let mut load = OrcaLoad::default();
     for (key, value) in object {
@@ -101,7 +96,8 @@ mod tests {
 
     #[test]
     fn json_report() {
-        let l = parse(r#"JSON {"cpu_utilization": 0.25, "application_utilization": 0.5, "named_metrics": {"x": 1}}"#).unwrap();
+        let l = parse(r#"JSON {"cpu_utilization": 0.25, "application_utilization": 0.5, "named_metrics": {"x": 1}}"#)
+            .unwrap();
         assert_eq!(l.cpu_utilization, Some(0.25));
         assert_eq!(l.utilization(), Some(0.5), "application utilisation wins when set");
     }

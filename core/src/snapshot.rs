@@ -118,7 +118,10 @@ mod tests {
         }];
         let now = 1_000_000;
         let merged = merge(
-            &[Part { written_us: now, live: true, clusters: &a }, Part { written_us: now - 100_000, live: true, clusters: &b }],
+            &[
+                Part { written_us: now, live: true, clusters: &a },
+                Part { written_us: now - 100_000, live: true, clusters: &b },
+            ],
             now,
         );
         assert_eq!(merged.len(), 1);
@@ -144,12 +147,14 @@ mod tests {
         let mut y = x.clone();
         y.cpu = Some(0.9);
         y.cpu_age_ms = Some(5);
-        let (a, b) = (vec![ClusterReport { name: "c".into(), endpoints: vec![x] }], vec![ClusterReport {
-            name: "c".into(),
-            endpoints: vec![y],
-        }]);
-        let merged =
-            merge(&[Part { written_us: 0, live: true, clusters: &a }, Part { written_us: 0, live: true, clusters: &b }], 0);
+        let (a, b) = (
+            vec![ClusterReport { name: "c".into(), endpoints: vec![x] }],
+            vec![ClusterReport { name: "c".into(), endpoints: vec![y] }],
+        );
+        let merged = merge(
+            &[Part { written_us: 0, live: true, clusters: &a }, Part { written_us: 0, live: true, clusters: &b }],
+            0,
+        );
         assert_eq!(merged[0].endpoints[0].cpu, Some(0.9));
     }
 }

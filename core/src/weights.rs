@@ -100,7 +100,7 @@ type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
 pub use merge::{capped_median, clip_contributions, Vote};
 
 use crate::stats::median;
-use crate::wire::{self, ClusterView, EndpointView, Report, Reply};
+use crate::wire::{self, ClusterView, EndpointView, Reply, Report};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -259,8 +259,12 @@ pub enum Rejection {
 }
 
 impl Rejection {
-    pub const ALL: [Rejection; 4] =
-        [Rejection::TooManyReporters, Rejection::TooManyClusters, Rejection::TooManyEndpoints, Rejection::TooManyObservations];
+    pub const ALL: [Rejection; 4] = [
+        Rejection::TooManyReporters,
+        Rejection::TooManyClusters,
+        Rejection::TooManyEndpoints,
+        Rejection::TooManyObservations,
+    ];
 
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -615,7 +619,13 @@ impl WeightBook {
                     }
                     superseded = Some(incarnations.iter().map(|r| (r.id, r.expires_us)).collect::<Vec<_>>());
                 }
-                incarnations.push(Reporter { id, incarnation: report.incarnation, interval_us, expires_us, routes: Vec::new() });
+                incarnations.push(Reporter {
+                    id,
+                    incarnation: report.incarnation,
+                    interval_us,
+                    expires_us,
+                    routes: Vec::new(),
+                });
                 let last = incarnations.len() - 1;
                 incarnations.swap(0, last);
                 self.reporter_count += 1;
@@ -638,17 +648,18 @@ impl WeightBook {
                 cluster.endpoints.warm(&route.index, id);
             }
             for (i, e) in c.endpoints.iter().enumerate() {
-                let endpoint = match route.lookup(cluster.layout, i, &e.address).filter(|at| *at < cluster.endpoints.len()) {
-                    Some(at) => {
-                        let endpoint = cluster.endpoints.at(at);
-                        debug_assert_eq!(endpoint.address, e.address, "a route outlived its layout");
-                        endpoint
-                    }
-                    None => {
-                        stale = true;
-                        cluster.endpoints.get_or_insert(&e.address)
-                    }
-                };
+                let endpoint =
+                    match route.lookup(cluster.layout, i, &e.address).filter(|at| *at < cluster.endpoints.len()) {
+                        Some(at) => {
+                            let endpoint = cluster.endpoints.at(at);
+                            debug_assert_eq!(endpoint.address, e.address, "a route outlived its layout");
+                            endpoint
+                        }
+                        None => {
+                            stale = true;
+                            cluster.endpoints.get_or_insert(&e.address)
+                        }
+                    };
                 for (other, until) in superseded.iter().flatten() {
                     if let Some(o) = endpoint.obs.get_mut(other) {
                         o.expires_us = o.expires_us.min(*until);
@@ -767,7 +778,9 @@ impl WeightBook {
             let by_cpu = m
                 .cpu
                 .map(|(cpu, source, at)| match source {
-                    "metrics" => (cpu, endpoint.rates_over(at.saturating_sub(p.cpu_window_us), at).unwrap_or((m.qps, m.eps))),
+                    "metrics" => {
+                        (cpu, endpoint.rates_over(at.saturating_sub(p.cpu_window_us), at).unwrap_or((m.qps, m.eps)))
+                    }
                     _ => (cpu, (m.qps, m.eps)),
                 })
                 .filter(|(cpu, (qps, _))| *cpu >= p.min_cpu && *qps > 0.0 && *qps >= p.min_qps_for_cpu)
@@ -793,7 +806,13 @@ impl WeightBook {
                 let k = endpoint.concurrency.unwrap_or(median_concurrency);
                 let errors = endpoint.error_ratio.clamp(0.0, 1.0);
                 let per_request_us = |s_us: f64| s_us + p.failure_cost_us * errors;
-                (endpoint.service_us.filter(|s| *s > 0.0).map(|s_us| k * 1e6 * (1.0 - errors) / per_request_us(s_us)), Method::Latency)
+                (
+                    endpoint
+                        .service_us
+                        .filter(|s| *s > 0.0)
+                        .map(|s_us| k * 1e6 * (1.0 - errors) / per_request_us(s_us)),
+                    Method::Latency,
+                )
             };
             let raw = raw.filter(|v| v.is_finite() && *v > 0.0);
             let raw = match raw {
@@ -880,7 +899,13 @@ impl WeightBook {
 
     /// `serde_json::to_vec(&self.reply(..))`, byte for byte, without building the reply: each
     /// endpoint's JSON was prepared at recompute except `peer_inflight`. The service's hot path.
-    pub fn reply_json<'a>(&self, reporter: &str, clusters: impl IntoIterator<Item = &'a str>, now_us: u64, out: &mut Vec<u8>) {
+    pub fn reply_json<'a>(
+        &self,
+        reporter: &str,
+        clusters: impl IntoIterator<Item = &'a str>,
+        now_us: u64,
+        out: &mut Vec<u8>,
+    ) {
         let asking = self.reporter(reporter, None);
         out.extend_from_slice(b"{\"version\":");
         write_json(out, &wire::VERSION);
@@ -1255,10 +1280,9 @@ fn merge_endpoint(
         }
     }
     let orca = capped_median(&mut s.votes, p.vote_cap).map(|c| (c, orca_at));
-    let external = e
-        .ip
-        .and_then(|ip| external_cpu.get(&ip).copied())
-        .filter(|(_, at)| now_us.saturating_sub(*at) <= p.cpu_max_age_us);
+    let external =
+        e.ip.and_then(|ip| external_cpu.get(&ip).copied())
+            .filter(|(_, at)| now_us.saturating_sub(*at) <= p.cpu_max_age_us);
     let cpu = match (orca, external) {
         (Some((o, oat)), Some((x, xat))) => Some(if oat >= xat { (o, "orca", oat) } else { (x, "metrics", xat) }),
         (Some((o, oat)), None) => Some((o, "orca", oat)),

@@ -130,9 +130,8 @@ pub struct EndpointView {
 /// aggregator cluster the shard key must be in the authority. The raw cluster name cannot be:
 /// `|` is not a host name character.
 pub fn shard_authority(cluster: &str, authority: &str) -> String {
-    let hash = cluster
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let hash =
+        cluster.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
     format!("{hash:016x}.{authority}")
 }
 
@@ -250,7 +249,10 @@ fn check_name(field: &str, name: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn check_clusters<'a>(clusters: impl ExactSizeIterator<Item = (&'a String, usize)>, limits: &Limits) -> Result<(), String> {
+fn check_clusters<'a>(
+    clusters: impl ExactSizeIterator<Item = (&'a String, usize)>,
+    limits: &Limits,
+) -> Result<(), String> {
     if clusters.len() > limits.max_clusters {
         return Err(format!("clusters: {} is more than the limit of {}", clusters.len(), limits.max_clusters));
     }
@@ -366,7 +368,8 @@ mod tests {
         let err = r.validate(&Limits::default()).unwrap_err();
         assert!(err.starts_with("clusters[18].name: \"c3\" appears twice"), "{err}");
         r.clusters[18].name = "c18".into();
-        r.clusters[5].endpoints = ["10.0.0.9:1", "10.0.0.2:1", "10.0.0.5:1", "10.0.0.2:1", "10.0.0.9:1"].map(endpoint).to_vec();
+        r.clusters[5].endpoints =
+            ["10.0.0.9:1", "10.0.0.2:1", "10.0.0.5:1", "10.0.0.2:1", "10.0.0.9:1"].map(endpoint).to_vec();
         let err = r.validate(&Limits::default()).unwrap_err();
         assert!(err.starts_with("clusters[5].endpoints[3].address: 10.0.0.2:1 appears twice"), "{err}");
         r.clusters[5].endpoints.truncate(3);
@@ -405,7 +408,10 @@ mod tests {
             (Box::new(|v| v["interval_ms"] = json!("1000")), "malformed report: invalid type"),
             (Box::new(|v| v["clusters"][0]["endpoints"][0]["requests"] = json!(-1)), "malformed report"),
             (Box::new(|v| v["clusters"][0]["endpoints"][0]["errors"] = json!(11)), "errors (11) exceed requests (10)"),
-            (Box::new(|v| v["clusters"][0]["endpoints"][0]["address"] = json!("pod-a")), "address: \"pod-a\" is not ip:port"),
+            (
+                Box::new(|v| v["clusters"][0]["endpoints"][0]["address"] = json!("pod-a")),
+                "address: \"pod-a\" is not ip:port",
+            ),
             (Box::new(|v| v["clusters"][0]["endpoints"][1]["address"] = json!("10.0.0.1:8080")), "appears twice"),
             (Box::new(|v| v["clusters"][0]["endpoints"][0]["cpu"] = json!(1e9)), "endpoints[0].cpu"),
             (Box::new(|v| v["clusters"][0]["endpoints"][0]["inflight"] = json!(2_000_000)), "inflight: 2000000"),
@@ -452,7 +458,10 @@ mod tests {
         let mut bad = good.clone();
         bad[at] = 0xC3;
         assert!(parse_report(&bad, &Limits::default()).unwrap_err().starts_with("malformed report: not UTF-8"));
-        let text = String::from_utf8(good).unwrap().replacen("\"endpoints\":[", "\"endpoints\":{\"a\":[", 1).replacen("]}]", "]}}]", 1);
+        let text = String::from_utf8(good)
+            .unwrap()
+            .replacen("\"endpoints\":[", "\"endpoints\":{\"a\":[", 1)
+            .replacen("]}]", "]}}]", 1);
         let err = parse_report(text.as_bytes(), &Limits::default()).unwrap_err();
         assert!(err.starts_with("malformed report: invalid type: map, expected a sequence"), "{err}");
     }

@@ -53,7 +53,11 @@ async fn run(config: spec::Config) -> Result<(), String> {
     }
     tokio::spawn(server::serve_admin(admin, backends.clone()));
     let ports: Vec<String> = backends.iter().map(|b| b.spec.port.to_string()).collect();
-    println!("tailweight-emulator: admin 127.0.0.1:{}, backends on 127.0.0.1 ports {}", config.admin_port, ports.join(","));
+    println!(
+        "tailweight-emulator: admin 127.0.0.1:{}, backends on 127.0.0.1 ports {}",
+        config.admin_port,
+        ports.join(",")
+    );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
     tokio::select! {

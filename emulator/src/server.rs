@@ -121,7 +121,10 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     response
 }
 
-fn admin(request: Request<Incoming>, backends: Arc<Vec<Arc<Backend>>>) -> impl Future<Output = Result<Response<Full<Bytes>>, Infallible>> {
+fn admin(
+    request: Request<Incoming>,
+    backends: Arc<Vec<Arc<Backend>>>,
+) -> impl Future<Output = Result<Response<Full<Bytes>>, Infallible>> {
     let response = match (request.method(), request.uri().path()) {
         (&Method::GET, "/metrics") => {
             let snapshots: Vec<_> = backends.iter().map(|b| b.snapshot()).collect();
@@ -140,7 +143,10 @@ fn admin(request: Request<Incoming>, backends: Arc<Vec<Arc<Backend>>>) -> impl F
             }
             Err(e) => text(StatusCode::BAD_REQUEST, format!("bad event: {e}\n")),
         },
-        _ => text(StatusCode::NOT_FOUND, "not found: GET /metrics, GET /healthz, POST /event?backends=..&action=..\n".into()),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found: GET /metrics, GET /healthz, POST /event?backends=..&action=..\n".into(),
+        ),
     };
     std::future::ready(Ok(response))
 }

@@ -105,7 +105,8 @@ pub fn parse_backend(spec: &str) -> Result<BackendSpec, String> {
     let mut jitter = 0.0;
     let mut payload_bytes = 0usize;
     for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').ok_or_else(|| format!("--backend {spec:?}: {pair:?} is not key=value"))?;
+        let (key, value) =
+            pair.split_once('=').ok_or_else(|| format!("--backend {spec:?}: {pair:?} is not key=value"))?;
         let what = format!("--backend {key}");
         match key {
             "port" => port = Some(parse_port(&what, value)?),
@@ -124,7 +125,11 @@ pub fn parse_backend(spec: &str) -> Result<BackendSpec, String> {
                     _ => return Err(format!("{what}: expected an integer in 0..={MAX_PAYLOAD}, got {value:?}")),
                 }
             }
-            _ => return Err(format!("--backend {spec:?}: unknown key {key:?} (known: port, workers, base_ms, speed, jitter, payload_bytes)")),
+            _ => {
+                return Err(format!(
+                "--backend {spec:?}: unknown key {key:?} (known: port, workers, base_ms, speed, jitter, payload_bytes)"
+            ))
+            }
         }
     }
     let missing = |k: &str| format!("--backend {spec:?}: {k} is required");
@@ -198,7 +203,10 @@ mod tests {
             c.backends[0],
             BackendSpec { port: 18001, workers: 2, base_ms: 10.0, speed: 1.618, jitter: 0.2, payload_bytes: 1024 }
         );
-        assert_eq!(c.backends[1], BackendSpec { port: 18002, workers: 1, base_ms: 5.0, speed: 1.0, jitter: 0.0, payload_bytes: 0 });
+        assert_eq!(
+            c.backends[1],
+            BackendSpec { port: 18002, workers: 1, base_ms: 5.0, speed: 1.0, jitter: 0.0, payload_bytes: 0 }
+        );
     }
 
     #[test]
@@ -225,7 +233,10 @@ mod tests {
 
     #[test]
     fn events() {
-        assert_eq!(parse_event("backends=0,3&action=speed&value=5", 4), Ok(Event { backends: vec![0, 3], action: Action::Speed(5.0) }));
+        assert_eq!(
+            parse_event("backends=0,3&action=speed&value=5", 4),
+            Ok(Event { backends: vec![0, 3], action: Action::Speed(5.0) })
+        );
         assert_eq!(parse_event("action=fail&backends=1", 2), Ok(Event { backends: vec![1], action: Action::Fail }));
         assert_eq!(parse_event("backends=1&action=stop", 2).unwrap().action, Action::Stop);
         assert_eq!(parse_event("backends=1&action=recover", 2).unwrap().action, Action::Recover);

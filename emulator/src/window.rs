@@ -67,7 +67,13 @@ pub struct BusyMeter {
 
 impl BusyMeter {
     pub fn new(bucket_us: u64, buckets: usize) -> Self {
-        BusyMeter { busy: 0, since_us: 0, total_busy_us: 0.0, window: SlidingWindow::new(bucket_us, buckets), bucket_us: bucket_us.max(1) }
+        BusyMeter {
+            busy: 0,
+            since_us: 0,
+            total_busy_us: 0.0,
+            window: SlidingWindow::new(bucket_us, buckets),
+            bucket_us: bucket_us.max(1),
+        }
     }
 
     /// Credits busy x (now - since) to the buckets the interval spans.

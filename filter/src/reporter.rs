@@ -62,7 +62,10 @@ impl Reporter {
                 }
                 Err(status) => self.fail(
                     metrics,
-                    &format!("cannot call aggregator cluster {:?}: {status:?} (is the cluster defined?)", aggregator.cluster),
+                    &format!(
+                        "cannot call aggregator cluster {:?}: {status:?} (is the cluster defined?)",
+                        aggregator.cluster
+                    ),
                 ),
             }
         }

@@ -46,10 +46,8 @@ impl Context for Root {
 
 impl RootContext for Root {
     fn on_configure(&mut self, _: usize) -> bool {
-        let bytes = hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
+        let bytes =
+            hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX).ok().flatten().unwrap_or_default();
         let state = match FilterConfig::parse(&bytes) {
             Ok(config) => {
                 let _ = hostcalls::set_tick_period(Duration::from_millis(config.sync_interval_ms));

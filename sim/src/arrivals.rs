@@ -85,9 +85,15 @@ impl Arrivals {
             };
             times.push((t, client));
         }
-        Ok(Arrivals { source: Source::Trace { times, next: 0 }, rng: Rng::new(seed), clients, service, end_ns, spare_normal: None })
+        Ok(Arrivals {
+            source: Source::Trace { times, next: 0 },
+            rng: Rng::new(seed),
+            clients,
+            service,
+            end_ns,
+            spare_normal: None,
+        })
     }
-
 }
 
 impl Iterator for Arrivals {
@@ -149,7 +155,8 @@ mod tests {
 
     #[test]
     fn trace_lines_and_errors() {
-        let mut a = Arrivals::trace("# t,client\n0.5,1\n\n1.0\n2.0,0\n", 2, Service::Exponential, 1_500_000_000, 3).unwrap();
+        let mut a =
+            Arrivals::trace("# t,client\n0.5,1\n\n1.0\n2.0,0\n", 2, Service::Exponential, 1_500_000_000, 3).unwrap();
         let first = a.next().unwrap();
         assert_eq!((first.at_ns, first.client), (500_000_000, 1));
         assert_eq!(a.next().unwrap().at_ns, 1_000_000_000);

@@ -8,7 +8,9 @@
 
 use crate::arrivals::{Arrival, Arrivals};
 use crate::histogram::Histogram;
-use crate::policy::{timer_of, Choice, Ctx, Outcome, Policy, Queue, EV_DONE, EV_REJECT, EV_SCENARIO, EV_TIMER, EV_WINDOW};
+use crate::policy::{
+    timer_of, Choice, Ctx, Outcome, Policy, Queue, EV_DONE, EV_REJECT, EV_SCENARIO, EV_TIMER, EV_WINDOW,
+};
 use crate::scenario::{Action, Setup};
 use crate::server::{Server, Status};
 use std::collections::{BTreeSet, VecDeque};
@@ -103,7 +105,11 @@ impl<'s, P: Policy> Engine<'s, P> {
             }
         }
         let windows = (setup.end_ns() / SERIES_WINDOW_NS + 1) as usize;
-        let idle = if P::CENTRAL { servers.iter().enumerate().map(|(i, s)| (speed_key(s), i as u32)).collect() } else { BTreeSet::new() };
+        let idle = if P::CENTRAL {
+            servers.iter().enumerate().map(|(i, s)| (speed_key(s), i as u32)).collect()
+        } else {
+            BTreeSet::new()
+        };
         Engine {
             setup,
             policy,
@@ -135,7 +141,12 @@ impl<'s, P: Policy> Engine<'s, P> {
     /// flight is answered. Returns what was measured.
     pub fn run(&mut self) -> Measured {
         {
-            let mut ctx = Ctx { now_ns: 0, servers: &self.servers, queue: &mut self.queue, network_delay_ns: self.setup.network_delay_ns };
+            let mut ctx = Ctx {
+                now_ns: 0,
+                servers: &self.servers,
+                queue: &mut self.queue,
+                network_delay_ns: self.setup.network_delay_ns,
+            };
             self.policy.start(&mut ctx);
         }
         self.queue.push(SERVER_WINDOW_NS, EV_WINDOW, 0);
@@ -169,7 +180,12 @@ impl<'s, P: Policy> Engine<'s, P> {
             EV_DONE => self.done(value as u32, now),
             EV_REJECT => self.respond(value as u32, now, true),
             EV_TIMER => {
-                let mut ctx = Ctx { now_ns: now, servers: &self.servers, queue: &mut self.queue, network_delay_ns: self.setup.network_delay_ns };
+                let mut ctx = Ctx {
+                    now_ns: now,
+                    servers: &self.servers,
+                    queue: &mut self.queue,
+                    network_delay_ns: self.setup.network_delay_ns,
+                };
                 self.policy.timer(timer_of(value), &mut ctx);
             }
             EV_WINDOW => {
@@ -193,8 +209,14 @@ impl<'s, P: Policy> Engine<'s, P> {
                 (self.requests.len() - 1) as u32
             }
         };
-        self.requests[slot as usize] =
-            Request { arrived_ns: a.at_ns, sent_ns: a.at_ns, draw: a.draw as f32, client: a.client, endpoint: 0, token: 0 };
+        self.requests[slot as usize] = Request {
+            arrived_ns: a.at_ns,
+            sent_ns: a.at_ns,
+            draw: a.draw as f32,
+            client: a.client,
+            endpoint: 0,
+            token: 0,
+        };
         if self.setup.connection_limit && self.in_flight[a.client as usize] >= self.setup.connections {
             let backlog = &mut self.backlog[a.client as usize];
             backlog.push_back(slot);
@@ -217,7 +239,12 @@ impl<'s, P: Policy> Engine<'s, P> {
             return;
         }
         let choice = {
-            let mut ctx = Ctx { now_ns: now, servers: &self.servers, queue: &mut self.queue, network_delay_ns: self.setup.network_delay_ns };
+            let mut ctx = Ctx {
+                now_ns: now,
+                servers: &self.servers,
+                queue: &mut self.queue,
+                network_delay_ns: self.setup.network_delay_ns,
+            };
             self.policy.pick(client, &mut ctx)
         };
         let e = choice.endpoint.min(self.servers.len() as u32 - 1);
@@ -324,7 +351,12 @@ impl<'s, P: Policy> Engine<'s, P> {
         if !P::CENTRAL {
             let outcome = Outcome { latency_ns, failed, orca: self.servers[r.endpoint as usize].orca };
             let choice = Choice { endpoint: r.endpoint, token: r.token };
-            let mut ctx = Ctx { now_ns: now, servers: &self.servers, queue: &mut self.queue, network_delay_ns: self.setup.network_delay_ns };
+            let mut ctx = Ctx {
+                now_ns: now,
+                servers: &self.servers,
+                queue: &mut self.queue,
+                network_delay_ns: self.setup.network_delay_ns,
+            };
             self.policy.complete(r.client, choice, &outcome, &mut ctx);
         }
         if self.setup.connection_limit {

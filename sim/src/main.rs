@@ -71,7 +71,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--filter-config" => a.filter_config = Some(value("JSON")?),
             "--cswrr-periods" => {
                 let v = value("blackout,update")?;
-                let (b, u) = v.split_once(',').ok_or_else(|| format!("{flag}: expected two numbers: blackout,update"))?;
+                let (b, u) =
+                    v.split_once(',').ok_or_else(|| format!("{flag}: expected two numbers: blackout,update"))?;
                 o.cswrr_periods_s = Some((number(&flag, b.trim())?, number(&flag, u.trim())?));
             }
             "--threads" => a.threads = number(&flag, &value("count")?)?,

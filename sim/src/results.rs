@@ -172,7 +172,8 @@ fn reactions(setup: &Setup, m: &Measured) -> Vec<Reaction> {
                 .filter_map(|k| share(&m.sent_series, series, k.saturating_sub(SHARE_WINDOWS), k).map(|s| (k, s)))
                 .collect();
             let last = samples.last().map_or(next, |(k, _)| *k);
-            let finals: Vec<f64> = samples.iter().filter(|(k, _)| *k + FINAL_WINDOWS >= last).map(|(_, s)| *s).collect();
+            let finals: Vec<f64> =
+                samples.iter().filter(|(k, _)| *k + FINAL_WINDOWS >= last).map(|(_, s)| *s).collect();
             let final_share = if finals.is_empty() { 0.0 } else { finals.iter().sum::<f64>() / finals.len() as f64 };
             let outside = |s: f64| (s - final_share).abs() > BAND * final_share;
             let settle_s = match samples.iter().rposition(|(_, s)| outside(*s)) {
@@ -233,8 +234,10 @@ impl RunResult {
             if self.connection_limit { ", connection-limited like Fortio" } else { ", open loop" },
         );
         let groups = self.policies.first().map(|p| p.groups.clone()).unwrap_or_default();
-        let group_names: Vec<String> =
-            groups.iter().map(|g| format!("{} x speed {} ({:.1}% of capacity)", g.endpoints, g.speed, g.capacity_share * 100.0)).collect();
+        let group_names: Vec<String> = groups
+            .iter()
+            .map(|g| format!("{} x speed {} ({:.1}% of capacity)", g.endpoints, g.speed, g.capacity_share * 100.0))
+            .collect();
         out += &format!("Share columns are per backend group: {}.\n\n", group_names.join("; "));
         out += "| policy | p50 ms | p90 ms | p99 ms | p99.9 ms | mean ms | errors | share by group % | settle s after events | requests | sim req/s (wall) |\n";
         out += "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |\n";

@@ -109,7 +109,11 @@ pub fn run_all(setup: &Setup, policies: &[String], filter: &FilterConfig, thread
 }
 
 /// f(0..n) on up to `threads` threads, results in index order; the first error wins.
-fn parallel<T: Send>(n: usize, threads: usize, f: impl Fn(usize) -> Result<T, String> + Sync) -> Result<Vec<T>, String> {
+fn parallel<T: Send>(
+    n: usize,
+    threads: usize,
+    f: impl Fn(usize) -> Result<T, String> + Sync,
+) -> Result<Vec<T>, String> {
     let next = AtomicUsize::new(0);
     let slots: Mutex<Vec<Option<Result<T, String>>>> = Mutex::new((0..n).map(|_| None).collect());
     std::thread::scope(|scope| {
@@ -156,7 +160,13 @@ pub struct SweepResult {
 }
 
 /// Every policy at every load (as a share of capacity).
-pub fn sweep(base: &Setup, loads: &[f64], policies: &[String], filter: &FilterConfig, threads: usize) -> Result<SweepResult, String> {
+pub fn sweep(
+    base: &Setup,
+    loads: &[f64],
+    policies: &[String],
+    filter: &FilterConfig,
+    threads: usize,
+) -> Result<SweepResult, String> {
     for p in policies {
         check_policy(p)?;
     }

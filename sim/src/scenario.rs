@@ -541,15 +541,31 @@ mod tests {
             assert!(!err.contains('\n'), "one line: {err}");
         }
         let mutations: [(&str, &str, &str); 9] = [
-            ("workers: 2, base_ms: 10, speed: 1.0,", "workers: 0, base_ms: 10, speed: 1.0,", "backends[0].workers: must be at least 1"),
+            (
+                "workers: 2, base_ms: 10, speed: 1.0,",
+                "workers: 0, base_ms: 10, speed: 1.0,",
+                "backends[0].workers: must be at least 1",
+            ),
             ("speed: 6.854", "speed: -1", "backends[3].speed: expected a finite number > 0, got -1"),
             ("qps: 600", "qps: 0", "clients.qps: expected a finite number > 0"),
             ("policies: [round_robin,", "policies: [round_robn,", "policy \"round_robn\" is unknown"),
             ("network_delay_ms: 0.5", "network_delay_ms: 0.5, colour: red", "unknown field `colour`"),
             ("clients: 1000,", "clients: 0,", "sim.clients: must be at least 1"),
-            ("policies:", "events: [{at_s: 5, backends: [15], action: fail}]\npolicies:", "events[0].backends: backend 15 does not exist"),
-            ("policies:", "events: [{at_s: 5, backends: [1], action: speed}]\npolicies:", "events[0].value: required for action speed"),
-            ("policies:", "events: [{at_s: 5, backends: [1], action: explode}]\npolicies:", "unknown variant `explode`"),
+            (
+                "policies:",
+                "events: [{at_s: 5, backends: [15], action: fail}]\npolicies:",
+                "events[0].backends: backend 15 does not exist",
+            ),
+            (
+                "policies:",
+                "events: [{at_s: 5, backends: [1], action: speed}]\npolicies:",
+                "events[0].value: required for action speed",
+            ),
+            (
+                "policies:",
+                "events: [{at_s: 5, backends: [1], action: explode}]\npolicies:",
+                "unknown variant `explode`",
+            ),
         ];
         for (from, to, want) in mutations {
             assert!(SEED.contains(from), "{from}");

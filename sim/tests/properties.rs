@@ -12,7 +12,13 @@ fn setup(yaml: &str, o: Overrides) -> Setup {
 }
 
 fn short(clients: u32, load: f64) -> Overrides {
-    Overrides { clients: Some(clients), load_factor: Some(load), warmup_s: Some(5.0), duration_s: Some(20.0), ..Default::default() }
+    Overrides {
+        clients: Some(clients),
+        load_factor: Some(load),
+        warmup_s: Some(5.0),
+        duration_s: Some(20.0),
+        ..Default::default()
+    }
 }
 
 fn all(s: &Setup) -> Vec<PolicyResult> {
@@ -80,15 +86,26 @@ fn ideal_bound_is_never_worse_than_any_policy_on_the_same_trace() {
         for r in &results {
             let what = format!("{} at {clients} clients, load {load}", r.policy);
             assert_eq!(r.requests, ideal.requests, "{what}: same trace");
-            assert!(ideal.latency_ms.p99 <= r.latency_ms.p99, "{what}: p99 {} < ideal {}", r.latency_ms.p99, ideal.latency_ms.p99);
-            assert!(ideal.latency_ms.mean <= r.latency_ms.mean, "{what}: mean {} < ideal {}", r.latency_ms.mean, ideal.latency_ms.mean);
+            assert!(
+                ideal.latency_ms.p99 <= r.latency_ms.p99,
+                "{what}: p99 {} < ideal {}",
+                r.latency_ms.p99,
+                ideal.latency_ms.p99
+            );
+            assert!(
+                ideal.latency_ms.mean <= r.latency_ms.mean,
+                "{what}: mean {} < ideal {}",
+                r.latency_ms.mean,
+                ideal.latency_ms.mean
+            );
         }
     }
 }
 
 #[test]
 fn latency_aware_policies_move_traffic_off_a_slowed_backend_and_round_robin_does_not() {
-    let yaml = SEED.replacen("policies:", "events: [{at_s: 10, backends: [0, 1, 2], action: speed, value: 8}]\npolicies:", 1);
+    let yaml =
+        SEED.replacen("policies:", "events: [{at_s: 10, backends: [0, 1, 2], action: speed, value: 8}]\npolicies:", 1);
     // Ten copies of the mix: enough requests per second that the 1 s shares are not noise.
     let s = setup(&yaml, Overrides { duration_s: Some(30.0), backend_scale: Some(10), ..short(100, 0.5) });
     let filter = filter_config("", s.endpoints.len()).unwrap();
@@ -97,7 +114,10 @@ fn latency_aware_policies_move_traffic_off_a_slowed_backend_and_round_robin_does
         let reaction = &r.reactions[0];
         assert_eq!(reaction.endpoints, 30);
         if policy == "round_robin" {
-            assert!((reaction.share_before - 0.2).abs() < 0.02 && (reaction.final_share - 0.2).abs() < 0.02, "{reaction:?}");
+            assert!(
+                (reaction.share_before - 0.2).abs() < 0.02 && (reaction.final_share - 0.2).abs() < 0.02,
+                "{reaction:?}"
+            );
             assert_eq!(reaction.settle_s, Some(0.0), "nothing to react to: {reaction:?}");
         } else {
             assert!(reaction.final_share < 0.5 * reaction.share_before, "{policy}: {reaction:?}");
@@ -118,11 +138,22 @@ fn the_aggregator_loop_runs_and_beats_local_only_decisions_with_many_clients() {
     let s = setup(SEED, Overrides { warmup_s: Some(10.0), duration_s: Some(30.0), ..Default::default() });
     assert_eq!(s.clients, 1000);
     let filter = filter_config("", s.endpoints.len()).unwrap();
-    let [lr, local, global] = ["least_request", "tailweight_local", "tailweight"].map(|p| run_policy(&s, p, &filter).unwrap());
+    let [lr, local, global] =
+        ["least_request", "tailweight_local", "tailweight"].map(|p| run_policy(&s, p, &filter).unwrap());
     assert_eq!(global.extra["rejected_reports"], 0.0);
     let slowest = |r: &PolicyResult| r.groups[3].share;
-    assert!(slowest(&global) < 0.5 * slowest(&lr), "fib29 share {} vs least_request {}", slowest(&global), slowest(&lr));
-    assert!(global.latency_ms.p99 < 0.5 * local.latency_ms.p99, "{} vs {}", global.latency_ms.p99, local.latency_ms.p99);
+    assert!(
+        slowest(&global) < 0.5 * slowest(&lr),
+        "fib29 share {} vs least_request {}",
+        slowest(&global),
+        slowest(&lr)
+    );
+    assert!(
+        global.latency_ms.p99 < 0.5 * local.latency_ms.p99,
+        "{} vs {}",
+        global.latency_ms.p99,
+        local.latency_ms.p99
+    );
     assert!(global.latency_ms.p99 < 0.5 * lr.latency_ms.p99, "{} vs {}", global.latency_ms.p99, lr.latency_ms.p99);
 }
 
@@ -143,7 +174,8 @@ fn the_aggregators_view_helps_where_every_proxy_sees_every_endpoint_a_little() {
     };
     let s = setup(yaml, o);
     let filter = filter_config("", s.endpoints.len()).unwrap();
-    let [operator, local, global] = ["operator", "tailweight_local", "tailweight"].map(|p| run_policy(&s, p, &filter).unwrap());
+    let [operator, local, global] =
+        ["operator", "tailweight_local", "tailweight"].map(|p| run_policy(&s, p, &filter).unwrap());
     let p99 = |r: &PolicyResult| r.latency_ms.p99;
     assert!(p99(&global) < p99(&local), "with the view {} vs local-only {}", p99(&global), p99(&local));
     assert!(p99(&global) < p99(&operator), "with the view {} vs operator {}", p99(&global), p99(&operator));

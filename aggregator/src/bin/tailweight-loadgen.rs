@@ -171,7 +171,8 @@ impl Drop for Server {
 
 fn start_server(binary: &PathBuf, cpu: usize) -> Result<(Server, SocketAddr), String> {
     use std::os::unix::process::CommandExt;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
+    let port =
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let child = Command::new("taskset")
         .arg("-c")
@@ -188,7 +189,11 @@ fn start_server(binary: &PathBuf, cpu: usize) -> Result<(Server, SocketAddr), St
 fn rss_kib(pid: u32) -> Option<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |name: &str| {
-        status.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok())
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
     };
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
@@ -269,7 +274,10 @@ impl Fleet {
             incarnation: 1,
             // Slow enough that no reporter expires between its reports at the lowest rate.
             interval_ms: 10_000,
-            clusters: vec![ClusterReport { name: format!("outbound|8080||svc-{cluster}.bench.svc.cluster.local"), endpoints }],
+            clusters: vec![ClusterReport {
+                name: format!("outbound|8080||svc-{cluster}.bench.svc.cluster.local"),
+                endpoints,
+            }],
         }
     }
 
@@ -633,8 +641,15 @@ async fn run(args: Args) -> Result<(), String> {
         Some((rss, hwm)) => (Some(rss as f64 / 1024.0), Some(hwm as f64 / 1024.0)),
         None => (None, None),
     };
-    let best = steps.iter().filter(|s| s.p99_ms < 5.0 && s.failed == 0).map(|s| s.accepted_per_s).fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
-    let per_core = steps.iter().filter_map(|s| s.accepted_per_core_s).fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+    let best = steps
+        .iter()
+        .filter(|s| s.p99_ms < 5.0 && s.failed == 0)
+        .map(|s| s.accepted_per_s)
+        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+    let per_core = steps
+        .iter()
+        .filter_map(|s| s.accepted_per_core_s)
+        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
     let results = Results {
         reporters: args.reporters,
         endpoints_per_reporter: args.endpoints,

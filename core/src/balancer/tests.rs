@@ -37,7 +37,12 @@ fn run(b: &mut Balancer, backends: &[(&str, u64, bool)], n: usize, start: u64) -
         };
         let (address, latency, fails) = backends[i];
         now += latency;
-        b.complete(C, pick.first_choice(), &Outcome { served: Some(address), latency_us: latency, failed: fails, load: None }, now);
+        b.complete(
+            C,
+            pick.first_choice(),
+            &Outcome { served: Some(address), latency_us: latency, failed: fails, load: None },
+            now,
+        );
         served[i] += 1;
         if now / (200 * MS) != (now - latency) / (200 * MS) {
             b.tick(now);
@@ -57,7 +62,10 @@ fn unknown_cluster_is_left_to_the_fallback_until_an_endpoint_is_seen() {
 
 #[test]
 fn steering_raises_inflight_and_completion_lowers_it() {
-    let mut b = Balancer::new(Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() }, 1);
+    let mut b = Balancer::new(
+        Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() },
+        1,
+    );
     learn(&mut b, &[A, B], 0);
     let pick = loop {
         // Novelty keeps exploring at first; steered picks come once it fades.
@@ -78,7 +86,11 @@ fn steering_raises_inflight_and_completion_lowers_it() {
 #[test]
 fn retry_choices_bound_the_header() {
     for (retry_choices, expected) in [(0, 1), (1, 2), (3, 3)] {
-        let settings = Settings { retry_choices, pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() };
+        let settings = Settings {
+            retry_choices,
+            pick: PickParams { explore_ratio: 0.0, ..Default::default() },
+            ..Default::default()
+        };
         let mut b = Balancer::new(settings, 3);
         learn(&mut b, &[A, B, "10.0.0.3:80"], 0);
         for _ in 0..50 {
@@ -111,7 +123,10 @@ fn fast_failing_endpoint_is_never_preferred() {
 
 #[test]
 fn an_endpoint_that_did_not_serve_what_we_chose_is_penalised() {
-    let mut b = Balancer::new(Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() }, 5);
+    let mut b = Balancer::new(
+        Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() },
+        5,
+    );
     learn(&mut b, &[A, B], 0);
     let before = b.cluster(C).unwrap().get(A).unwrap().local.errors;
     let done = b.complete(C, Some(A), &ok(B, 5 * MS), 1);
@@ -140,7 +155,10 @@ fn cluster_limit_leaves_further_clusters_untracked() {
 
 #[test]
 fn exploration_settles_at_explore_ratio_once_nothing_new_turns_up() {
-    let mut b = Balancer::new(Settings { pick: PickParams { explore_ratio: 0.05, ..Default::default() }, ..Default::default() }, 11);
+    let mut b = Balancer::new(
+        Settings { pick: PickParams { explore_ratio: 0.05, ..Default::default() }, ..Default::default() },
+        11,
+    );
     let backends = [(A, 5 * MS, false), (B, 5 * MS, false)];
     run(&mut b, &backends, 2_000, 0); // all discovered, novelty faded
     let explored = (0..20_000).filter(|_| b.pick(C, 10_000 * MS) == Pick::Explore).count();
@@ -156,7 +174,13 @@ fn aggregator_weights_bias_sampling_and_ejection_excludes() {
         name: C.into(),
         endpoints: vec![
             EndpointView { address: A.into(), weight: wa, latency_us: 5_000, ..Default::default() },
-            EndpointView { address: B.into(), weight: 1.0, latency_us: 5_000, ejected: ejected_b, ..Default::default() },
+            EndpointView {
+                address: B.into(),
+                weight: 1.0,
+                latency_us: 5_000,
+                ejected: ejected_b,
+                ..Default::default()
+            },
             EndpointView { address: "10.0.0.3:80".into(), weight: 1.0, latency_us: 5_000, ..Default::default() },
         ],
     };
@@ -240,7 +264,13 @@ fn siblings_share_discoveries_and_latency() {
     let ttl_ms = b.settings().endpoint_ttl_us / MS;
     let old = vec![ClusterReport {
         name: C.into(),
-        endpoints: vec![EndpointReport { address: B.into(), requests: 3, latency_ewma_us: 4_000, latency_age_ms: ttl_ms, ..Default::default() }],
+        endpoints: vec![EndpointReport {
+            address: B.into(),
+            requests: 3,
+            latency_ewma_us: 4_000,
+            latency_age_ms: ttl_ms,
+            ..Default::default()
+        }],
     }];
     let later = 2 * ttl_ms * MS;
     b.apply_siblings(&[Part { written_us: later, live: true, clusters: &old }], later);

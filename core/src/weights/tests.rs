@@ -1,6 +1,6 @@
 use super::*;
-use std::collections::BTreeMap;
 use crate::wire::{ClusterReport, EndpointReport, VERSION};
+use std::collections::BTreeMap;
 
 const SEC: u64 = 1_000_000;
 const CLUSTER: &str = "outbound|8080||svc.ns.svc.cluster.local";
@@ -297,7 +297,9 @@ fn an_endpoint_without_data_gets_the_median_weight() {
     let mut w = World::new(WeightParams::default());
     let idle = Traffic { inflight: 1, ..ok(0, 0) };
     for _ in 0..40 {
-        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 20_000)), (C, ok(50, 40_000)), ("10.0.0.4:8080", idle)]);
+        w.step(&REPORTERS, |_| {
+            vec![(A, ok(50, 10_000)), (B, ok(50, 20_000)), (C, ok(50, 40_000)), ("10.0.0.4:8080", idle)]
+        });
     }
     let weights = w.weights();
     assert_eq!(w.decision("10.0.0.4:8080").method, Method::Median);
@@ -383,7 +385,11 @@ fn with_two_honest_reporters_a_liar_lowers_sums_only_by_withholding_its_own() {
     let mut w = World::new(WeightParams::default());
     for _ in 0..5 {
         w.step(&["h0", "h1", "liar"], |i| {
-            let t = if i < 2 { Traffic { inflight: 3, ..ok(50, 10_000) } } else { Traffic { inflight: 1, ..ok(1, 10_000) } };
+            let t = if i < 2 {
+                Traffic { inflight: 3, ..ok(50, 10_000) }
+            } else {
+                Traffic { inflight: 1, ..ok(1, 10_000) }
+            };
             vec![(A, t)]
         });
     }
@@ -532,11 +538,19 @@ fn a_report_soon_after_the_last_one_does_not_fake_a_zero_rate() {
 
 #[test]
 fn caps_refuse_whole_reports_and_change_nothing() {
-    let p = WeightParams { max_reporters: 2, max_clusters: 2, max_endpoints_per_cluster: 3, max_observations: 5, ..Default::default() };
+    let p = WeightParams {
+        max_reporters: 2,
+        max_clusters: 2,
+        max_endpoints_per_cluster: 3,
+        max_observations: 5,
+        ..Default::default()
+    };
     let mut book = WeightBook::new(p);
     let cluster = |name: &str, n: usize| ClusterReport {
         name: name.into(),
-        endpoints: (0..n).map(|i| EndpointReport { address: format!("10.0.0.{}:80", i + 1), requests: 1, ..Default::default() }).collect(),
+        endpoints: (0..n)
+            .map(|i| EndpointReport { address: format!("10.0.0.{}:80", i + 1), requests: 1, ..Default::default() })
+            .collect(),
     };
     book.ingest(&report_of("r0", vec![cluster("c0", 3)]), SEC).unwrap();
     book.recompute(SEC);
@@ -569,7 +583,11 @@ fn memory_stays_bounded_under_reporter_churn() {
                 &format!("pod-{round}-{i}"),
                 vec![ClusterReport {
                     name: format!("c{}", round % 7),
-                    endpoints: vec![EndpointReport { address: format!("10.1.{}.{}:80", round % 250, i), requests: 1, ..Default::default() }],
+                    endpoints: vec![EndpointReport {
+                        address: format!("10.1.{}.{}:80", round % 250, i),
+                        requests: 1,
+                        ..Default::default()
+                    }],
                 }],
             );
             book.ingest(&r, now).unwrap();
@@ -657,7 +675,11 @@ impl Slowdown {
     }
 
     fn decision(&self, i: usize) -> Option<EndpointDecision> {
-        self.w.book.decisions(Some(CLUSTER)).first().and_then(|c| c.endpoints.iter().find(|e| e.address == self.addresses[i]).cloned())
+        self.w
+            .book
+            .decisions(Some(CLUSTER))
+            .first()
+            .and_then(|c| c.endpoints.iter().find(|e| e.address == self.addresses[i]).cloned())
     }
 
     fn weight(&self, i: usize) -> f64 {
@@ -864,7 +886,13 @@ fn reports_land_on_their_endpoints_when_indices_move_and_orders_change() {
     let mut w = World::new(WeightParams::default());
     // r1 alone reports A (first in the list), then stops: A expires, B and C move up.
     for _ in 0..3 {
-        w.step(&["r1", "r0"], |i| if i == 1 { vec![(B, ok(20, 10_000)), (C, ok(30, 10_000))] } else { vec![(A, ok(10, 10_000))] });
+        w.step(&["r1", "r0"], |i| {
+            if i == 1 {
+                vec![(B, ok(20, 10_000)), (C, ok(30, 10_000))]
+            } else {
+                vec![(A, ok(10, 10_000))]
+            }
+        });
     }
     for _ in 0..6 {
         w.step(&["r0"], |_| vec![(B, ok(20, 10_000)), (C, ok(30, 10_000))]);

@@ -98,8 +98,8 @@ mod tests {
 
     #[test]
     fn the_slower_endpoint_loses() {
-        use crate::server::Orca;
         use super::super::Queue;
+        use crate::server::Orca;
         let mut p = PeakEwma::new(1, 2, 3);
         let mut queue = Queue::default();
         let mut ctx = Ctx { now_ns: 1_000, servers: &[], queue: &mut queue, network_delay_ns: 0 };

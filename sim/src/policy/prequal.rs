@@ -33,7 +33,11 @@ pub struct Prequal {
 
 impl Prequal {
     pub fn new(clients: u32, endpoints: u32, seed: u64) -> Prequal {
-        Prequal { pools: (0..clients).map(|_| Vec::with_capacity(POOL + PROBES_PER_QUERY)).collect(), endpoints, rng: Rng::new(seed) }
+        Prequal {
+            pools: (0..clients).map(|_| Vec::with_capacity(POOL + PROBES_PER_QUERY)).collect(),
+            endpoints,
+            rng: Rng::new(seed),
+        }
     }
 }
 
@@ -46,7 +50,8 @@ fn choose(pool: &[Probe], usable: impl Fn(&Probe) -> bool) -> Option<usize> {
     rifs.sort_unstable();
     let threshold = rifs[((rifs.len() - 1) as f64 * Q_RIF).floor() as usize];
     let candidates = || pool.iter().enumerate().filter(|(_, p)| usable(p));
-    let cold = candidates().filter(|(_, p)| p.rif <= threshold).min_by(|a, b| a.1.latency_ns.total_cmp(&b.1.latency_ns));
+    let cold =
+        candidates().filter(|(_, p)| p.rif <= threshold).min_by(|a, b| a.1.latency_ns.total_cmp(&b.1.latency_ns));
     cold.or_else(|| candidates().min_by_key(|(_, p)| p.rif)).map(|(i, _)| i)
 }
 
