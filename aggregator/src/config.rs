@@ -14,9 +14,13 @@ pub enum LogFormat {
 #[derive(Debug, Clone, Parser)]
 #[command(name = "tailweight-aggregator", version, about = "Merges sidecar reports into per-endpoint capacity weights")]
 pub struct Config {
-    /// Address to listen on.
+    /// Address to listen on (port 0: any free port; see --ready-file).
     #[arg(long, env = "TAILWEIGHT_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
+    /// Once listening, write the bound address (`ip:port` and a newline) to this file, atomically
+    /// (for harnesses that start it on port 0).
+    #[arg(long, env = "TAILWEIGHT_READY_FILE")]
+    pub ready_file: Option<std::path::PathBuf>,
     /// Tokio worker threads (0 = one per CPU; 1 = everything on one thread, the cheapest per report).
     #[arg(long, env = "TAILWEIGHT_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,

@@ -34,7 +34,11 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
-        tracing::info!(listen = %listener.local_addr()?, "tailweight-aggregator listening");
+        let bound = listener.local_addr()?;
+        if let Some(path) = &config.ready_file {
+            write_ready_file(path, bound)?;
+        }
+        tracing::info!(listen = %bound, "tailweight-aggregator listening");
         tailweight_aggregator::serve(config, state, listener, shutdown_signal()).await
     });
     match result {
@@ -57,6 +61,14 @@ fn init_logging(config: &Config) {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
     }
+}
+
+/// The bound address, written to a temporary name and renamed into place (never read half-written).
+fn write_ready_file(path: &std::path::Path, bound: std::net::SocketAddr) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, format!("{bound}\n"))?;
+    std::fs::rename(&tmp, path)
 }
 
 /// SIGTERM or SIGINT.

@@ -38,13 +38,18 @@ fn main() {
     }
 }
 
-async fn run(config: spec::Config) -> Result<(), String> {
+async fn run(mut config: spec::Config) -> Result<(), String> {
     backend::now_us(); // start the clock
     let mut listeners = Vec::with_capacity(config.backends.len());
-    for spec in &config.backends {
-        listeners.push(server::listen(spec.port)?);
+    for spec in &mut config.backends {
+        let listener = server::listen(spec.port)?;
+        // Port 0 took whatever the OS gave: that port is the backend's from now on (a stopped
+        // backend listens on it again when it recovers).
+        spec.port = server::local_port(&listener)?;
+        listeners.push(listener);
     }
     let admin = server::listen(config.admin_port)?;
+    let admin_port = server::local_port(&admin)?;
     let backends: Arc<Vec<Arc<Backend>>> = Arc::new(
         config.backends.iter().enumerate().map(|(i, s)| Arc::new(Backend::new(i, s.clone(), config.seed))).collect(),
     );
@@ -52,12 +57,12 @@ async fn run(config: spec::Config) -> Result<(), String> {
         tokio::spawn(server::serve_backend(b.clone(), l));
     }
     tokio::spawn(server::serve_admin(admin, backends.clone()));
-    let ports: Vec<String> = backends.iter().map(|b| b.spec.port.to_string()).collect();
-    println!(
-        "tailweight-emulator: admin 127.0.0.1:{}, backends on 127.0.0.1 ports {}",
-        config.admin_port,
-        ports.join(",")
-    );
+    let ports: Vec<u16> = backends.iter().map(|b| b.spec.port).collect();
+    if let Some(path) = &config.ready_file {
+        write_ready_file(path, admin_port, &ports)?;
+    }
+    let list: Vec<String> = ports.iter().map(u16::to_string).collect();
+    println!("tailweight-emulator: admin 127.0.0.1:{admin_port}, backends on 127.0.0.1 ports {}", list.join(","));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
     tokio::select! {
@@ -65,4 +70,15 @@ async fn run(config: spec::Config) -> Result<(), String> {
         _ = term.recv() => {}
     }
     Ok(())
+}
+
+/// `{"admin": P, "backends": [P0, ..]}`, written to a temporary name and renamed into place, so a
+/// reader never sees half of it.
+fn write_ready_file(path: &str, admin_port: u16, ports: &[u16]) -> Result<(), String> {
+    let list: Vec<String> = ports.iter().map(u16::to_string).collect();
+    let body = format!("{{\"admin\": {admin_port}, \"backends\": [{}]}}\n", list.join(", "));
+    let tmp = format!("{path}.tmp");
+    std::fs::write(&tmp, body)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| format!("--ready-file {path}: cannot write: {e}"))
 }

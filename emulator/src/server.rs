@@ -30,6 +30,11 @@ pub fn listen(port: u16) -> Result<TcpListener, String> {
     bind().map_err(|e| format!("cannot listen on {addr}: {e}"))
 }
 
+/// The port a listener is bound to (what port 0 turned into).
+pub fn local_port(listener: &TcpListener) -> Result<u16, String> {
+    listener.local_addr().map(|a| a.port()).map_err(|e| format!("cannot read the bound address: {e}"))
+}
+
 /// Resolves once `running` is false (or its sender is gone, which never happens while serving).
 async fn stopped(running: &mut watch::Receiver<bool>) {
     loop {

@@ -6,9 +6,12 @@
 //! POST /event?backends=0,3&action=speed&value=5     (admin port; action: speed | fail | stop | recover)
 //! ```
 
-pub const USAGE: &str = "usage: tailweight-emulator --admin-port PORT [--seed N] --backend SPEC [--backend SPEC ...]
+pub const USAGE: &str =
+    "usage: tailweight-emulator --admin-port PORT [--seed N] [--ready-file PATH] --backend SPEC [--backend SPEC ...]
   SPEC: port=P,workers=K,base_ms=MS[,speed=X][,jitter=SIGMA][,payload_bytes=N]
   Every backend listens on 127.0.0.1:P; service time = base_ms x speed x LogNormal(mean 1, sigma).
+  Port 0 (admin or backend) lets the OS pick a free port; --ready-file then tells which: once every
+  port listens, PATH is written (atomically) with {\"admin\": P, \"backends\": [P0, P1, ..]}.
   Admin on 127.0.0.1:PORT: GET /metrics (Prometheus text), GET /healthz,
   POST /event?backends=I[,J..]&action=speed&value=X | fail | stop | recover";
 
@@ -26,6 +29,8 @@ pub struct BackendSpec {
 pub struct Config {
     pub admin_port: u16,
     pub seed: u64,
+    /// Where to write the bound ports once listening (see USAGE).
+    pub ready_file: Option<String>,
     pub backends: Vec<BackendSpec>,
 }
 
@@ -53,6 +58,7 @@ const MAX_PAYLOAD: usize = 16 << 20;
 pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Config, String> {
     let mut admin_port = None;
     let mut seed = 1u64;
+    let mut ready_file = None;
     let mut backends = Vec::new();
     let mut args = args.into_iter();
     while let Some(flag) = args.next() {
@@ -63,6 +69,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Config, Str
                 let v = value("--seed")?;
                 seed = v.parse().map_err(|_| format!("--seed: expected a non-negative integer, got {v:?}"))?;
             }
+            "--ready-file" => ready_file = Some(value("--ready-file")?),
             "--backend" => backends.push(parse_backend(&value("--backend")?)?),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -74,20 +81,18 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Config, Str
     if backends.len() > MAX_BACKENDS {
         return Err(format!("at most {MAX_BACKENDS} backends, got {}", backends.len()));
     }
-    let mut ports: Vec<u16> = backends.iter().map(|b| b.port).collect();
-    ports.push(admin_port);
+    // Port 0 asks the OS for a free port: any number of them can be 0.
+    let mut ports: Vec<u16> = backends.iter().map(|b| b.port).filter(|p| *p != 0).collect();
+    ports.extend((admin_port != 0).then_some(admin_port));
     ports.sort_unstable();
     if let Some(w) = ports.windows(2).find(|w| w[0] == w[1]) {
         return Err(format!("port {} is used twice", w[0]));
     }
-    Ok(Config { admin_port, seed, backends })
+    Ok(Config { admin_port, seed, ready_file, backends })
 }
 
 fn parse_port(what: &str, s: &str) -> Result<u16, String> {
-    match s.parse::<u16>() {
-        Ok(p) if p > 0 => Ok(p),
-        _ => Err(format!("{what}: expected a port in 1..=65535, got {s:?}")),
-    }
+    s.parse::<u16>().map_err(|_| format!("{what}: expected a port in 0..=65535 (0: any free port), got {s:?}"))
 }
 
 fn parse_number(what: &str, s: &str, min: f64, max: f64) -> Result<f64, String> {
@@ -143,14 +148,13 @@ pub fn parse_backend(spec: &str) -> Result<BackendSpec, String> {
     })
 }
 
-/// Parses the query of `POST /event` against `n` backends.
+/// Parses the query of `POST /event` against `n` backends (form-encoded: `backends=2%2C5` is `2,5`).
 pub fn parse_event(query: &str, n: usize) -> Result<Event, String> {
     let mut backends = None;
     let mut action = None;
     let mut value = None;
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, v) = pair.split_once('=').unwrap_or((pair, ""));
-        match key {
+    for (key, v) in form_urlencoded::parse(query.as_bytes()) {
+        match key.as_ref() {
             "backends" => {
                 let list: Result<Vec<usize>, String> = v
                     .split(',')
@@ -161,8 +165,8 @@ pub fn parse_event(query: &str, n: usize) -> Result<Event, String> {
                     .collect();
                 backends = Some(list?);
             }
-            "action" => action = Some(v.to_string()),
-            "value" => value = Some(v.to_string()),
+            "action" => action = Some(v.into_owned()),
+            "value" => value = Some(v.into_owned()),
             _ => return Err(format!("unknown parameter {key:?} (known: backends, action, value)")),
         }
     }
@@ -207,6 +211,17 @@ mod tests {
             c.backends[1],
             BackendSpec { port: 18002, workers: 1, base_ms: 5.0, speed: 1.0, jitter: 0.0, payload_bytes: 0 }
         );
+        assert_eq!(c.ready_file, None);
+    }
+
+    #[test]
+    fn port_zero_may_repeat_and_the_ready_file_is_kept() {
+        let c = parse_args(args(
+            "--admin-port 0 --ready-file /tmp/r.json --backend port=0,workers=1,base_ms=1 --backend port=0,workers=1,base_ms=1",
+        ))
+        .unwrap();
+        assert_eq!((c.admin_port, c.backends[0].port, c.backends[1].port), (0, 0, 0));
+        assert_eq!(c.ready_file.as_deref(), Some("/tmp/r.json"));
     }
 
     #[test]
@@ -214,7 +229,7 @@ mod tests {
         for (line, needle) in [
             ("", "--admin-port is required"),
             ("--admin-port 9000", "at least one --backend"),
-            ("--admin-port 0 --backend port=1,workers=1,base_ms=1", "--admin-port: expected a port"),
+            ("--admin-port x --backend port=1,workers=1,base_ms=1", "--admin-port: expected a port"),
             ("--admin-port 9000 --backend port=9000,workers=1,base_ms=1", "port 9000 is used twice"),
             ("--admin-port 9000 --backend port=1,workers=0,base_ms=1", "--backend workers: expected an integer"),
             ("--admin-port 9000 --backend port=1,workers=1", "base_ms is required"),
@@ -240,6 +255,11 @@ mod tests {
         assert_eq!(parse_event("action=fail&backends=1", 2), Ok(Event { backends: vec![1], action: Action::Fail }));
         assert_eq!(parse_event("backends=1&action=stop", 2).unwrap().action, Action::Stop);
         assert_eq!(parse_event("backends=1&action=recover", 2).unwrap().action, Action::Recover);
+        // As an HTTP client sends a list: the comma percent-encoded.
+        assert_eq!(
+            parse_event("backends=0%2C2&action=fail", 3),
+            Ok(Event { backends: vec![0, 2], action: Action::Fail })
+        );
     }
 
     #[test]
