@@ -1,8 +1,11 @@
-//! tailweight-emulator: many heterogeneous HTTP/1.1 backends in one small process (see spec.rs for
-//! the command line and docs/scenario.md for what the numbers mean).
+//! tailweight-emulator: many heterogeneous HTTP/1.1 and gRPC backends in one small process (see
+//! spec.rs for the command line and docs/scenario.md for what the numbers mean).
 
 mod backend;
+mod grpc;
+mod http;
 mod metrics;
+mod orca;
 mod server;
 mod service_time;
 mod spec;
@@ -24,7 +27,8 @@ fn main() {
             std::process::exit(2);
         }
     };
-    // One thread serves every backend: service times are sleeps, so the work is only HTTP parsing.
+    // One thread serves every backend, HTTP/1.1 and gRPC alike: service times are sleeps, so the
+    // work is only protocol handling.
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -40,21 +44,25 @@ fn main() {
 
 async fn run(mut config: spec::Config) -> Result<(), String> {
     backend::now_us(); // start the clock
-    let mut listeners = Vec::with_capacity(config.backends.len());
+    let mut ports = Vec::with_capacity(config.backends.len());
     for spec in &mut config.backends {
-        let listener = server::listen(spec.port)?;
+        let socket = server::bind(spec.port)?;
         // Port 0 took whatever the OS gave: that port is the backend's from now on (a stopped
-        // backend listens on it again when it recovers).
-        spec.port = server::local_port(&listener)?;
-        listeners.push(listener);
+        // backend listens on it again when it recovers; an absent one keeps it bound until it joins).
+        spec.port = server::bound_port(&socket)?;
+        ports.push(if spec.absent {
+            server::StartPort::Reserved(socket)
+        } else {
+            server::StartPort::Listening(server::listen_on(socket)?)
+        });
     }
     let admin = server::listen(config.admin_port)?;
     let admin_port = server::local_port(&admin)?;
     let backends: Arc<Vec<Arc<Backend>>> = Arc::new(
         config.backends.iter().enumerate().map(|(i, s)| Arc::new(Backend::new(i, s.clone(), config.seed))).collect(),
     );
-    for (b, l) in backends.iter().zip(listeners) {
-        tokio::spawn(server::serve_backend(b.clone(), l));
+    for (b, port) in backends.iter().zip(ports) {
+        tokio::spawn(server::serve_backend(b.clone(), port));
     }
     tokio::spawn(server::serve_admin(admin, backends.clone()));
     let ports: Vec<u16> = backends.iter().map(|b| b.spec.port).collect();

@@ -5,28 +5,44 @@ use crate::backend::Snapshot;
 use std::fmt::Write;
 
 const FAMILIES: &[(&str, &str, &str)] = &[
-    ("emulator_requests_total", "counter", "Requests received (served, failed or cut by a stop)."),
-    ("emulator_errors_total", "counter", "Requests answered 503 (fail mode)."),
+    ("emulator_requests_total", "counter", "Requests (gRPC calls) received: served, failed, shed or cut by a stop."),
+    (
+        "emulator_errors_total",
+        "counter",
+        "Requests answered with an error at once: fail (503 / UNAVAILABLE) and shed (429 / RESOURCE_EXHAUSTED).",
+    ),
+    ("emulator_shed_total", "counter", "Requests refused by load shedding (429 / RESOURCE_EXHAUSTED), also in errors."),
+    ("emulator_connections_total", "counter", "Connections accepted (one HTTP/2 connection carries many calls)."),
     ("emulator_busy_seconds_total", "counter", "Busy worker time: the CPU analogue of this backend."),
     ("emulator_utilisation", "gauge", "Busy worker time / (workers x 1 s window), as sent in ORCA cpu_utilization."),
     ("emulator_inflight", "gauge", "Requests being served now."),
     ("emulator_queue_length", "gauge", "Requests waiting for a worker."),
     ("emulator_workers", "gauge", "Requests served at once."),
     ("emulator_speed", "gauge", "Current service time multiplier."),
-    ("emulator_mode", "gauge", "0 serving, 1 failing (503), 2 stopped (listener closed)."),
+    ("emulator_cold_multiplier", "gauge", "Current warm-up multiplier of the service time (1 = warm)."),
+    (
+        "emulator_mode",
+        "gauge",
+        "0 serving, 1 failing, 2 stopped (listener closed), 3 absent (not joined yet), 4 shedding.",
+    ),
 ];
 
 fn value(s: &Snapshot, family: &str) -> f64 {
     match family {
         "emulator_requests_total" => s.requests_total as f64,
         "emulator_errors_total" => s.errors_total as f64,
+        "emulator_shed_total" => s.shed_total as f64,
+        "emulator_connections_total" => s.connections_total as f64,
         "emulator_busy_seconds_total" => s.busy_seconds_total,
         "emulator_utilisation" => s.utilisation,
         "emulator_inflight" => f64::from(s.inflight),
         "emulator_queue_length" => f64::from(s.queued),
         "emulator_workers" => f64::from(s.workers),
         "emulator_speed" => s.speed,
-        _ => s.mode as u8 as f64,
+        "emulator_cold_multiplier" => s.cold_multiplier,
+        "emulator_mode" => f64::from(s.mode as u8),
+        // A family without a value here shows as NaN: visible, never a wrong number.
+        _ => f64::NAN,
     }
 }
 
@@ -72,9 +88,12 @@ mod tests {
             address: "127.0.0.1:18004".into(),
             workers: 2,
             speed: 5.0,
-            mode: Mode::Failing,
+            cold_multiplier: 2.5,
+            mode: Mode::Shedding,
             requests_total: 120,
             errors_total: 7,
+            shed_total: 3,
+            connections_total: 2,
             busy_seconds_total: 1.5,
             utilisation: 0.25,
             inflight: 1,
@@ -88,7 +107,10 @@ mod tests {
             "emulator_busy_seconds_total{backend=\"3\",address=\"127.0.0.1:18004\"} 1.5",
             "emulator_utilisation{backend=\"3\",address=\"127.0.0.1:18004\"} 0.25",
             "emulator_queue_length{backend=\"3\",address=\"127.0.0.1:18004\"} 4",
-            "emulator_mode{backend=\"3\",address=\"127.0.0.1:18004\"} 1",
+            "emulator_shed_total{backend=\"3\",address=\"127.0.0.1:18004\"} 3",
+            "emulator_connections_total{backend=\"3\",address=\"127.0.0.1:18004\"} 2",
+            "emulator_cold_multiplier{backend=\"3\",address=\"127.0.0.1:18004\"} 2.5",
+            "emulator_mode{backend=\"3\",address=\"127.0.0.1:18004\"} 4",
             "process_cpu_seconds_total 2.5",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");

@@ -1,8 +1,10 @@
-//! Listeners: one per backend on 127.0.0.1 (closed while the backend is stopped) and the admin port.
+//! Listeners: one per backend on 127.0.0.1 (closed while the backend is stopped or absent), each
+//! connection handed to the backend's front end (http.rs or grpc.rs), and the admin port.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, PortState, Presence};
 use crate::metrics;
-use crate::spec::parse_event;
+use crate::spec::{parse_event, Protocol};
+use crate::{grpc, http};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -15,53 +17,89 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 
-/// Binds 127.0.0.1:port with SO_REUSEADDR so a stopped backend can listen again at once.
-pub fn listen(port: u16) -> Result<TcpListener, String> {
+const BACKLOG: u32 = 1024;
+
+/// Binds 127.0.0.1:port with SO_REUSEADDR (so a stopped backend can listen again at once), not
+/// listening yet: connections are refused, but the port (also one the OS picked) stays ours.
+pub fn bind(port: u16) -> Result<TcpSocket, String> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let bind = || -> std::io::Result<TcpListener> {
+    let bind = || -> std::io::Result<TcpSocket> {
         let socket = TcpSocket::new_v4()?;
         socket.set_reuseaddr(true)?;
         socket.bind(addr)?;
-        socket.listen(1024)
+        Ok(socket)
     };
-    bind().map_err(|e| format!("cannot listen on {addr}: {e}"))
+    bind().map_err(|e| format!("cannot bind {addr}: {e}"))
 }
 
-/// The port a listener is bound to (what port 0 turned into).
+/// Starts listening on a bound socket.
+pub fn listen_on(socket: TcpSocket) -> Result<TcpListener, String> {
+    let addr = socket.local_addr().map_err(|e| format!("cannot read the bound address: {e}"))?;
+    socket.listen(BACKLOG).map_err(|e| format!("cannot listen on {addr}: {e}"))
+}
+
+/// Binds and listens on 127.0.0.1:port.
+pub fn listen(port: u16) -> Result<TcpListener, String> {
+    listen_on(bind(port)?)
+}
+
+/// The port a socket is bound to (what port 0 turned into).
+pub fn bound_port(socket: &TcpSocket) -> Result<u16, String> {
+    socket.local_addr().map(|a| a.port()).map_err(|e| format!("cannot read the bound address: {e}"))
+}
+
+/// The port a listener is bound to.
 pub fn local_port(listener: &TcpListener) -> Result<u16, String> {
     listener.local_addr().map(|a| a.port()).map_err(|e| format!("cannot read the bound address: {e}"))
 }
 
-/// Resolves once `running` is false (or its sender is gone, which never happens while serving).
-async fn stopped(running: &mut watch::Receiver<bool>) {
+/// A backend's port at start: listening, or only bound while the backend is absent.
+pub enum StartPort {
+    Listening(TcpListener),
+    Reserved(TcpSocket),
+}
+
+/// Resolves once the port that opened after `opened` closings closes: the presence is no longer
+/// Listening, or another stop happened (even if a recover followed before this looked). Never
+/// resolves if the sender is gone (it lives as long as the backend).
+pub async fn closed(port: &mut watch::Receiver<PortState>, opened: u64) {
     loop {
-        if !*running.borrow_and_update() {
+        let now = *port.borrow_and_update();
+        if now.presence != Presence::Listening || now.closings != opened {
             return;
         }
-        if running.changed().await.is_err() {
+        if port.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
     }
 }
 
-/// Accepts on the backend's port while it runs; while stopped the port is closed (connection refused).
-pub async fn serve_backend(backend: Arc<Backend>, first: TcpListener) {
-    let mut running = backend.running.subscribe();
-    let mut listener = Some(first);
+/// Accepts on the backend's port while it listens; otherwise the port is closed (connection refused).
+pub async fn serve_backend(backend: Arc<Backend>, start: StartPort) {
+    let mut port = backend.port.subscribe();
+    let (mut listener, mut reserved) = match start {
+        StartPort::Listening(l) => (Some(l), None),
+        StartPort::Reserved(s) => (None, Some(s)),
+    };
+    let grpc_service = grpc::GrpcService::new(backend.clone());
     loop {
         let current = match listener.take() {
             Some(l) => l,
             None => {
-                // Stopped: wait to be recovered, then listen again.
-                while !*running.borrow_and_update() {
-                    if running.changed().await.is_err() {
+                // Stopped or absent: wait until listening again.
+                while port.borrow_and_update().presence != Presence::Listening {
+                    if port.changed().await.is_err() {
                         return;
                     }
                 }
-                match listen(backend.spec.port) {
+                let listening = match reserved.take() {
+                    Some(socket) => listen_on(socket),
+                    None => listen(backend.spec.port),
+                };
+                match listening {
                     Ok(l) => l,
                     Err(e) => {
                         eprintln!("backend {}: {e}; retrying", backend.index);
@@ -71,11 +109,19 @@ pub async fn serve_backend(backend: Arc<Backend>, first: TcpListener) {
                 }
             }
         };
+        let opened = backend.port.borrow().closings;
+        let mut open = backend.port.subscribe();
         loop {
             tokio::select! {
                 accepted = current.accept() => match accepted {
                     Ok((stream, _)) => {
-                        tokio::spawn(serve_connection(backend.clone(), stream));
+                        backend.connection_accepted();
+                        match backend.spec.protocol {
+                            Protocol::Http => tokio::spawn(http::serve_connection(backend.clone(), stream, opened)),
+                            Protocol::Grpc => {
+                                tokio::spawn(grpc::serve_connection(grpc_service.clone(), stream, opened))
+                            }
+                        };
                     }
                     Err(e) => {
                         // E.g. out of file descriptors: back off instead of spinning.
@@ -83,22 +129,10 @@ pub async fn serve_backend(backend: Arc<Backend>, first: TcpListener) {
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
                 },
-                _ = stopped(&mut running) => break,
+                _ = closed(&mut open, opened) => break,
             }
         }
         drop(current);
-    }
-}
-
-/// One HTTP/1.1 connection; dropped (socket closed, in-flight requests cut) when the backend stops.
-async fn serve_connection(backend: Arc<Backend>, stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
-    let mut running = backend.running.subscribe();
-    let service = service_fn(move |request| backend.clone().handle(request));
-    let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-    tokio::select! {
-        _ = connection => {}
-        _ = stopped(&mut running) => {}
     }
 }
 

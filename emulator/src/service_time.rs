@@ -1,4 +1,5 @@
-//! Service time of one request: base x speed x J, J ~ LogNormal(-sigma^2/2, sigma) so E[J] = 1.
+//! Service time of one request: base x speed x cold x J, J ~ LogNormal(-sigma^2/2, sigma) so E[J] = 1,
+//! cold = the warm-up multiplier of a backend that started serving recently (cold_multiplier).
 
 use tailweight_core::rng::Rng;
 
@@ -17,9 +18,19 @@ pub fn jitter_factor(rng: &mut Rng, sigma: f64) -> f64 {
     (sigma * standard_normal(rng) - sigma * sigma / 2.0).exp()
 }
 
-/// Service time in microseconds.
-pub fn service_us(rng: &mut Rng, base_ms: f64, speed: f64, sigma: f64) -> u64 {
-    (base_ms * 1e3 * speed * jitter_factor(rng, sigma)).round().max(0.0) as u64
+/// Warm-up multiplier `t` seconds after a backend started serving: linear in time from `factor` at
+/// t = 0 down to 1 at t = `cold_s`, then 1:
+/// cold(t) = 1 + (factor - 1) x max(0, 1 - t / cold_s)   (cold_s = 0: always 1).
+pub fn cold_multiplier(factor: f64, cold_s: f64, t: f64) -> f64 {
+    if cold_s <= 0.0 || t >= cold_s {
+        return 1.0;
+    }
+    1.0 + (factor - 1.0) * (1.0 - t.max(0.0) / cold_s)
+}
+
+/// Service time in microseconds; `slowdown` is speed x cold.
+pub fn service_us(rng: &mut Rng, base_ms: f64, slowdown: f64, sigma: f64) -> u64 {
+    (base_ms * 1e3 * slowdown * jitter_factor(rng, sigma)).round().max(0.0) as u64
 }
 
 #[cfg(test)]
@@ -49,6 +60,18 @@ mod tests {
     fn no_jitter_is_exact() {
         let mut rng = Rng::new(1);
         assert_eq!(service_us(&mut rng, 10.0, 2.618, 0.0), 26_180);
+    }
+
+    #[test]
+    fn cold_multiplier_falls_linearly_to_one() {
+        assert_eq!(cold_multiplier(5.0, 10.0, 0.0), 5.0);
+        assert_eq!(cold_multiplier(5.0, 10.0, 2.5), 4.0);
+        assert_eq!(cold_multiplier(5.0, 10.0, 5.0), 3.0);
+        assert_eq!(cold_multiplier(5.0, 10.0, 10.0), 1.0);
+        assert_eq!(cold_multiplier(5.0, 10.0, 1e9), 1.0);
+        assert_eq!(cold_multiplier(5.0, 0.0, 0.0), 1.0, "no cold period");
+        assert_eq!(cold_multiplier(1.0, 10.0, 3.0), 1.0, "factor 1 is warm from the start");
+        assert_eq!(cold_multiplier(3.0, 10.0, -1.0), 3.0, "before the start it is at its coldest");
     }
 
     #[test]

@@ -2,18 +2,31 @@
 //!
 //! ```text
 //! tailweight-emulator --admin-port 9000 [--seed 1] \
-//!     --backend port=18001,workers=2,base_ms=10,speed=1.0,jitter=0.2,payload_bytes=1024 ...
-//! POST /event?backends=0,3&action=speed&value=5     (admin port; action: speed | fail | stop | recover)
+//!     --backend port=18001,workers=2,base_ms=10,speed=1.0,jitter=0.2,payload_bytes=1024,protocol=grpc ...
+//! POST /event?backends=0,3&action=speed&value=5
+//!     (admin port; action: speed | fail | shed | stop | recover | join)
 //! ```
 
 pub const USAGE: &str =
     "usage: tailweight-emulator --admin-port PORT [--seed N] [--ready-file PATH] --backend SPEC [--backend SPEC ...]
-  SPEC: port=P,workers=K,base_ms=MS[,speed=X][,jitter=SIGMA][,payload_bytes=N]
-  Every backend listens on 127.0.0.1:P; service time = base_ms x speed x LogNormal(mean 1, sigma).
+  SPEC: port=P,workers=K,base_ms=MS[,speed=X][,jitter=SIGMA][,payload_bytes=N][,protocol=http|grpc]
+        [,cold_factor=F][,cold_s=S][,absent=0|1]
+  Every backend listens on 127.0.0.1:P (HTTP/1.1, or gRPC over cleartext HTTP/2);
+  service time = base_ms x speed x cold x LogNormal(mean 1, sigma), where cold goes linearly from
+  cold_factor down to 1 over the first cold_s seconds of serving. absent=1: not listening until `join`.
   Port 0 (admin or backend) lets the OS pick a free port; --ready-file then tells which: once every
-  port listens, PATH is written (atomically) with {\"admin\": P, \"backends\": [P0, P1, ..]}.
+  port is bound and listens (an absent backend's is only bound), PATH is written (atomically) with {\"admin\": P, \"backends\": [P0, P1, ..]}.
   Admin on 127.0.0.1:PORT: GET /metrics (Prometheus text), GET /healthz,
-  POST /event?backends=I[,J..]&action=speed&value=X | fail | stop | recover";
+  POST /event?backends=I[,J..]&action=speed&value=X | fail | shed | stop | recover | join";
+
+/// How a backend speaks to its clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.1, any method and path.
+    Http,
+    /// gRPC over cleartext HTTP/2 (h2c): fgrpc.PingServer/Ping and tailweight.emulator.v1.Streamer/Ticks.
+    Grpc,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct BackendSpec {
@@ -23,6 +36,13 @@ pub struct BackendSpec {
     pub speed: f64,
     pub jitter: f64,
     pub payload_bytes: usize,
+    pub protocol: Protocol,
+    /// Service time multiplier when the backend starts serving (>= 1; see service_time::cold_multiplier).
+    pub cold_factor: f64,
+    /// Seconds the cold multiplier takes to come down to 1.
+    pub cold_s: f64,
+    /// Not listening until a `join` event.
+    pub absent: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -38,12 +58,17 @@ pub struct Config {
 pub enum Action {
     /// New service time multiplier.
     Speed(f64),
-    /// Answer 503 at once.
+    /// Answer at once with an error: HTTP 503, gRPC UNAVAILABLE.
     Fail,
-    /// Close the listener and every connection: connection refused.
+    /// Load shedding, answer at once: HTTP 429, gRPC RESOURCE_EXHAUSTED.
+    Shed,
+    /// Close the listener and every connection (gRPC: GOAWAY first): connection refused.
     Stop,
-    /// Back to the backend's start settings (speed, answering, listening).
+    /// Back to the start settings (speed, answering) and listening again, unless the backend is
+    /// absent (it stays absent until `join`).
     Recover,
+    /// Start settings, listening, and a new cold period starting now: a new pod.
+    Join,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -109,6 +134,10 @@ pub fn parse_backend(spec: &str) -> Result<BackendSpec, String> {
     let mut speed = 1.0;
     let mut jitter = 0.0;
     let mut payload_bytes = 0usize;
+    let mut protocol = Protocol::Http;
+    let mut cold_factor = 1.0;
+    let mut cold_s = 0.0;
+    let mut absent = false;
     for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) =
             pair.split_once('=').ok_or_else(|| format!("--backend {spec:?}: {pair:?} is not key=value"))?;
@@ -130,10 +159,27 @@ pub fn parse_backend(spec: &str) -> Result<BackendSpec, String> {
                     _ => return Err(format!("{what}: expected an integer in 0..={MAX_PAYLOAD}, got {value:?}")),
                 }
             }
+            "protocol" => {
+                protocol = match value {
+                    "http" => Protocol::Http,
+                    "grpc" => Protocol::Grpc,
+                    _ => return Err(format!("{what}: expected http or grpc, got {value:?}")),
+                }
+            }
+            "cold_factor" => cold_factor = parse_number(&what, value, 1.0, 1_000.0)?,
+            "cold_s" => cold_s = parse_number(&what, value, 0.0, 86_400.0)?,
+            "absent" => {
+                absent = match value {
+                    "0" => false,
+                    "1" => true,
+                    _ => return Err(format!("{what}: expected 0 or 1, got {value:?}")),
+                }
+            }
             _ => {
                 return Err(format!(
-                "--backend {spec:?}: unknown key {key:?} (known: port, workers, base_ms, speed, jitter, payload_bytes)"
-            ))
+                    "--backend {spec:?}: unknown key {key:?} (known: port, workers, base_ms, speed, jitter, \
+                     payload_bytes, protocol, cold_factor, cold_s, absent)"
+                ))
             }
         }
     }
@@ -145,6 +191,10 @@ pub fn parse_backend(spec: &str) -> Result<BackendSpec, String> {
         speed,
         jitter,
         payload_bytes,
+        protocol,
+        cold_factor,
+        cold_s,
+        absent,
     })
 }
 
@@ -178,9 +228,11 @@ pub fn parse_event(query: &str, n: usize) -> Result<Event, String> {
         }
         Some(other) if value.is_some() => return Err(format!("action={other} takes no value")),
         Some("fail") => Action::Fail,
+        Some("shed") => Action::Shed,
         Some("stop") => Action::Stop,
         Some("recover") => Action::Recover,
-        Some(other) => return Err(format!("action: expected speed, fail, stop or recover, got {other:?}")),
+        Some("join") => Action::Join,
+        Some(other) => return Err(format!("action: expected speed, fail, shed, stop, recover or join, got {other:?}")),
         None => return Err("action is required".into()),
     };
     Ok(Event { backends, action })
@@ -205,13 +257,43 @@ mod tests {
         assert_eq!(c.seed, 7);
         assert_eq!(
             c.backends[0],
-            BackendSpec { port: 18001, workers: 2, base_ms: 10.0, speed: 1.618, jitter: 0.2, payload_bytes: 1024 }
+            BackendSpec {
+                port: 18001,
+                workers: 2,
+                base_ms: 10.0,
+                speed: 1.618,
+                jitter: 0.2,
+                payload_bytes: 1024,
+                protocol: Protocol::Http,
+                cold_factor: 1.0,
+                cold_s: 0.0,
+                absent: false,
+            }
         );
         assert_eq!(
             c.backends[1],
-            BackendSpec { port: 18002, workers: 1, base_ms: 5.0, speed: 1.0, jitter: 0.0, payload_bytes: 0 }
+            BackendSpec {
+                port: 18002,
+                workers: 1,
+                base_ms: 5.0,
+                speed: 1.0,
+                jitter: 0.0,
+                payload_bytes: 0,
+                protocol: Protocol::Http,
+                cold_factor: 1.0,
+                cold_s: 0.0,
+                absent: false,
+            }
         );
         assert_eq!(c.ready_file, None);
+    }
+
+    #[test]
+    fn grpc_and_lifecycle_keys() {
+        let b = parse_backend("port=0,workers=1,base_ms=5,protocol=grpc,cold_factor=4,cold_s=30,absent=1").unwrap();
+        assert_eq!((b.protocol, b.cold_factor, b.cold_s, b.absent), (Protocol::Grpc, 4.0, 30.0, true));
+        let b = parse_backend("port=0,workers=1,base_ms=5,protocol=http,absent=0").unwrap();
+        assert_eq!((b.protocol, b.absent), (Protocol::Http, false));
     }
 
     #[test]
@@ -237,6 +319,16 @@ mod tests {
             ("--admin-port 9000 --backend port=1,workers=1,base_ms=1,speed=0", "--backend speed"),
             ("--admin-port 9000 --backend port=1,workers=1,base_ms=1,jiter=1", "unknown key \"jiter\""),
             ("--admin-port 9000 --backend port", "is not key=value"),
+            (
+                "--admin-port 9000 --backend port=1,workers=1,base_ms=1,protocol=h2",
+                "--backend protocol: expected http or grpc",
+            ),
+            (
+                "--admin-port 9000 --backend port=1,workers=1,base_ms=1,cold_factor=0.5",
+                "--backend cold_factor: expected",
+            ),
+            ("--admin-port 9000 --backend port=1,workers=1,base_ms=1,cold_s=-1", "--backend cold_s: expected"),
+            ("--admin-port 9000 --backend port=1,workers=1,base_ms=1,absent=yes", "--backend absent: expected 0 or 1"),
             ("--admin-port 9000 --seed x", "--seed: expected"),
             ("--admin-port", "--admin-port: missing value"),
             ("--verbose", "unknown argument"),
@@ -255,6 +347,11 @@ mod tests {
         assert_eq!(parse_event("action=fail&backends=1", 2), Ok(Event { backends: vec![1], action: Action::Fail }));
         assert_eq!(parse_event("backends=1&action=stop", 2).unwrap().action, Action::Stop);
         assert_eq!(parse_event("backends=1&action=recover", 2).unwrap().action, Action::Recover);
+        assert_eq!(parse_event("backends=1&action=shed", 2).unwrap().action, Action::Shed);
+        assert_eq!(
+            parse_event("backends=0,1&action=join", 2),
+            Ok(Event { backends: vec![0, 1], action: Action::Join })
+        );
         // As an HTTP client sends a list: the comma percent-encoded.
         assert_eq!(
             parse_event("backends=0%2C2&action=fail", 3),
@@ -269,7 +366,8 @@ mod tests {
             ("backends=2&action=fail", "indices in 0..2"),
             ("backends=x&action=fail", "indices in 0..2"),
             ("backends=0", "action is required"),
-            ("backends=0&action=explode", "expected speed, fail, stop or recover"),
+            ("backends=0&action=explode", "expected speed, fail, shed, stop, recover or join"),
+            ("backends=0&action=join&value=1", "takes no value"),
             ("backends=0&action=speed", "needs value"),
             ("backends=0&action=speed&value=-2", "value: expected a number"),
             ("backends=0&action=speed&value=NaN", "value: expected a number"),
