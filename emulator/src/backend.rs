@@ -97,6 +97,8 @@ pub struct Backend {
     state: Mutex<State>,
     /// Followed by the accept loop and every connection (server.rs).
     pub port: watch::Sender<PortState>,
+    /// Whether the accept loop has a listener now (it follows `port`).
+    pub listening: watch::Sender<bool>,
 }
 
 /// What /metrics shows for one backend.
@@ -143,6 +145,7 @@ impl Backend {
                 queued: 0,
             }),
             port: watch::channel(PortState { presence, closings: 0 }).0,
+            listening: watch::channel(false).0,
             spec,
         }
     }

@@ -13,7 +13,6 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +20,8 @@ use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 
 const BACKLOG: u32 = 1024;
+/// How long an event's reply waits for the backends' ports to open or close.
+const PORT_FOLLOW_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Binds 127.0.0.1:port with SO_REUSEADDR (so a stopped backend can listen again at once), not
 /// listening yet: connections are refused, but the port (also one the OS picked) stays ours.
@@ -109,6 +110,7 @@ pub async fn serve_backend(backend: Arc<Backend>, start: StartPort) {
                 }
             }
         };
+        backend.listening.send_replace(true);
         let opened = backend.port.borrow().closings;
         let mut open = backend.port.subscribe();
         loop {
@@ -133,6 +135,7 @@ pub async fn serve_backend(backend: Arc<Backend>, start: StartPort) {
             }
         }
         drop(current);
+        backend.listening.send_replace(false);
     }
 }
 
@@ -160,10 +163,10 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     response
 }
 
-fn admin(
+async fn admin(
     request: Request<Incoming>,
     backends: Arc<Vec<Arc<Backend>>>,
-) -> impl Future<Output = Result<Response<Full<Bytes>>, Infallible>> {
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let response = match (request.method(), request.uri().path()) {
         (&Method::GET, "/metrics") => {
             let snapshots: Vec<_> = backends.iter().map(|b| b.snapshot()).collect();
@@ -178,7 +181,26 @@ fn admin(
                     }
                 }
                 eprintln!("event: backends {:?} {:?}", event.backends, event.action);
-                text(StatusCode::OK, format!("ok: backends {:?} {:?}\n", event.backends, event.action))
+                // Answer once the ports follow, so a client can rely on them right after the reply.
+                let mut lagging = Vec::new();
+                for &i in &event.backends {
+                    if let Some(b) = backends.get(i) {
+                        if tokio::time::timeout(PORT_FOLLOW_TIMEOUT, port_followed(b)).await.is_err() {
+                            lagging.push(i);
+                        }
+                    }
+                }
+                if lagging.is_empty() {
+                    text(StatusCode::OK, format!("ok: backends {:?} {:?}\n", event.backends, event.action))
+                } else {
+                    text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!(
+                            "event applied, but the ports of backends {lagging:?} did not follow within {} s (see the log)\n",
+                            PORT_FOLLOW_TIMEOUT.as_secs()
+                        ),
+                    )
+                }
             }
             Err(e) => text(StatusCode::BAD_REQUEST, format!("bad event: {e}\n")),
         },
@@ -187,5 +209,16 @@ fn admin(
             "not found: GET /metrics, GET /healthz, POST /event?backends=..&action=..\n".into(),
         ),
     };
-    std::future::ready(Ok(response))
+    Ok(response)
+}
+
+/// Resolves once the backend's port listens exactly when its presence says it should.
+async fn port_followed(backend: &Backend) {
+    let mut listening = backend.listening.subscribe();
+    loop {
+        let wanted = backend.port.borrow().presence == Presence::Listening;
+        if *listening.borrow_and_update() == wanted || listening.changed().await.is_err() {
+            return;
+        }
+    }
 }
