@@ -19,6 +19,21 @@ class BackendSettings:
     speed: float = 1.0
     jitter: float = 0.0
     payload_bytes: int = 0
+    protocol: str = "http"  # or "grpc"
+    cold_factor: float = 1.0
+    cold_s: float = 0.0
+    absent: bool = False  # not listening until a `join` event
+
+    def lifecycle_spec(self) -> str:
+        """The --backend keys beyond the service-time ones, only those that differ from the defaults."""
+        keys = []
+        if self.protocol != "http":
+            keys.append(f"protocol={self.protocol}")
+        if self.cold_factor != 1.0 or self.cold_s != 0.0:
+            keys.append(f"cold_factor={self.cold_factor},cold_s={self.cold_s}")
+        if self.absent:
+            keys.append("absent=1")
+        return "".join("," + k for k in keys)
 
 
 def parse_metrics(text: str) -> Dict[str, Dict[int, float]]:
@@ -74,6 +89,7 @@ def start(group: ProcGroup, backends: Sequence[BackendSettings], seed: int = 1, 
     for port, b in zip(ports, backends):
         argv += ["--backend", f"port={port},workers={b.workers},base_ms={b.base_ms},speed={b.speed},"
                               f"jitter={b.jitter},payload_bytes={b.payload_bytes}"]
+        argv[-1] += b.lifecycle_spec()
     proc = group.start(name, argv)
     wait_http(f"http://127.0.0.1:{admin_port}/healthz", 20, proc)
     return Emulator(proc, admin_port, list(ports))
