@@ -92,7 +92,7 @@ impl GrpcService {
 /// Adds the backend's ORCA report to whatever ends the call: the headers of a trailers-only answer
 /// (an error status sent at once), else the trailers, computed when they are sent.
 fn with_orca_report(mut response: hyper::Response<Body>, backend: Arc<Backend>) -> hyper::Response<Body> {
-    if response.headers().contains_key(Status::GRPC_STATUS) {
+    if response.headers().contains_key("grpc-status") {
         response.headers_mut().insert(orca::BIN_HEADER, orca::bin_header_value(backend.load()));
         return response;
     }

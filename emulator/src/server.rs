@@ -85,7 +85,10 @@ pub async fn serve_backend(backend: Arc<Backend>, start: StartPort) {
         StartPort::Listening(l) => (Some(l), None),
         StartPort::Reserved(s) => (None, Some(s)),
     };
-    let grpc_service = grpc::GrpcService::new(backend.clone());
+    let grpc_service = match backend.spec.protocol {
+        Protocol::Grpc => Some(grpc::GrpcService::new(backend.clone())),
+        Protocol::Http => None,
+    };
     loop {
         let current = match listener.take() {
             Some(l) => l,
@@ -118,11 +121,9 @@ pub async fn serve_backend(backend: Arc<Backend>, start: StartPort) {
                 accepted = current.accept() => match accepted {
                     Ok((stream, _)) => {
                         backend.connection_accepted();
-                        match backend.spec.protocol {
-                            Protocol::Http => tokio::spawn(http::serve_connection(backend.clone(), stream, opened)),
-                            Protocol::Grpc => {
-                                tokio::spawn(grpc::serve_connection(grpc_service.clone(), stream, opened))
-                            }
+                        match &grpc_service {
+                            None => tokio::spawn(http::serve_connection(backend.clone(), stream, opened)),
+                            Some(service) => tokio::spawn(grpc::serve_connection(service.clone(), stream, opened)),
                         };
                     }
                     Err(e) => {
