@@ -10,9 +10,10 @@
 //!    from this proxy's own counts and samples only (see `endpoint`); the other becomes the retry
 //!    choice.
 
-use crate::cluster::{Cluster, FastMap};
+use crate::cluster::Cluster;
 use crate::config::{FilterConfig, PickParams};
 use crate::endpoint::{Outcome, SiblingStats};
+use crate::hash::FastMap;
 use crate::rng::Rng;
 use crate::snapshot::Part;
 use crate::wire::{ClusterReport, ClusterView};

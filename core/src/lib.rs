@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod config;
 pub mod endpoint;
 pub mod ewma;
+pub mod hash;
 pub mod orca;
 pub mod rng;
 pub mod snapshot;

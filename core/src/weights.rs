@@ -76,29 +76,9 @@
 mod merge;
 mod normalize;
 
-/// Hasher for the book's own sequential reporter ids (never attacker-chosen, so no flooding risk):
-/// one multiply instead of SipHash on the hottest lookup of `ingest`.
-#[derive(Default, Clone, Copy)]
-struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(*b)).wrapping_mul(0x517c_c1b7_2722_0a95);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
-
 pub use merge::{capped_median, clip_contributions, Vote};
 
+use crate::hash::IdMap;
 use crate::stats::median;
 use crate::wire::{self, ClusterView, EndpointView, Reply, Report};
 use serde::Serialize;
