@@ -3,7 +3,7 @@
 use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::time::Duration;
-use tailweight_core::weights::WeightParams;
+use tailweight_core::weights::{ParamsError, WeightParams};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -114,8 +114,8 @@ pub struct Config {
 }
 
 impl Config {
-    /// The weight parameters, checked (one line naming the first bad one).
-    pub fn weight_params(&self) -> Result<WeightParams, String> {
+    /// The weight parameters, checked (the error names the first bad one).
+    pub fn weight_params(&self) -> Result<WeightParams, ParamsError> {
         let p = WeightParams {
             max_step: self.max_step,
             floor: self.floor,

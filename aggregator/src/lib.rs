@@ -18,7 +18,7 @@ pub use state::AppState;
 
 /// Build the shared state from the configuration (Err: one line naming the bad setting).
 pub fn state_from(config: &Config) -> Result<Arc<AppState>, String> {
-    let params = config.weight_params()?;
+    let params = config.weight_params().map_err(|e| e.to_string())?;
     if config.max_body_bytes == 0 {
         return Err("max_body_bytes must be > 0".into());
     }

@@ -40,8 +40,8 @@ pub struct ClusterReport {
     pub endpoints: Vec<EndpointReport>,
 }
 
-/// A JSON array into a Vec that starts with room for 16 (JSON gives no length up front; growing
-/// from nothing copied a typical report's endpoints three times).
+/// A JSON array into a Vec that starts with room for 16 (JSON gives no length up front, and
+/// growing from nothing copies a typical report's endpoints three times).
 fn presized_vec<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
@@ -451,8 +451,8 @@ mod tests {
         for body in [&b""[..], b"{", b"[]", b"null", b"\xff\xfe", b"{\"version\":1}"] {
             assert!(parse_report(body, &Limits::default()).unwrap_err().starts_with("malformed report"));
         }
-        // Bad UTF-8 inside a string is refused as before (checked over the whole body now), and
-        // so is a non-array where the endpoints go.
+        // Bad UTF-8 inside a string is refused (the whole body is checked at once), and so is a
+        // non-array where the endpoints go.
         let good = serde_json::to_vec(&report()).unwrap();
         let at = good.windows(3).position(|w| w == b"10.").unwrap();
         let mut bad = good.clone();
