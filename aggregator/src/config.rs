@@ -13,7 +13,7 @@ pub enum LogFormat {
 
 #[derive(Debug, Clone, Parser)]
 #[command(name = "tailweight-aggregator", version, about = "Merges sidecar reports into per-endpoint capacity weights")]
-pub struct Config {
+pub struct ServiceConfig {
     /// Address to listen on (port 0: any free port; see --ready-file).
     #[arg(long, env = "TAILWEIGHT_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
@@ -113,7 +113,7 @@ pub struct Config {
     pub cpu_window_ms: u64,
 }
 
-impl Config {
+impl ServiceConfig {
     /// The weight parameters, checked (the error names the first bad one).
     pub fn weight_params(&self) -> Result<WeightParams, ParamsError> {
         let p = WeightParams {
@@ -145,8 +145,8 @@ impl Config {
     }
 
     /// Defaults with a listen address, for tests.
-    pub fn for_tests(listen: SocketAddr) -> Config {
-        let mut c = Config::parse_from(["tailweight-aggregator"]);
+    pub fn for_tests(listen: SocketAddr) -> ServiceConfig {
+        let mut c = ServiceConfig::parse_from(["tailweight-aggregator"]);
         c.listen = listen;
         c
     }

@@ -17,4 +17,4 @@ pub mod wire;
 
 pub use balancer::{Balancer, Completion, Pick, Settings};
 pub use config::FilterConfig;
-pub use endpoint::Outcome;
+pub use endpoint::RequestOutcome;

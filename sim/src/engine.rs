@@ -9,7 +9,7 @@
 use crate::arrivals::{Arrival, Arrivals};
 use crate::histogram::Histogram;
 use crate::policy::{Choice, Ctx, Outcome, Policy, Timer};
-use crate::scenario::{Action, Setup};
+use crate::scenario::{EventAction, Setup};
 use crate::server::{Server, Status};
 use std::collections::{BTreeSet, BinaryHeap, VecDeque};
 
@@ -68,7 +68,7 @@ pub fn timer_of(value: u64) -> Timer {
 
 /// 32 bytes: the slab is walked in random order, so its size is cache misses.
 #[derive(Debug, Clone, Copy, Default)]
-struct Request {
+struct TrackedRequest {
     arrived_ns: u64,
     sent_ns: u64,
     draw: f32,
@@ -80,7 +80,7 @@ struct Request {
 
 const NOT_LIVE: u32 = u32::MAX;
 
-impl Request {
+impl TrackedRequest {
     fn live(&self) -> bool {
         self.endpoint != NOT_LIVE
     }
@@ -119,7 +119,7 @@ pub struct Engine<'s, P: Policy> {
     servers: Vec<Server>,
     queue: Queue,
     arrivals: Arrivals,
-    requests: Vec<Request>,
+    requests: Vec<TrackedRequest>,
     free: Vec<u32>,
     in_flight: Vec<u32>,
     backlog: Vec<VecDeque<u32>>,
@@ -249,11 +249,11 @@ impl<'s, P: Policy> Engine<'s, P> {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
-                self.requests.push(Request::default());
+                self.requests.push(TrackedRequest::default());
                 (self.requests.len() - 1) as u32
             }
         };
-        self.requests[slot as usize] = Request {
+        self.requests[slot as usize] = TrackedRequest {
             arrived_ns: a.at_ns,
             sent_ns: a.at_ns,
             draw: a.draw as f32,
@@ -337,13 +337,13 @@ impl<'s, P: Policy> Engine<'s, P> {
         self.queue.push(now + service, EV_DONE, slot as u64);
     }
 
-    fn recorded(&self, r: &Request) -> bool {
+    fn recorded(&self, r: &TrackedRequest) -> bool {
         r.arrived_ns >= self.setup.warmup_ns && r.arrived_ns < self.setup.end_ns()
     }
 
     /// A worker of the request's endpoint finished it: serve the next in line, answer the client.
     fn done(&mut self, slot: u32, now: u64) {
-        let Some(r) = self.requests.get(slot as usize).copied().filter(Request::live) else {
+        let Some(r) = self.requests.get(slot as usize).copied().filter(TrackedRequest::live) else {
             self.m.anomalies += 1;
             return;
         };
@@ -368,7 +368,7 @@ impl<'s, P: Policy> Engine<'s, P> {
 
     /// The client proxy gets the response (or the failure) for `slot`.
     fn respond(&mut self, slot: u32, now: u64, failed: bool) {
-        let Some(r) = self.requests.get(slot as usize).copied().filter(Request::live) else {
+        let Some(r) = self.requests.get(slot as usize).copied().filter(TrackedRequest::live) else {
             self.m.anomalies += 1;
             return;
         };
@@ -418,10 +418,10 @@ impl<'s, P: Policy> Engine<'s, P> {
             let old_key = speed_key(s);
             let was_idle = P::CENTRAL && self.idle.remove(&(old_key, e));
             match ev.action {
-                Action::Speed => s.speed = ev.value.unwrap_or(s.speed),
-                Action::Fail => s.status = Status::Failing,
-                Action::Stop => s.status = Status::Stopped,
-                Action::Recover => {
+                EventAction::Speed => s.speed = ev.value.unwrap_or(s.speed),
+                EventAction::Fail => s.status = Status::Failing,
+                EventAction::Stop => s.status = Status::Stopped,
+                EventAction::Recover => {
                     s.status = Status::Up;
                     s.speed = s.spec.speed;
                 }

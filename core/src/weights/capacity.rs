@@ -2,7 +2,7 @@
 //! else by latency and Little's law; less the rate that drains a standing queue.
 
 use super::decision::Method;
-use super::merge::{CpuSource, Merged};
+use super::merge::{CpuOrigin, Merged};
 use super::params::WeightParams;
 use super::rate_history::RateHistory;
 use super::record::EndpointRecord;
@@ -30,10 +30,10 @@ pub fn cswrr_weight(qps: f64, eps: f64, utilization: f64, error_penalty: f64) ->
 pub(super) fn by_cpu(m: &Merged, rates: &RateHistory, p: &WeightParams) -> Option<f64> {
     let cpu = m.cpu?;
     let (qps, eps) = match cpu.source {
-        CpuSource::Metrics => {
+        CpuOrigin::Metrics => {
             rates.rates_over(cpu.at_us.saturating_sub(p.cpu_window_us), cpu.at_us).unwrap_or((m.qps, m.eps))
         }
-        CpuSource::Orca => (m.qps, m.eps),
+        CpuOrigin::Orca => (m.qps, m.eps),
     };
     if !(cpu.utilization >= p.min_cpu && qps >= p.min_qps_for_cpu) {
         return None;

@@ -95,18 +95,18 @@ pub fn clip_contributions(values: &mut [f64], active: &[bool], clip: f64) -> f64
 
 /// Where an endpoint's CPU utilisation came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum CpuSource {
+pub(super) enum CpuOrigin {
     /// The endpoint's ORCA reports, as its reporters relayed them.
     Orca,
     /// The metrics store (`WeightBook::set_external_cpu`).
     Metrics,
 }
 
-impl CpuSource {
+impl CpuOrigin {
     pub fn as_str(self) -> &'static str {
         match self {
-            CpuSource::Orca => "orca",
-            CpuSource::Metrics => "metrics",
+            CpuOrigin::Orca => "orca",
+            CpuOrigin::Metrics => "metrics",
         }
     }
 }
@@ -115,7 +115,7 @@ impl CpuSource {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct MergedCpu {
     pub utilization: f64,
-    pub source: CpuSource,
+    pub source: CpuOrigin,
     pub at_us: u64,
 }
 
@@ -206,13 +206,13 @@ pub(super) fn merge_endpoint(
     }
     let orca = capped_median(&mut s.votes, p.vote_cap).map(|utilization| MergedCpu {
         utilization,
-        source: CpuSource::Orca,
+        source: CpuOrigin::Orca,
         at_us: orca_at,
     });
     let external = ip
         .and_then(|ip| external_cpu.get(&ip).copied())
         .filter(|(_, at)| now_us.saturating_sub(*at) <= p.cpu_max_age_us)
-        .map(|(utilization, at_us)| MergedCpu { utilization, source: CpuSource::Metrics, at_us });
+        .map(|(utilization, at_us)| MergedCpu { utilization, source: CpuOrigin::Metrics, at_us });
     let cpu = match (orca, external) {
         (Some(o), Some(x)) => Some(if o.at_us >= x.at_us { o } else { x }),
         (o, x) => o.or(x),
