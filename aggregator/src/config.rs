@@ -3,7 +3,7 @@
 use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::time::Duration;
-use tailweight_core::weights::WeightParams;
+use tailweight_core::weights::{ParamsError, WeightParams};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -13,68 +13,85 @@ pub enum LogFormat {
 
 #[derive(Debug, Clone, Parser)]
 #[command(name = "tailweight-aggregator", version, about = "Merges sidecar reports into per-endpoint capacity weights")]
-pub struct Config {
-    /// Address to listen on (port 0: any free port; see --ready-file).
+pub struct ServiceConfig {
+    /// Address to listen on, `ip:port` (port 0: any free port; see --ready-file).
     #[arg(long, env = "TAILWEIGHT_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
-    /// Once listening, write the bound address (`ip:port` and a newline) to this file, atomically
-    /// (for harnesses that start it on port 0).
+    /// Once listening, write the bound address (`ip:port` and a newline) to this file path,
+    /// atomically (for harnesses that start it on port 0).
     #[arg(long, env = "TAILWEIGHT_READY_FILE")]
     pub ready_file: Option<std::path::PathBuf>,
-    /// Tokio worker threads (0 = one per CPU; 1 = everything on one thread, the cheapest per report).
+    /// Tokio worker threads, a count (0 = one per CPU; 1 = everything on one thread, the cheapest
+    /// per report).
     #[arg(long, env = "TAILWEIGHT_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
-    /// Largest accepted request body; larger gets 413.
+    /// Largest accepted request body, in bytes; larger gets 413.
     #[arg(long, env = "TAILWEIGHT_MAX_BODY_BYTES", default_value_t = 1 << 20)]
     pub max_body_bytes: usize,
-    /// How often weights are recomputed and silent reporters expired.
+    /// How often weights are recomputed and silent reporters expired, in milliseconds.
     #[arg(long, env = "TAILWEIGHT_RECOMPUTE_INTERVAL_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
     pub recompute_interval_ms: u64,
+    /// Log lines on stderr: plain text, or one JSON object per line.
     #[arg(long, env = "TAILWEIGHT_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
-    /// tracing filter, e.g. `info` or `tailweight_aggregator=debug`.
+    /// Log filter (tracing's syntax), e.g. `info` or `tailweight_aggregator=debug`.
     #[arg(long, env = "TAILWEIGHT_LOG", default_value = "info")]
     pub log: String,
 
-    // ---- weights (see tailweight_core::weights::WeightParams) ----
-    /// Largest factor a weight may move by per recompute.
+    // ---- weights (see tailweight_core::weights::WeightParams and docs/weights.md) ----
+    /// Largest factor a weight may move by per recompute (> 1).
     #[arg(long, env = "TAILWEIGHT_MAX_STEP", default_value_t = WeightParams::default().max_step)]
     pub max_step: f64,
-    /// Smallest weight relative to the mean (1).
+    /// Smallest weight, a ratio to the cluster's mean weight of 1: slow endpoints keep getting probes.
     #[arg(long, env = "TAILWEIGHT_FLOOR", default_value_t = WeightParams::default().floor)]
     pub floor: f64,
-    #[arg(long, env = "TAILWEIGHT_SMOOTHING_MS", default_value_t = 2_000)]
+    /// Time constant of the geometric smoothing of weights toward their targets, in milliseconds.
+    #[arg(long, env = "TAILWEIGHT_SMOOTHING_MS", default_value_t = WeightParams::default().smoothing_us as u64 / 1_000)]
     pub smoothing_ms: u64,
+    /// Smoothed error ratio (a share of requests, 0..1] at which an endpoint is ejected; it is
+    /// readmitted below half of it.
     #[arg(long, env = "TAILWEIGHT_EJECT_RATIO", default_value_t = WeightParams::default().eject_ratio)]
     pub eject_ratio: f64,
-    #[arg(long, env = "TAILWEIGHT_FAILURE_COST_MS", default_value_t = 100.0)]
+    /// Latency path: time each failure adds to an endpoint's time per request, in milliseconds
+    /// (so failing fast never looks fast).
+    #[arg(long, env = "TAILWEIGHT_FAILURE_COST_MS", default_value_t = WeightParams::default().failure_cost_us / 1e3)]
     pub failure_cost_ms: f64,
+    /// CPU path: utilisation each error per request costs (Envoy CSWRR's error_utilization_penalty,
+    /// a dimensionless factor): weight = qps / (cpu + penalty x eps / qps).
     #[arg(long, env = "TAILWEIGHT_ERROR_PENALTY", default_value_t = WeightParams::default().error_penalty)]
     pub error_penalty: f64,
-    /// An endpoint's standing queue should drain within this; that rate comes off its capacity (0 = off).
+    /// Time within which an endpoint's standing queue should drain, in milliseconds; that rate
+    /// comes off its capacity (0 = off).
     #[arg(long, env = "TAILWEIGHT_BACKLOG_DRAIN_MS", default_value_t = WeightParams::default().backlog_drain_us / 1e3)]
     pub backlog_drain_ms: f64,
-    /// Lying-reporter guards: a vote <= vote_cap x the other votes; a contribution <= sum_clip x the largest other.
+    /// Lying-reporter guard of medians (latency, ORCA CPU), a ratio in (0, 1): each reporter's
+    /// vote counts at most vote_cap x the other votes.
     #[arg(long, env = "TAILWEIGHT_VOTE_CAP", default_value_t = WeightParams::default().vote_cap)]
     pub vote_cap: f64,
+    /// Lying-reporter guard of sums (requests, errors, in flight), a factor >= 1: each reporter's
+    /// contribution counts at most sum_clip x the largest other.
     #[arg(long, env = "TAILWEIGHT_SUM_CLIP", default_value_t = WeightParams::default().sum_clip)]
     pub sum_clip: f64,
-    /// A reporter expires after this many of its intervals without a report.
+    /// A reporter expires after this many of its own report intervals without a report (at least
+    /// 3 s).
     #[arg(long, env = "TAILWEIGHT_REPORTER_TTL_INTERVALS", default_value_t = WeightParams::default().reporter_ttl_intervals)]
     pub reporter_ttl_intervals: f64,
-    /// The reply's ttl in the asking reporter's intervals.
+    /// The reply's ttl, in the asking reporter's report intervals (at least 3 s).
     #[arg(long, env = "TAILWEIGHT_VIEW_TTL_INTERVALS", default_value_t = WeightParams::default().view_ttl_intervals)]
     pub view_ttl_intervals: f64,
+    /// Cap: live reporters (name, incarnation), a count; a report from one more gets 429.
     #[arg(long, env = "TAILWEIGHT_MAX_REPORTERS", default_value_t = WeightParams::default().max_reporters)]
     pub max_reporters: usize,
+    /// Cap: clusters tracked, a count; a report naming one more gets 429.
     #[arg(long, env = "TAILWEIGHT_MAX_CLUSTERS", default_value_t = WeightParams::default().max_clusters)]
     pub max_clusters: usize,
+    /// Cap: endpoints tracked per cluster, a count (also the most one report may name per cluster).
     #[arg(long, env = "TAILWEIGHT_MAX_ENDPOINTS_PER_CLUSTER", default_value_t = WeightParams::default().max_endpoints_per_cluster)]
     pub max_endpoints_per_cluster: usize,
-    /// Reporter x endpoint pairs in all.
+    /// Cap: reporter x endpoint pairs in all, a count (bounds memory under churn).
     #[arg(long, env = "TAILWEIGHT_MAX_OBSERVATIONS", default_value_t = WeightParams::default().max_observations)]
     pub max_observations: usize,
-    /// Clusters one report may carry.
+    /// Clusters one report may carry, a count; more gets 400.
     #[arg(long, env = "TAILWEIGHT_MAX_CLUSTERS_PER_REPORT", default_value_t = 256)]
     pub max_clusters_per_report: usize,
 
@@ -82,7 +99,8 @@ pub struct Config {
     /// Base URL of the query API (Prometheus, VictoriaMetrics, Thanos), e.g. http://prometheus:9090. Unset: no polling.
     #[arg(long, env = "TAILWEIGHT_CPU_URL")]
     pub cpu_url: Option<String>,
-    /// PromQL returning one utilisation per endpoint; `{interval}` becomes the poll interval (e.g. `30s`).
+    /// PromQL returning one utilisation (CPU cores in use) per endpoint; `{interval}` becomes the
+    /// poll interval (e.g. `30s`).
     #[arg(
         long,
         env = "TAILWEIGHT_CPU_QUERY",
@@ -98,24 +116,27 @@ pub struct Config {
     /// Query whose series carry a pod name (same label as `cpu_pod_label`) and its IP (`cpu_pod_ip_label`).
     #[arg(long, env = "TAILWEIGHT_CPU_POD_IP_QUERY", default_value = "kube_pod_info")]
     pub cpu_pod_ip_query: String,
+    /// Label of `cpu_pod_ip_query`'s series carrying the pod IP.
     #[arg(long, env = "TAILWEIGHT_CPU_POD_IP_LABEL", default_value = "pod_ip")]
     pub cpu_pod_ip_label: String,
+    /// How often the CPU query is polled, in milliseconds.
     #[arg(long, env = "TAILWEIGHT_CPU_INTERVAL_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     pub cpu_interval_ms: u64,
+    /// Timeout of one CPU poll, in milliseconds.
     #[arg(long, env = "TAILWEIGHT_CPU_TIMEOUT_MS", default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
     pub cpu_timeout_ms: u64,
-    /// A CPU value older than this is not used.
-    #[arg(long, env = "TAILWEIGHT_CPU_MAX_AGE_MS", default_value_t = 60_000)]
+    /// Age after which a CPU value is not used, in milliseconds.
+    #[arg(long, env = "TAILWEIGHT_CPU_MAX_AGE_MS", default_value_t = WeightParams::default().cpu_max_age_us / 1_000)]
     pub cpu_max_age_ms: u64,
-    /// The window the query averages CPU over (the `[1m]` of the default query): capacity divides
-    /// it into the request rate over the same window.
-    #[arg(long, env = "TAILWEIGHT_CPU_WINDOW_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1_000..=3_600_000))]
+    /// The window the query averages CPU over, in milliseconds (the `[1m]` of the default query):
+    /// capacity divides it into the request rate over the same window.
+    #[arg(long, env = "TAILWEIGHT_CPU_WINDOW_MS", default_value_t = WeightParams::default().cpu_window_us / 1_000, value_parser = clap::value_parser!(u64).range(1_000..=3_600_000))]
     pub cpu_window_ms: u64,
 }
 
-impl Config {
-    /// The weight parameters, checked (one line naming the first bad one).
-    pub fn weight_params(&self) -> Result<WeightParams, String> {
+impl ServiceConfig {
+    /// The weight parameters, checked (the error names the first bad one).
+    pub fn weight_params(&self) -> Result<WeightParams, ParamsError> {
         let p = WeightParams {
             max_step: self.max_step,
             floor: self.floor,
@@ -145,9 +166,73 @@ impl Config {
     }
 
     /// Defaults with a listen address, for tests.
-    pub fn for_tests(listen: SocketAddr) -> Config {
-        let mut c = Config::parse_from(["tailweight-aggregator"]);
+    pub fn for_tests(listen: SocketAddr) -> ServiceConfig {
+        let mut c = ServiceConfig::parse_from(["tailweight-aggregator"]);
         c.listen = listen;
         c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Each long flag of `--help` with its help text (what follows the flag up to the next one,
+    /// without clap's own `[env: ...]`, `[default: ...]` and `[possible values: ...]`).
+    fn flag_help() -> Vec<(String, String)> {
+        let help = ServiceConfig::command().render_help().to_string();
+        let mut flags: Vec<(String, String)> = Vec::new();
+        for line in help.lines() {
+            let trimmed = line.trim_start();
+            let flag_line = trimmed.starts_with("--") || (trimmed.starts_with('-') && trimmed.contains(", --"));
+            if flag_line {
+                let at = trimmed.find("--").unwrap_or(0);
+                let flag = trimmed[at..].split_whitespace().next().unwrap_or_default().to_string();
+                // Help on the same line: whatever follows the value name.
+                let rest = trimmed[at + flag.len()..].trim_start();
+                let rest = if rest.starts_with('<') { rest.split_once('>').map_or("", |(_, r)| r) } else { rest };
+                flags.push((flag, rest.to_string()));
+            } else if let Some((_, text)) = flags.last_mut() {
+                text.push(' ');
+                text.push_str(trimmed);
+            }
+        }
+        for (_, text) in &mut flags {
+            while let Some(start) = text.find(" [").or_else(|| text.starts_with('[').then_some(0)) {
+                let Some(len) = text[start..].find(']') else { break };
+                text.replace_range(start..start + len + 1, "");
+            }
+            *text = text.trim().to_string();
+        }
+        flags
+    }
+
+    #[test]
+    fn every_long_flag_has_a_help_line() {
+        let flags = flag_help();
+        assert!(flags.len() > 30, "{flags:?}");
+        for (flag, text) in &flags {
+            assert!(!text.is_empty(), "{flag} has no help text");
+        }
+    }
+
+    #[test]
+    fn every_flag_with_a_unit_in_its_name_states_it() {
+        for (flag, text) in flag_help() {
+            let unit = match flag.rsplit('-').next() {
+                Some("ms") => "milliseconds",
+                Some("bytes") => "bytes",
+                Some("intervals") => "intervals",
+                _ => continue,
+            };
+            assert!(text.contains(unit), "{flag}: {text:?} does not say {unit}");
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_weight_books() {
+        let c = ServiceConfig::for_tests("127.0.0.1:0".parse().unwrap());
+        assert_eq!(c.weight_params().unwrap(), WeightParams::default());
     }
 }

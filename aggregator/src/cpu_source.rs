@@ -2,7 +2,7 @@
 //! Prometheus, VictoriaMetrics, Thanos), polled on its own interval. A failed poll is logged and
 //! counted, never fatal: the last values stay until they are too old for the weight book to use.
 
-use crate::config::Config;
+use crate::config::ServiceConfig;
 use crate::state::AppState;
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -30,7 +30,7 @@ pub struct CpuSource {
 }
 
 impl CpuSource {
-    pub fn from_config(c: &Config) -> Option<CpuSource> {
+    pub fn from_config(c: &ServiceConfig) -> Option<CpuSource> {
         let base_url = c.cpu_url.as_ref()?.trim_end_matches('/').to_string();
         let interval = Duration::from_millis(c.cpu_interval_ms);
         let ip = match &c.cpu_pod_label {

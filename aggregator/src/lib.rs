@@ -13,12 +13,12 @@ use std::future::Future;
 use std::sync::Arc;
 use tailweight_core::wire::Limits;
 
-pub use config::Config;
+pub use config::ServiceConfig;
 pub use state::AppState;
 
 /// Build the shared state from the configuration (Err: one line naming the bad setting).
-pub fn state_from(config: &Config) -> Result<Arc<AppState>, String> {
-    let params = config.weight_params()?;
+pub fn state_from(config: &ServiceConfig) -> Result<Arc<AppState>, String> {
+    let params = config.weight_params().map_err(|e| e.to_string())?;
     if config.max_body_bytes == 0 {
         return Err("max_body_bytes must be > 0".into());
     }
@@ -32,7 +32,7 @@ pub fn state_from(config: &Config) -> Result<Arc<AppState>, String> {
 /// Serve on `listener` until `shutdown` resolves, with the recompute loop and (if configured) the
 /// CPU poller; in-flight requests finish before it returns.
 pub async fn serve(
-    config: Config,
+    config: ServiceConfig,
     state: Arc<AppState>,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,

@@ -1,10 +1,10 @@
 //! tailweight-aggregator: CLI, logging, runtime, signals. Everything else is in the library.
 
 use clap::Parser;
-use tailweight_aggregator::config::{Config, LogFormat};
+use tailweight_aggregator::config::{LogFormat, ServiceConfig};
 
 fn main() -> std::process::ExitCode {
-    let config = Config::parse();
+    let config = ServiceConfig::parse();
     init_logging(&config);
     let state = match tailweight_aggregator::state_from(&config) {
         Ok(s) => s,
@@ -53,7 +53,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn init_logging(config: &Config) {
+fn init_logging(config: &ServiceConfig) {
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);

@@ -33,7 +33,7 @@ impl RejectReason {
     }
 }
 
-pub struct Metrics {
+pub struct AggregatorMetrics {
     registry: Registry,
     pub reports_accepted: IntCounter,
     reports_rejected: IntCounterVec,
@@ -51,10 +51,10 @@ pub struct Metrics {
     pub cpu_staleness: Gauge,
 }
 
-impl Metrics {
-    pub fn new() -> Metrics {
+impl AggregatorMetrics {
+    pub fn new() -> AggregatorMetrics {
         let registry = Registry::new();
-        let m = Metrics {
+        let m = AggregatorMetrics {
             reports_accepted: IntCounter::new("tailweight_reports_accepted_total", "Reports merged").unwrap(),
             reports_rejected: IntCounterVec::new(
                 Opts::new("tailweight_reports_rejected_total", "Reports refused, by reason"),
@@ -157,8 +157,8 @@ impl Metrics {
     }
 }
 
-impl Default for Metrics {
+impl Default for AggregatorMetrics {
     fn default() -> Self {
-        Metrics::new()
+        AggregatorMetrics::new()
     }
 }

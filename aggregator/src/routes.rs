@@ -13,7 +13,7 @@ use http_body_util::BodyExt;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Instant;
-use tailweight_core::wire;
+use tailweight_core::wire::{self, ReportError};
 
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
@@ -63,25 +63,12 @@ type Refusal = (RejectReason, StatusCode, String);
 async fn handle_report(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, Refusal> {
     let bytes = read_limited(headers, body, state.max_body_bytes).await?;
     let report = wire::parse_report(&bytes, &state.limits).map_err(|e| {
-        let reason = if unsupported_version(&bytes) {
-            RejectReason::UnsupportedVersion
-        } else if e.starts_with("malformed") {
-            RejectReason::Malformed
-        } else {
-            RejectReason::Invalid
+        let reason = match e {
+            ReportError::Malformed(_) => RejectReason::Malformed,
+            ReportError::UnsupportedVersion(_) => RejectReason::UnsupportedVersion,
+            ReportError::Invalid(_) => RejectReason::Invalid,
         };
-        let line = match reason {
-            // A future version may not even parse as v1: say what is wrong, not what failed.
-            RejectReason::UnsupportedVersion if !e.starts_with("version") => {
-                format!(
-                    "version: {} is not supported (this side speaks {})",
-                    peek_version(&bytes).unwrap_or(0),
-                    wire::VERSION
-                )
-            }
-            _ => e,
-        };
-        (reason, StatusCode::BAD_REQUEST, line)
+        (reason, StatusCode::BAD_REQUEST, e.to_string())
     })?;
     let now = state.now_us();
     // The reply is mostly JSON prepared at the last recompute: a copy plus one number per endpoint.
@@ -108,19 +95,6 @@ async fn read_limited(headers: &HeaderMap, body: Body, limit: usize) -> Result<B
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Err(e) => Err((RejectReason::Malformed, StatusCode::BAD_REQUEST, format!("body: could not be read: {e}"))),
     }
-}
-
-#[derive(Deserialize)]
-struct VersionOnly {
-    version: u32,
-}
-
-fn peek_version(body: &[u8]) -> Option<u32> {
-    serde_json::from_slice::<VersionOnly>(body).ok().map(|v| v.version)
-}
-
-fn unsupported_version(body: &[u8]) -> bool {
-    peek_version(body).is_some_and(|v| v != wire::VERSION)
 }
 
 #[derive(Deserialize)]

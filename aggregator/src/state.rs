@@ -1,7 +1,7 @@
 //! Shared state: the weight book behind one mutex (held for microseconds: parsing and serialising
 //! happen outside it), metrics, and the monotonic clock every time argument comes from.
 
-use crate::metrics::Metrics;
+use crate::metrics::AggregatorMetrics;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
@@ -10,7 +10,7 @@ use tailweight_core::wire::Limits;
 
 pub struct AppState {
     book: Mutex<WeightBook>,
-    pub metrics: Metrics,
+    pub metrics: AggregatorMetrics,
     pub limits: Limits,
     pub max_body_bytes: usize,
     started: Instant,
@@ -23,7 +23,7 @@ impl AppState {
     pub fn new(params: WeightParams, limits: Limits, max_body_bytes: usize) -> AppState {
         AppState {
             book: Mutex::new(WeightBook::new(params)),
-            metrics: Metrics::new(),
+            metrics: AggregatorMetrics::new(),
             limits,
             max_body_bytes,
             started: Instant::now(),

@@ -4,21 +4,21 @@ use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tailweight_aggregator::{AppState, Config};
+use tailweight_aggregator::{AppState, ServiceConfig};
 use tokio::sync::oneshot;
 
-struct Server {
+struct TestAggregator {
     url: String,
     state: Arc<AppState>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
-impl Server {
-    async fn start(tweak: impl FnOnce(&mut Config)) -> Server {
+impl TestAggregator {
+    async fn start(tweak: impl FnOnce(&mut ServiceConfig)) -> TestAggregator {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr: SocketAddr = listener.local_addr().unwrap();
-        let mut config = Config::for_tests(addr);
+        let mut config = ServiceConfig::for_tests(addr);
         config.recompute_interval_ms = 50;
         config.max_body_bytes = 64 * 1024;
         tweak(&mut config);
@@ -27,7 +27,7 @@ impl Server {
         let task = tokio::spawn(tailweight_aggregator::serve(config, state.clone(), listener, async {
             let _ = stopped.await;
         }));
-        Server { url: format!("http://{addr}"), state, stop: Some(stop), task }
+        TestAggregator { url: format!("http://{addr}"), state, stop: Some(stop), task }
     }
 
     async fn post(&self, body: impl Into<reqwest::Body>) -> (u16, String) {
@@ -77,7 +77,7 @@ fn metric(page: &str, name_and_labels: &str) -> f64 {
 
 #[tokio::test]
 async fn a_report_gets_the_view_of_its_clusters() {
-    let s = Server::start(|_| {}).await;
+    let s = TestAggregator::start(|_| {}).await;
     let (status, body) = s.post(report("pod-a.ns", 100, &["10.0.0.1:80", "10.0.0.2:80"]).to_string()).await;
     assert_eq!(status, 200, "{body}");
     let reply: Value = serde_json::from_str(&body).unwrap();
@@ -100,7 +100,7 @@ async fn a_report_gets_the_view_of_its_clusters() {
 
 #[tokio::test]
 async fn weights_can_be_inspected_all_or_by_cluster() {
-    let s = Server::start(|_| {}).await;
+    let s = TestAggregator::start(|_| {}).await;
     s.post(report("pod-a", 10, &["10.0.0.1:80"]).to_string()).await;
     s.settle().await;
     let (status, body) = s.get("/v1/weights").await;
@@ -119,7 +119,7 @@ async fn weights_can_be_inspected_all_or_by_cluster() {
 
 #[tokio::test]
 async fn health_readiness_and_metrics() {
-    let s = Server::start(|_| {}).await;
+    let s = TestAggregator::start(|_| {}).await;
     assert_eq!(s.get("/healthz").await, (200, "ok\n".into()));
     s.settle().await;
     assert_eq!(s.get("/readyz").await.0, 200);
@@ -145,7 +145,7 @@ async fn health_readiness_and_metrics() {
 /// Each bad report: its status, a fragment of its one-line reason, its metric reason.
 #[tokio::test]
 async fn every_class_of_bad_input_gets_a_4xx_with_one_line_and_changes_nothing() {
-    let s = Server::start(|c| c.max_reporters = 2).await;
+    let s = TestAggregator::start(|c| c.max_reporters = 2).await;
     s.post(report("pod-a", 10, &["10.0.0.1:80"]).to_string()).await;
     s.settle().await;
     let before = s.get("/v1/weights").await.1;
@@ -246,7 +246,7 @@ async fn every_class_of_bad_input_gets_a_4xx_with_one_line_and_changes_nothing()
 #[tokio::test]
 async fn a_chunked_body_over_the_limit_is_refused_too() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let s = Server::start(|c| c.max_body_bytes = 1024).await;
+    let s = TestAggregator::start(|c| c.max_body_bytes = 1024).await;
     let mut tcp = tokio::net::TcpStream::connect(s.url.trim_start_matches("http://")).await.unwrap();
     let mut request =
         b"POST /v1/report HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n".to_vec();
@@ -268,7 +268,7 @@ async fn a_chunked_body_over_the_limit_is_refused_too() {
 
 #[tokio::test]
 async fn unknown_paths_and_methods_get_one_line() {
-    let s = Server::start(|_| {}).await;
+    let s = TestAggregator::start(|_| {}).await;
     let (status, body) = s.get("/nope").await;
     assert_eq!((status, body.lines().count()), (404, 1));
     let (status, body) = s.get("/v1/report").await;
@@ -278,7 +278,7 @@ async fn unknown_paths_and_methods_get_one_line() {
 
 #[tokio::test]
 async fn shutdown_finishes_and_the_listener_closes() {
-    let s = Server::start(|_| {}).await;
+    let s = TestAggregator::start(|_| {}).await;
     let url = s.url.clone();
     s.stop().await;
     assert!(reqwest::get(format!("{url}/healthz")).await.is_err());

@@ -10,9 +10,10 @@
 //!    from this proxy's own counts and samples only (see `endpoint`); the other becomes the retry
 //!    choice.
 
-use crate::cluster::{Cluster, FastMap};
+use crate::cluster::Cluster;
 use crate::config::{FilterConfig, PickParams};
-use crate::endpoint::{Outcome, SiblingStats};
+use crate::endpoint::{RequestOutcome, SiblingStats};
+use crate::hash::FastMap;
 use crate::rng::Rng;
 use crate::snapshot::Part;
 use crate::wire::{ClusterReport, ClusterView};
@@ -150,7 +151,13 @@ impl Balancer {
     }
 
     /// Account a finished request. `chosen` is the first choice the pick returned (if it steered).
-    pub fn complete(&mut self, cluster_name: &str, chosen: Option<&str>, outcome: &Outcome, now_us: u64) -> Completion {
+    pub fn complete(
+        &mut self,
+        cluster_name: &str,
+        chosen: Option<&str>,
+        outcome: &RequestOutcome,
+        now_us: u64,
+    ) -> Completion {
         let Balancer { settings, clusters, .. } = self;
         let (p, max_endpoints) = (&settings.pick, settings.max_endpoints_per_cluster);
         let Some(cluster) = cluster_entry(clusters, settings, cluster_name, now_us) else {

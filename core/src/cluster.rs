@@ -3,62 +3,10 @@
 
 use crate::config::PickParams;
 use crate::endpoint::{Endpoint, GlobalStats};
+use crate::hash::FastMap;
 use crate::rng::Rng;
 use crate::stats::median;
 use crate::wire::{is_endpoint_address, ClusterView};
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
-/// A map keyed by cluster name or endpoint address, hashed per request: FxHash (multiply-rotate,
-/// a word at a time) instead of SipHash. The keys come from configuration and Envoy, and the maps
-/// are bounded (max_clusters, max_endpoints_per_cluster), so flooding resistance buys nothing here.
-pub type FastMap<V> = HashMap<String, V, BuildHasherDefault<FxHasher>>;
-
-#[derive(Debug, Clone, Copy, Default)]
-pub struct FxHasher {
-    hash: u64,
-}
-
-impl FxHasher {
-    const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(Self::SEED);
-    }
-}
-
-impl Hasher for FxHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            self.add(u64::from_le_bytes(chunk.try_into().unwrap()));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-
-    /// The multiply leaves the high bits best mixed; hashbrown takes the bucket from the low ones.
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.hash.rotate_left(26)
-    }
-}
 
 /// How quickly the discovery rate follows what exploration finds: novelty <- (1-a) novelty + a [new].
 const NOVELTY_STEP: f64 = 0.2;

@@ -92,16 +92,16 @@ impl Default for FilterConfig {
 
 impl FilterConfig {
     /// Parse the plugin configuration. Empty input means all defaults (local-only).
-    pub fn parse(bytes: &[u8]) -> Result<FilterConfig, String> {
-        let text = std::str::from_utf8(bytes).map_err(|_| "configuration is not UTF-8".to_string())?;
+    pub fn parse(bytes: &[u8]) -> Result<FilterConfig, ConfigError> {
+        let text = std::str::from_utf8(bytes).map_err(|_| ConfigError::NotUtf8)?;
         if text.trim().is_empty() {
             return Ok(FilterConfig::default());
         }
-        let value: Value = serde_json::from_str(text).map_err(|e| format!("configuration is not valid JSON: {e}"))?;
+        let value: Value = serde_json::from_str(text).map_err(|e| ConfigError::NotJson(e.to_string()))?;
         let map = match value {
             Value::Object(map) => map,
             Value::Null => return Ok(FilterConfig::default()),
-            other => return Err(format!("configuration: expected a JSON object, got {}", kind(&other))),
+            other => return Err(ConfigError::NotAnObject(kind(&other))),
         };
         let mut f = Fields::new("", &map);
         let d = FilterConfig::default();
@@ -147,7 +147,7 @@ impl FilterConfig {
     }
 }
 
-fn parse_aggregator(map: &Map<String, Value>) -> Result<AggregatorConfig, String> {
+fn parse_aggregator(map: &Map<String, Value>) -> Result<AggregatorConfig, ConfigError> {
     let mut f = Fields::new("aggregator.", map);
     let cluster = f.required_string("cluster", 512)?;
     let config = AggregatorConfig {
@@ -159,11 +159,42 @@ fn parse_aggregator(map: &Map<String, Value>) -> Result<AggregatorConfig, String
         cluster,
     };
     if !config.path.starts_with('/') {
-        return Err(format!("field `aggregator.path`: expected a path starting with '/', got {:?}", config.path));
+        return Err(ConfigError::Field {
+            field: "aggregator.path".into(),
+            problem: format!("expected a path starting with '/', got {:?}", config.path),
+        });
     }
     f.reject_unknown()?;
     Ok(config)
 }
+
+/// Why a plugin configuration was refused; displays as one line naming the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    NotUtf8,
+    /// The JSON parser's reason.
+    NotJson(String),
+    /// What the configuration is instead ("an array", ...).
+    NotAnObject(&'static str),
+    /// A field (`aggregator.` before the aggregator's) and what is wrong with it.
+    Field {
+        field: String,
+        problem: String,
+    },
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigError::NotUtf8 => f.write_str("configuration is not UTF-8"),
+            ConfigError::NotJson(reason) => write!(f, "configuration is not valid JSON: {reason}"),
+            ConfigError::NotAnObject(got) => write!(f, "configuration: expected a JSON object, got {got}"),
+            ConfigError::Field { field, problem } => write!(f, "field `{field}`: {problem}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
 
 /// Reads typed fields out of one JSON object, remembering which were read so that unknown (or
 /// misspelt) fields can be reported.
@@ -183,19 +214,23 @@ impl<'a> Fields<'a> {
         self.map.get(key).filter(|v| !v.is_null())
     }
 
-    fn error(&self, key: &str, expected: &str, got: &Value) -> String {
+    fn error(&self, key: &str, problem: String) -> ConfigError {
+        ConfigError::Field { field: format!("{}{key}", self.prefix), problem }
+    }
+
+    fn unexpected(&self, key: &str, expected: &str, got: &Value) -> ConfigError {
         let got = match got {
             Value::String(s) if s.len() > 60 => format!("a string of {} bytes", s.len()),
             other => other.to_string(),
         };
-        format!("field `{}{key}`: expected {expected}, got {got}", self.prefix)
+        self.error(key, format!("expected {expected}, got {got}"))
     }
 
-    fn boolean(&mut self, key: &'static str, default: bool) -> Result<bool, String> {
+    fn boolean(&mut self, key: &'static str, default: bool) -> Result<bool, ConfigError> {
         match self.get(key) {
             None => Ok(default),
             Some(Value::Bool(b)) => Ok(*b),
-            Some(other) => Err(self.error(key, "true or false", other)),
+            Some(other) => Err(self.unexpected(key, "true or false", other)),
         }
     }
 
@@ -204,57 +239,57 @@ impl<'a> Fields<'a> {
         key: &'static str,
         default: u64,
         range: std::ops::RangeInclusive<u64>,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, ConfigError> {
         match self.get(key) {
             None => Ok(default),
             Some(v) => match v.as_u64() {
                 Some(n) if range.contains(&n) => Ok(n),
-                _ => Err(self.error(key, &format!("an integer in {}..={}", range.start(), range.end()), v)),
+                _ => Err(self.unexpected(key, &format!("an integer in {}..={}", range.start(), range.end()), v)),
             },
         }
     }
 
-    fn number(&mut self, key: &'static str, default: f64, min: f64, max: f64) -> Result<f64, String> {
+    fn number(&mut self, key: &'static str, default: f64, min: f64, max: f64) -> Result<f64, ConfigError> {
         match self.get(key) {
             None => Ok(default),
             Some(v) => match v.as_f64() {
                 Some(x) if x >= min && x <= max => Ok(x),
-                _ => Err(self.error(key, &format!("a number in {min}..={max}"), v)),
+                _ => Err(self.unexpected(key, &format!("a number in {min}..={max}"), v)),
             },
         }
     }
 
-    fn string(&mut self, key: &'static str, default: &str, max_len: usize) -> Result<String, String> {
+    fn string(&mut self, key: &'static str, default: &str, max_len: usize) -> Result<String, ConfigError> {
         Ok(self.optional_string(key, max_len)?.unwrap_or_else(|| default.to_string()))
     }
 
-    fn required_string(&mut self, key: &'static str, max_len: usize) -> Result<String, String> {
-        self.optional_string(key, max_len)?.ok_or_else(|| format!("field `{}{key}`: required", self.prefix))
+    fn required_string(&mut self, key: &'static str, max_len: usize) -> Result<String, ConfigError> {
+        self.optional_string(key, max_len)?.ok_or_else(|| self.error(key, "required".into()))
     }
 
-    fn optional_string(&mut self, key: &'static str, max_len: usize) -> Result<Option<String>, String> {
+    fn optional_string(&mut self, key: &'static str, max_len: usize) -> Result<Option<String>, ConfigError> {
         match self.get(key) {
             None => Ok(None),
             Some(Value::String(s)) if !s.is_empty() && s.len() <= max_len && !s.chars().any(char::is_control) => {
                 Ok(Some(s.clone()))
             }
-            Some(other) => Err(self.error(key, &format!("a non-empty string of at most {max_len} bytes"), other)),
+            Some(other) => Err(self.unexpected(key, &format!("a non-empty string of at most {max_len} bytes"), other)),
         }
     }
 
     /// An HTTP header name: lower case token characters (Envoy's header maps are lower case).
-    fn header_name(&mut self, key: &'static str, default: &str) -> Result<String, String> {
+    fn header_name(&mut self, key: &'static str, default: &str) -> Result<String, ConfigError> {
         let name = self.string(key, default, 128)?;
         let valid = name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
             && !name.starts_with(':');
         if valid {
             Ok(name)
         } else {
-            Err(self.error(key, "a lower-case header name (a-z, 0-9, '-', '_')", &Value::String(name)))
+            Err(self.unexpected(key, "a lower-case header name (a-z, 0-9, '-', '_')", &Value::String(name)))
         }
     }
 
-    fn string_list(&mut self, key: &'static str, max_items: usize) -> Result<Vec<String>, String> {
+    fn string_list(&mut self, key: &'static str, max_items: usize) -> Result<Vec<String>, ConfigError> {
         let expected = format!("a list of at most {max_items} non-empty strings");
         match self.get(key) {
             None => Ok(vec![]),
@@ -262,28 +297,28 @@ impl<'a> Fields<'a> {
                 .iter()
                 .map(|item| match item {
                     Value::String(s) if !s.is_empty() && s.len() <= 512 => Ok(s.clone()),
-                    other => Err(self.error(key, &expected, other)),
+                    other => Err(self.unexpected(key, &expected, other)),
                 })
                 .collect(),
-            Some(other) => Err(self.error(key, &expected, other)),
+            Some(other) => Err(self.unexpected(key, &expected, other)),
         }
     }
 
-    fn object(&mut self, key: &'static str) -> Result<Option<&'a Map<String, Value>>, String> {
+    fn object(&mut self, key: &'static str) -> Result<Option<&'a Map<String, Value>>, ConfigError> {
         match self.get(key) {
             None => Ok(None),
             Some(Value::Object(map)) => Ok(Some(map)),
-            Some(other) => Err(self.error(key, "an object", other)),
+            Some(other) => Err(self.unexpected(key, "an object", other)),
         }
     }
 
-    fn reject_unknown(&self) -> Result<(), String> {
+    fn reject_unknown(&self) -> Result<(), ConfigError> {
         match self.map.keys().find(|k| !self.read.contains(&k.as_str())) {
             None => Ok(()),
             Some(unknown) => {
                 let mut known = self.read.clone();
                 known.sort_unstable();
-                Err(format!("field `{}{unknown}`: unknown field (known: {})", self.prefix, known.join(", ")))
+                Err(self.error(unknown, format!("unknown field (known: {})", known.join(", "))))
             }
         }
     }
@@ -382,7 +417,7 @@ mod tests {
             (r#"{"aggregator": {"cluster": "a", "clutser": 1}}"#, "field `aggregator.clutser`: unknown field"),
             (r#"{"explore_ration": 0.1}"#, "field `explore_ration`: unknown field (known: "),
         ] {
-            let err = FilterConfig::parse(input.as_bytes()).unwrap_err();
+            let err = FilterConfig::parse(input.as_bytes()).unwrap_err().to_string();
             assert!(err.contains(message), "{input}: expected {message:?} in {err:?}");
         }
     }
@@ -390,13 +425,26 @@ mod tests {
     #[test]
     fn long_strings_are_summarised_in_errors() {
         let input = format!(r#"{{"header": "{}"}}"#, "A".repeat(500));
-        let err = FilterConfig::parse(input.as_bytes()).unwrap_err();
+        let err = FilterConfig::parse(input.as_bytes()).unwrap_err().to_string();
         assert!(err.contains("a string of 500 bytes"), "{err}");
     }
 
     #[test]
     fn non_utf8_is_rejected() {
-        assert_eq!(FilterConfig::parse(b"\xff").unwrap_err(), "configuration is not UTF-8");
+        assert_eq!(FilterConfig::parse(b"\xff").unwrap_err().to_string(), "configuration is not UTF-8");
+    }
+
+    #[test]
+    fn errors_name_their_field_as_data_too() {
+        let err = FilterConfig::parse(br#"{"aggregator": {"cluster": "a", "timeout_ms": 1}}"#).unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::Field {
+                field: "aggregator.timeout_ms".into(),
+                problem: "expected an integer in 10..=60000, got 1".into()
+            }
+        );
+        assert_eq!(FilterConfig::parse(b"true").unwrap_err(), ConfigError::NotAnObject("a boolean"));
     }
 
     #[test]

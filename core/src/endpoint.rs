@@ -58,7 +58,7 @@ pub struct GlobalStats {
 
 /// How a request ended, as far as the endpoint that served it is concerned.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Outcome<'a> {
+pub struct RequestOutcome<'a> {
     /// `upstream.address`: the endpoint that actually served (None: no upstream was reached).
     pub served: Option<&'a str>,
     pub latency_us: u64,

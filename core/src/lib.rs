@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod config;
 pub mod endpoint;
 pub mod ewma;
+pub mod hash;
 pub mod orca;
 pub mod rng;
 pub mod snapshot;
@@ -16,4 +17,4 @@ pub mod wire;
 
 pub use balancer::{Balancer, Completion, Pick, Settings};
 pub use config::FilterConfig;
-pub use endpoint::Outcome;
+pub use endpoint::RequestOutcome;

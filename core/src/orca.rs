@@ -24,30 +24,64 @@ impl OrcaLoad {
     }
 }
 
-pub fn parse(header: &str) -> Result<OrcaLoad, String> {
+/// Why a load report was not used; displays as one line starting with the header's name.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OrcaError {
+    /// Neither `TEXT ...` nor `JSON ...` (the start of the header, at most 40 characters).
+    UnknownFormat(String),
+    /// A TEXT entry without `=` (at most 40 characters of it).
+    NotKeyValue(String),
+    /// A TEXT value that does not parse as a number (its key).
+    NotANumber(String),
+    /// The JSON parser's reason.
+    BadJson(String),
+    NotAnObject,
+    /// A known key with a negative, non-finite or absurd value.
+    OutOfRange {
+        key: String,
+        value: f64,
+    },
+}
+
+impl std::fmt::Display for OrcaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OrcaError::UnknownFormat(start) => write!(f, "{HEADER}: expected a TEXT or JSON report, got {start:?}"),
+            OrcaError::NotKeyValue(pair) => write!(f, "{HEADER}: {pair:?} is not key=value"),
+            OrcaError::NotANumber(key) => write!(f, "{HEADER}: {key} is not a number"),
+            OrcaError::BadJson(reason) => write!(f, "{HEADER}: bad JSON: {reason}"),
+            OrcaError::NotAnObject => write!(f, "{HEADER}: JSON report is not an object"),
+            OrcaError::OutOfRange { key, value } => write!(f, "{HEADER}: {key}={value} is out of range"),
+        }
+    }
+}
+
+impl std::error::Error for OrcaError {}
+
+pub fn parse(header: &str) -> Result<OrcaLoad, OrcaError> {
     let header = header.trim();
     let (format, body) = header.split_once(char::is_whitespace).unwrap_or((header, ""));
     match format {
         "TEXT" => parse_text(body),
         "JSON" => parse_json(body),
-        _ => Err(format!("{HEADER}: expected a TEXT or JSON report, got {:?}", truncate(header, 40))),
+        _ => Err(OrcaError::UnknownFormat(truncate(header, 40).to_string())),
     }
 }
 
-fn parse_text(body: &str) -> Result<OrcaLoad, String> {
+fn parse_text(body: &str) -> Result<OrcaLoad, OrcaError> {
     let mut load = OrcaLoad::default();
     for pair in body.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) =
-            pair.split_once('=').ok_or_else(|| format!("{HEADER}: {:?} is not key=value", truncate(pair, 40)))?;
-        let value: f64 = value.trim().parse().map_err(|_| format!("{HEADER}: {} is not a number", key.trim()))?;
+            pair.split_once('=').ok_or_else(|| OrcaError::NotKeyValue(truncate(pair, 40).to_string()))?;
+        let value: f64 = value.trim().parse().map_err(|_| OrcaError::NotANumber(key.trim().to_string()))?;
         set(&mut load, key.trim(), value)?;
     }
     Ok(load)
 }
 
-fn parse_json(body: &str) -> Result<OrcaLoad, String> {
-    let value: serde_json::Value = serde_json::from_str(body).map_err(|e| format!("{HEADER}: bad JSON: {e}"))?;
-    let object = value.as_object().ok_or_else(|| format!("{HEADER}: JSON report is not an object"))?;
+fn parse_json(body: &str) -> Result<OrcaLoad, OrcaError> {
+    let value: serde_json::Value = serde_json::from_str(body).map_err(|e| OrcaError::BadJson(e.to_string()))?;
+    let object = value.as_object().ok_or(OrcaError::NotAnObject)?;
     let mut load = OrcaLoad::default();
     for (key, value) in object {
         if let Some(number) = value.as_f64() {
@@ -57,7 +91,7 @@ fn parse_json(body: &str) -> Result<OrcaLoad, String> {
     Ok(load)
 }
 
-fn set(load: &mut OrcaLoad, key: &str, value: f64) -> Result<(), String> {
+fn set(load: &mut OrcaLoad, key: &str, value: f64) -> Result<(), OrcaError> {
     let slot = match key {
         "cpu_utilization" => &mut load.cpu_utilization,
         "application_utilization" => &mut load.application_utilization,
@@ -68,7 +102,7 @@ fn set(load: &mut OrcaLoad, key: &str, value: f64) -> Result<(), String> {
     let utilisation = matches!(key, "cpu_utilization" | "application_utilization");
     let valid = value.is_finite() && value >= 0.0 && (!utilisation || value <= MAX_UTILIZATION);
     if !valid {
-        return Err(format!("{HEADER}: {key}={value} is out of range"));
+        return Err(OrcaError::OutOfRange { key: key.to_string(), value });
     }
     *slot = Some(value);
     Ok(())
@@ -121,9 +155,19 @@ mod tests {
             ("JSON [1,2]", "not an object"),
             ("JSON {", "bad JSON"),
         ] {
-            let err = parse(input).unwrap_err();
+            let err = parse(input).unwrap_err().to_string();
             assert!(err.contains(needle), "{input:?} -> {err}");
         }
+    }
+
+    #[test]
+    fn errors_keep_what_was_wrong() {
+        assert_eq!(
+            parse("TEXT cpu_utilization=-1"),
+            Err(OrcaError::OutOfRange { key: "cpu_utilization".into(), value: -1.0 })
+        );
+        assert_eq!(parse("TEXT eps=x").unwrap_err().to_string(), "endpoint-load-metrics: eps is not a number");
+        assert_eq!(parse("BIN abc"), Err(OrcaError::UnknownFormat("BIN abc".into())));
     }
 
     #[test]
@@ -133,7 +177,7 @@ mod tests {
 
     #[test]
     fn truncation_respects_char_boundaries() {
-        let err = parse(&"é".repeat(100)).unwrap_err();
+        let err = parse(&"é".repeat(100)).unwrap_err().to_string();
         assert!(err.len() < 200);
     }
 }

@@ -40,8 +40,8 @@ pub struct ClusterReport {
     pub endpoints: Vec<EndpointReport>,
 }
 
-/// A JSON array into a Vec that starts with room for 16 (JSON gives no length up front; growing
-/// from nothing copied a typical report's endpoints three times).
+/// A JSON array into a Vec that starts with room for 16 (JSON gives no length up front, and
+/// growing from nothing copies a typical report's endpoints three times).
 fn presized_vec<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
@@ -148,14 +148,54 @@ impl Default for Limits {
     }
 }
 
-/// Parse and validate a report; the error is one line naming the field.
-pub fn parse_report(body: &[u8], limits: &Limits) -> Result<Report, String> {
+/// Why a report body was refused; displays as one line naming the problem (and the field).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReportError {
+    /// Not UTF-8, not JSON, or not shaped like a report (the parser's reason).
+    Malformed(String),
+    /// A `version` this side does not speak, whether or not the rest parses as v1.
+    UnsupportedVersion(u32),
+    /// A v1 report with a bad field (`Report::validate`'s line).
+    Invalid(String),
+}
+
+impl std::fmt::Display for ReportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReportError::Malformed(reason) => write!(f, "malformed report: {reason}"),
+            ReportError::UnsupportedVersion(version) => f.write_str(&unsupported_version(*version)),
+            ReportError::Invalid(line) => f.write_str(line),
+        }
+    }
+}
+
+impl std::error::Error for ReportError {}
+
+/// Parse and validate a report.
+pub fn parse_report(body: &[u8], limits: &Limits) -> Result<Report, ReportError> {
+    // A future version may not even parse as v1: say what is wrong, not what failed.
+    let malformed = |reason: String| match peek_version(body) {
+        Some(version) if version != VERSION => ReportError::UnsupportedVersion(version),
+        _ => ReportError::Malformed(reason),
+    };
     // UTF-8 checked once for the whole body (a word at a time), not string by string inside the
     // parser: from a &str serde_json takes every string as it is.
-    let text = std::str::from_utf8(body).map_err(|e| format!("malformed report: not UTF-8: {e}"))?;
-    let report: Report = serde_json::from_str(text).map_err(|e| format!("malformed report: {e}"))?;
-    report.validate(limits)?;
+    let text = std::str::from_utf8(body).map_err(|e| malformed(format!("not UTF-8: {e}")))?;
+    let report: Report = serde_json::from_str(text).map_err(|e| malformed(e.to_string()))?;
+    if report.version != VERSION {
+        return Err(ReportError::UnsupportedVersion(report.version));
+    }
+    report.validate(limits).map_err(ReportError::Invalid)?;
     Ok(report)
+}
+
+/// The `version` of a JSON object whatever else it holds (None: not an object with a version).
+fn peek_version(body: &[u8]) -> Option<u32> {
+    #[derive(Deserialize)]
+    struct VersionOnly {
+        version: u32,
+    }
+    serde_json::from_slice::<VersionOnly>(body).ok().map(|v| v.version)
 }
 
 /// Parse and validate a reply (the filter's side: a bad reply is ignored, never used).
@@ -227,8 +267,12 @@ fn check_version(version: u32) -> Result<(), String> {
     if version == VERSION {
         Ok(())
     } else {
-        Err(format!("version: {version} is not supported (this side speaks {VERSION})"))
+        Err(unsupported_version(version))
     }
+}
+
+fn unsupported_version(version: u32) -> String {
+    format!("version: {version} is not supported (this side speaks {VERSION})")
 }
 
 /// What `check_name` accepts, without formatting anything.
@@ -393,7 +437,9 @@ mod tests {
     fn rejected(mutate: impl FnOnce(&mut serde_json::Value)) -> String {
         let mut v = serde_json::to_value(report()).unwrap();
         mutate(&mut v);
-        parse_report(v.to_string().as_bytes(), &Limits { max_clusters: 2, max_endpoints_per_cluster: 3 }).unwrap_err()
+        parse_report(v.to_string().as_bytes(), &Limits { max_clusters: 2, max_endpoints_per_cluster: 3 })
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]
@@ -449,21 +495,43 @@ mod tests {
     #[test]
     fn malformed_json_is_rejected() {
         for body in [&b""[..], b"{", b"[]", b"null", b"\xff\xfe", b"{\"version\":1}"] {
-            assert!(parse_report(body, &Limits::default()).unwrap_err().starts_with("malformed report"));
+            assert!(parse_report(body, &Limits::default()).unwrap_err().to_string().starts_with("malformed report"));
         }
-        // Bad UTF-8 inside a string is refused as before (checked over the whole body now), and
-        // so is a non-array where the endpoints go.
+        // Bad UTF-8 inside a string is refused (the whole body is checked at once), and so is a
+        // non-array where the endpoints go.
         let good = serde_json::to_vec(&report()).unwrap();
         let at = good.windows(3).position(|w| w == b"10.").unwrap();
         let mut bad = good.clone();
         bad[at] = 0xC3;
-        assert!(parse_report(&bad, &Limits::default()).unwrap_err().starts_with("malformed report: not UTF-8"));
+        assert!(parse_report(&bad, &Limits::default())
+            .unwrap_err()
+            .to_string()
+            .starts_with("malformed report: not UTF-8"));
         let text = String::from_utf8(good)
             .unwrap()
             .replacen("\"endpoints\":[", "\"endpoints\":{\"a\":[", 1)
             .replacen("]}]", "]}}]", 1);
-        let err = parse_report(text.as_bytes(), &Limits::default()).unwrap_err();
+        let err = parse_report(text.as_bytes(), &Limits::default()).unwrap_err().to_string();
         assert!(err.starts_with("malformed report: invalid type: map, expected a sequence"), "{err}");
+    }
+
+    #[test]
+    fn report_errors_say_which_kind_they_are() {
+        let parse = |body: &str| parse_report(body.as_bytes(), &Limits::default()).unwrap_err();
+        let mut v = serde_json::to_value(report()).unwrap();
+        v["version"] = serde_json::json!(2);
+        // A future version, whether or not the rest parses as v1.
+        assert_eq!(parse(&v.to_string()), ReportError::UnsupportedVersion(2));
+        assert_eq!(parse(r#"{"version": 3, "something": "else"}"#), ReportError::UnsupportedVersion(3));
+        assert_eq!(
+            ReportError::UnsupportedVersion(3).to_string(),
+            format!("version: 3 is not supported (this side speaks {VERSION})")
+        );
+        assert!(matches!(parse(r#"{"version": 1}"#), ReportError::Malformed(_)));
+        assert!(matches!(parse("{"), ReportError::Malformed(_)));
+        v["version"] = serde_json::json!(1);
+        v["reporter"] = serde_json::json!("");
+        assert_eq!(parse(&v.to_string()), ReportError::Invalid("reporter: must not be empty".into()));
     }
 
     #[test]

@@ -4,12 +4,12 @@
 
 use crate::host;
 use crate::metrics;
-use crate::root::{Shared, State};
+use crate::root::{PluginState, Shared};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use tailweight_core::config::is_override_value;
 use tailweight_core::orca::{self, OrcaLoad};
-use tailweight_core::{Outcome, Pick};
+use tailweight_core::{Pick, RequestOutcome};
 
 pub struct Request {
     state: Shared,
@@ -54,7 +54,7 @@ impl Context for Request {}
 impl HttpContext for Request {
     fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
         let mut state = self.state.borrow_mut();
-        let State::Active(w) = &mut *state else { return Action::Continue };
+        let PluginState::Active(w) = &mut *state else { return Action::Continue };
         let header = w.config.header.as_str();
         let incoming = host::request_header(header);
         if let Some(value) = &incoming {
@@ -118,14 +118,14 @@ impl HttpContext for Request {
             served: served_by(),
             load: None,
         });
-        let outcome = Outcome {
+        let outcome = RequestOutcome {
             served: response.served.as_deref(),
             latency_us: response.at_us.saturating_sub(self.started_us),
             failed: response.status == 0 || response.status >= 500,
             load: response.load,
         };
         let mut state = self.state.borrow_mut();
-        let State::Active(w) = &mut *state else { return };
+        let PluginState::Active(w) = &mut *state else { return };
         let chosen = self.chosen_len.map(|n| &self.steered[..n]);
         let done = w.balancer.complete(&cluster, chosen, &outcome, response.at_us);
         match done.honoured {

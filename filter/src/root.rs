@@ -13,7 +13,7 @@ use std::rc::Rc;
 use std::time::Duration;
 use tailweight_core::FilterConfig;
 
-pub enum State {
+pub enum PluginState {
     Unconfigured,
     /// Invalid configuration: every request passes untouched.
     Disabled,
@@ -21,7 +21,7 @@ pub enum State {
 }
 
 /// One VM is single-threaded: the root and its HTTP contexts share state without locks.
-pub type Shared = Rc<RefCell<State>>;
+pub type Shared = Rc<RefCell<PluginState>>;
 
 pub struct Root {
     state: Shared,
@@ -29,13 +29,13 @@ pub struct Root {
 
 impl Root {
     pub fn new(_context_id: u32) -> Self {
-        Root { state: Rc::new(RefCell::new(State::Unconfigured)) }
+        Root { state: Rc::new(RefCell::new(PluginState::Unconfigured)) }
     }
 }
 
 impl Context for Root {
     fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _trailers: usize) {
-        if let State::Active(w) = &mut *self.state.borrow_mut() {
+        if let PluginState::Active(w) = &mut *self.state.borrow_mut() {
             let Worker { reporter, metrics, .. } = &mut **w;
             if let Some(reporter) = reporter {
                 reporter.on_response(token, body_size, metrics, host::now_us());
@@ -51,7 +51,7 @@ impl RootContext for Root {
         let state = match FilterConfig::parse(&bytes) {
             Ok(config) => {
                 let _ = hostcalls::set_tick_period(Duration::from_millis(config.sync_interval_ms));
-                State::Active(Box::new(Worker::new(config)))
+                PluginState::Active(Box::new(Worker::new(config)))
             }
             Err(reason) => {
                 host::log(
@@ -59,7 +59,7 @@ impl RootContext for Root {
                     &format!("invalid plugin configuration: {reason}; passing traffic through untouched"),
                 );
                 metrics::inc(host::define_counter("tailweight.config_errors"));
-                State::Disabled
+                PluginState::Disabled
             }
         };
         *self.state.borrow_mut() = state;
@@ -68,7 +68,7 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
-        if let State::Active(w) = &mut *self.state.borrow_mut() {
+        if let PluginState::Active(w) = &mut *self.state.borrow_mut() {
             w.tick(host::now_us());
         }
     }

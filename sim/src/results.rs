@@ -2,7 +2,7 @@
 //! after each scenario event; written as JSON and as a markdown table.
 
 use crate::engine::{Measured, SERIES_WINDOW_NS};
-use crate::scenario::{Action, Setup};
+use crate::scenario::{EventAction, Setup};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -186,10 +186,10 @@ fn reactions(setup: &Setup, m: &Measured) -> Vec<Reaction> {
                 event: i,
                 at_s: (ev.at_ns - setup.warmup_ns) as f64 / 1e9,
                 action: match ev.action {
-                    Action::Speed => format!("speed x{}", ev.value.unwrap_or(1.0)),
-                    Action::Fail => "fail".into(),
-                    Action::Stop => "stop".into(),
-                    Action::Recover => "recover".into(),
+                    EventAction::Speed => format!("speed x{}", ev.value.unwrap_or(1.0)),
+                    EventAction::Fail => "fail".into(),
+                    EventAction::Stop => "stop".into(),
+                    EventAction::Recover => "recover".into(),
                 },
                 endpoints: ev.endpoints.len(),
                 share_before: share(&m.sent_series, series, at.saturating_sub(50), at).unwrap_or(0.0),

@@ -7,7 +7,7 @@ use crate::engine::{Engine, Measured};
 use crate::policy::cswrr::Cswrr;
 use crate::policy::least_request::LeastRequest;
 use crate::policy::operator::Operator;
-use crate::policy::peak_ewma::PeakEwma;
+use crate::policy::peak_ewma::PeakEwmaP2c;
 use crate::policy::prequal::Prequal;
 use crate::policy::round_robin::RoundRobin;
 use crate::policy::tailweight::Tailweight;
@@ -73,7 +73,7 @@ pub fn run_policy(setup: &Setup, name: &str, filter: &FilterConfig) -> Result<Po
     let m = match name {
         "round_robin" => simulate(setup, RoundRobin::new(c, e, seed))?.0,
         "least_request" => simulate(setup, LeastRequest::new(c, e, seed))?.0,
-        "peak_ewma" => simulate(setup, PeakEwma::new(c, e, seed))?.0,
+        "peak_ewma" => simulate(setup, PeakEwmaP2c::new(c, e, seed))?.0,
         "cswrr_orca" => simulate(setup, Cswrr::new(c, e, setup.cswrr, seed))?.0,
         "operator" => {
             let capacities: Vec<f64> = setup.endpoints.iter().map(|s| s.capacity_rps()).collect();

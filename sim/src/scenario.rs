@@ -32,7 +32,7 @@ pub struct Scenario {
     pub backends: Vec<BackendGroup>,
     pub clients: Clients,
     #[serde(default)]
-    pub events: Vec<Event>,
+    pub events: Vec<ScenarioEvent>,
     #[serde(default)]
     pub policies: Vec<String>,
     #[serde(default)]
@@ -63,17 +63,17 @@ pub struct Clients {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Event {
+pub struct ScenarioEvent {
     pub at_s: f64,
     pub backends: Vec<usize>,
-    pub action: Action,
+    pub action: EventAction,
     #[serde(default)]
     pub value: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Action {
+pub enum EventAction {
     Speed,
     Fail,
     Stop,
@@ -217,8 +217,8 @@ impl Scenario {
                 return Err(format!("{}: backend {b} does not exist (there are {n})", at("backends")));
             }
             match (e.action, e.value) {
-                (Action::Speed, Some(v)) => positive(&at("value"), v, false)?,
-                (Action::Speed, None) => return Err(format!("{}: required for action speed", at("value"))),
+                (EventAction::Speed, Some(v)) => positive(&at("value"), v, false)?,
+                (EventAction::Speed, None) => return Err(format!("{}: required for action speed", at("value"))),
                 (_, Some(_)) => return Err(format!("{}: only action speed takes a value", at("value"))),
                 (_, None) => {}
             }
@@ -324,7 +324,7 @@ impl EndpointSpec {
 pub struct TimedEvent {
     pub at_ns: u64,
     pub endpoints: Vec<u32>,
-    pub action: Action,
+    pub action: EventAction,
     pub value: Option<f64>,
 }
 
@@ -511,7 +511,7 @@ mod tests {
     #[test]
     fn scaling_to_a_total_keeps_the_mix_and_maps_events_to_every_copy() {
         let mut s = Scenario::parse(SEED).unwrap();
-        s.events.push(Event { at_s: 1.0, backends: vec![14], action: Action::Speed, value: Some(2.0) });
+        s.events.push(ScenarioEvent { at_s: 1.0, backends: vec![14], action: EventAction::Speed, value: Some(2.0) });
         let setup = Setup::resolve(&s, &Overrides { endpoints: Some(1000), ..Default::default() }).unwrap();
         assert_eq!(setup.endpoints.len(), 1000);
         let per_group: Vec<usize> = (0..4).map(|g| setup.endpoints.iter().filter(|e| e.group == g).count()).collect();

@@ -3,21 +3,21 @@
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
 
-struct Root;
-struct Request;
+struct EmptyRoot;
+struct EmptyRequest;
 
-impl Context for Root {}
-impl RootContext for Root {
+impl Context for EmptyRoot {}
+impl RootContext for EmptyRoot {
     fn create_http_context(&self, _: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(Request))
+        Some(Box::new(EmptyRequest))
     }
     fn get_type(&self) -> Option<ContextType> {
         Some(ContextType::HttpContext)
     }
 }
-impl Context for Request {}
-impl HttpContext for Request {}
+impl Context for EmptyRequest {}
+impl HttpContext for EmptyRequest {}
 
 proxy_wasm::main! {{
-    proxy_wasm::set_root_context(|_| Box::new(Root));
+    proxy_wasm::set_root_context(|_| Box::new(EmptyRoot));
 }}

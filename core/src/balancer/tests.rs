@@ -1,5 +1,5 @@
 use super::*;
-use crate::endpoint::Outcome;
+use crate::endpoint::RequestOutcome;
 use crate::wire::{EndpointReport, EndpointView};
 
 const C: &str = "outbound|80||svc";
@@ -11,8 +11,8 @@ fn balancer() -> Balancer {
     Balancer::new(Settings::default(), 7)
 }
 
-fn ok(served: &str, latency_us: u64) -> Outcome<'_> {
-    Outcome { served: Some(served), latency_us, failed: false, load: None }
+fn ok(served: &str, latency_us: u64) -> RequestOutcome<'_> {
+    RequestOutcome { served: Some(served), latency_us, failed: false, load: None }
 }
 
 /// Teach the balancer `addresses` through fallback responses, as Envoy would.
@@ -40,7 +40,7 @@ fn run(b: &mut Balancer, backends: &[(&str, u64, bool)], n: usize, start: u64) -
         b.complete(
             C,
             pick.first_choice(),
-            &Outcome { served: Some(address), latency_us: latency, failed: fails, load: None },
+            &RequestOutcome { served: Some(address), latency_us: latency, failed: fails, load: None },
             now,
         );
         served[i] += 1;
@@ -140,7 +140,7 @@ fn an_endpoint_that_did_not_serve_what_we_chose_is_penalised() {
 fn no_upstream_reached_is_neither_honoured_nor_a_failure() {
     let mut b = balancer();
     learn(&mut b, &[A], 0);
-    let done = b.complete(C, Some(A), &Outcome { served: None, latency_us: 0, failed: true, load: None }, 1);
+    let done = b.complete(C, Some(A), &RequestOutcome { served: None, latency_us: 0, failed: true, load: None }, 1);
     assert_eq!(done.honoured, None);
     assert_eq!(b.cluster(C).unwrap().get(A).unwrap().local.errors, 0);
 }
@@ -293,7 +293,7 @@ fn tick_forgets_unseen_endpoints_and_idle_clusters() {
 fn snapshot_reports_cumulative_counts() {
     let mut b = balancer();
     b.complete(C, None, &ok(A, 2 * MS), 0);
-    b.complete(C, None, &Outcome { served: Some(A), latency_us: 50, failed: true, load: None }, 0);
+    b.complete(C, None, &RequestOutcome { served: Some(A), latency_us: 50, failed: true, load: None }, 0);
     let snap = b.snapshot(5 * MS);
     let e = &snap[0].endpoints[0];
     assert_eq!((e.requests, e.errors, e.latency_sum_us), (2, 1, 2 * MS));

@@ -9,6 +9,15 @@
 //! - [`clip_contributions`]: for sums (request rates, in flight), each contribution is clipped at
 //!   `clip` x (the largest other contribution). A single reporter adds at most `clip` x the largest
 //!   honest contribution, and can lower the sum only by withholding its own.
+//!
+//! [`merge_endpoint`] applies them to one endpoint (step 1 of the recompute); docs/weights.md
+//! works out what that bounds.
+
+use super::observation::Observation;
+use super::params::WeightParams;
+use crate::hash::IdMap;
+use std::collections::HashMap;
+use std::net::IpAddr;
 
 /// A value and its weight (e.g. a reporter's mean latency and the successes it was measured on).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -82,6 +91,133 @@ pub fn clip_contributions(values: &mut [f64], active: &[bool], clip: f64) -> f64
         }
     }
     values.iter().sum()
+}
+
+/// Where an endpoint's CPU utilisation came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CpuOrigin {
+    /// The endpoint's ORCA reports, as its reporters relayed them.
+    Orca,
+    /// The metrics store (`WeightBook::set_external_cpu`).
+    Metrics,
+}
+
+impl CpuOrigin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuOrigin::Orca => "orca",
+            CpuOrigin::Metrics => "metrics",
+        }
+    }
+}
+
+/// A merged CPU utilisation, its source, and when it was measured (the end of its window).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct MergedCpu {
+    pub utilization: f64,
+    pub source: CpuOrigin,
+    pub at_us: u64,
+}
+
+/// One endpoint's numbers merged over its live reporters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Merged {
+    pub qps: f64,
+    pub eps: f64,
+    pub inflight: f64,
+    pub latency_us: Option<f64>,
+    pub cpu: Option<MergedCpu>,
+    pub reporters: usize,
+}
+
+/// Reused buffers: merging allocates nothing in steady state.
+#[derive(Debug, Default)]
+pub(super) struct MergeScratch {
+    votes: Vec<Vote>,
+    qps: Vec<f64>,
+    eps: Vec<f64>,
+    inflight: Vec<f64>,
+    active: Vec<bool>,
+    ids: Vec<u64>,
+}
+
+/// Step 1: merge what the live reporters of one endpoint say. Request, error and in-flight rates
+/// are [`clip_contributions`] sums (errors at most the requests); a reporter is active when it
+/// sends requests or holds some in flight. Latency is a [`capped_median`] of each reporter's mean
+/// over its last window, voting with its successes (without successes there, its recent peak-EWMA
+/// with one vote); ORCA CPU a capped median of the fresh samples voting with their request rate
+/// (at least 1). Of ORCA and the metrics store, the fresher CPU value wins. Records each
+/// reporter's counted in-flight share (the asker's own share leaves `peer_inflight`).
+pub(super) fn merge_endpoint(
+    obs: &mut IdMap<Observation>,
+    ip: Option<IpAddr>,
+    p: &WeightParams,
+    s: &mut MergeScratch,
+    external_cpu: &HashMap<IpAddr, (f64, u64)>,
+    now_us: u64,
+) -> Merged {
+    s.qps.clear();
+    s.eps.clear();
+    s.inflight.clear();
+    s.active.clear();
+    s.ids.clear();
+    for (id, o) in obs.iter() {
+        if !o.live(now_us) {
+            continue;
+        }
+        let (qps, eps) = o.rates(now_us);
+        s.ids.push(*id);
+        s.qps.push(qps);
+        s.eps.push(eps);
+        s.inflight.push(f64::from(o.inflight));
+        s.active.push(qps > 0.0 || o.inflight > 0);
+    }
+    let reporters = s.ids.len();
+    let qps = clip_contributions(&mut s.qps, &s.active, p.sum_clip);
+    let eps = clip_contributions(&mut s.eps, &s.active, p.sum_clip).min(qps);
+    let inflight = clip_contributions(&mut s.inflight, &s.active, p.sum_clip);
+    for (id, counted) in s.ids.iter().zip(&s.inflight) {
+        if let Some(o) = obs.get_mut(id) {
+            o.counted_inflight = *counted;
+        }
+    }
+    s.votes.clear();
+    for o in obs.values().filter(|o| o.live(now_us)) {
+        match (o.mean_latency_us, o.ewma) {
+            (Some(mean), _) if o.successes > 0 && o.window_until_us > now_us => {
+                s.votes.push(Vote { value: mean, weight: o.successes as f64 })
+            }
+            (_, Some((ewma, at))) if now_us.saturating_sub(at) <= p.latency_sample_max_age_us => {
+                s.votes.push(Vote { value: ewma, weight: 1.0 })
+            }
+            _ => {}
+        }
+    }
+    let latency_us = capped_median(&mut s.votes, p.vote_cap);
+    s.votes.clear();
+    let mut orca_at = 0u64;
+    for o in obs.values().filter(|o| o.live(now_us)) {
+        if let Some((cpu, at)) = o.cpu {
+            if now_us.saturating_sub(at) <= p.cpu_max_age_us {
+                s.votes.push(Vote { value: cpu, weight: o.rates(now_us).0.max(1.0) });
+                orca_at = orca_at.max(at);
+            }
+        }
+    }
+    let orca = capped_median(&mut s.votes, p.vote_cap).map(|utilization| MergedCpu {
+        utilization,
+        source: CpuOrigin::Orca,
+        at_us: orca_at,
+    });
+    let external = ip
+        .and_then(|ip| external_cpu.get(&ip).copied())
+        .filter(|(_, at)| now_us.saturating_sub(*at) <= p.cpu_max_age_us)
+        .map(|(utilization, at_us)| MergedCpu { utilization, source: CpuOrigin::Metrics, at_us });
+    let cpu = match (orca, external) {
+        (Some(o), Some(x)) => Some(if o.at_us >= x.at_us { o } else { x }),
+        (o, x) => o.or(x),
+    };
+    Merged { qps, eps, inflight, latency_us, cpu, reporters }
 }
 
 #[cfg(test)]

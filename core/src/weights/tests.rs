@@ -1,6 +1,8 @@
 use super::*;
-use crate::wire::{ClusterReport, EndpointReport, VERSION};
+use crate::wire::{self, ClusterReport, EndpointReport, Report, VERSION};
 use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 
 const SEC: u64 = 1_000_000;
 const CLUSTER: &str = "outbound|8080||svc.ns.svc.cluster.local";
@@ -613,7 +615,7 @@ fn params_are_validated() {
         WeightParams { smoothing_us: f64::NAN, ..Default::default() },
     ];
     for p in bad {
-        let err = p.validate().unwrap_err();
+        let err = p.validate().unwrap_err().to_string();
         assert!(!err.contains('\n'), "{err}");
     }
 }

@@ -1,6 +1,6 @@
 //! Envoy client_side_weighted_round_robin fed by the servers' ORCA reports, per client proxy.
-//! Each response's report sets that host's weight = qps / (utilisation + penalty x eps / qps)
-//! (reports with qps or utilisation <= 0 are ignored). Every weight_update_period the proxy
+//! Each response's report sets that host's weight (core's `cswrr_weight`; reports that give none
+//! are ignored). Every weight_update_period the proxy
 //! rebuilds its scheduler: a weight counts once its host has reported for blackout_period and only
 //! while its last report is younger than weight_expiration; hosts without a counted weight get the
 //! median of the counted ones (all 1 when none). Picks are weighted round robin (EDF).
@@ -9,6 +9,8 @@ use super::edf::Edf;
 use super::{phase, Choice, Ctx, Outcome, Policy, Timer};
 use crate::server::Orca;
 use tailweight_core::rng::Rng;
+use tailweight_core::stats::median;
+use tailweight_core::weights::cswrr_weight;
 
 /// Envoy's defaults (the benchmark harness sets 1 s and 0.5 s: see `Periods`).
 pub const BLACKOUT_NS: u64 = 10_000_000_000;
@@ -48,13 +50,9 @@ pub struct Cswrr {
     rng: Rng,
 }
 
-/// qps / (utilisation + penalty x eps / qps); None when the report cannot give a weight.
+/// The weight one ORCA report gives its host (None when it gives none), at Envoy's default penalty.
 pub fn orca_weight(orca: &Orca) -> Option<f64> {
-    if orca.rps <= 0.0 || orca.utilization <= 0.0 {
-        return None;
-    }
-    let w = orca.rps / (orca.utilization + ERROR_UTILIZATION_PENALTY * orca.eps / orca.rps);
-    (w.is_finite() && w > 0.0).then_some(w)
+    cswrr_weight(orca.rps, orca.eps, orca.utilization, ERROR_UTILIZATION_PENALTY)
 }
 
 impl Cswrr {
@@ -90,15 +88,6 @@ impl Cswrr {
         let default = median(&mut valid).unwrap_or(1.0);
         counted.into_iter().map(|w| w.unwrap_or(default)).collect()
     }
-}
-
-fn median(values: &mut [f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_unstable_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    Some(if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 })
 }
 
 impl Policy for Cswrr {
@@ -140,8 +129,8 @@ impl Policy for Cswrr {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Queue;
     use super::*;
+    use crate::engine::Queue;
 
     fn ok(orca: Orca) -> Outcome {
         Outcome { latency_ns: 1, failed: false, orca }

@@ -16,7 +16,9 @@ pub mod round_robin;
 pub mod tailweight;
 
 use crate::server::{Orca, Server};
-use std::collections::BinaryHeap;
+
+/// Policies set their timers on the engine's event queue (through `Ctx`).
+pub use crate::engine::Queue;
 
 /// The endpoint chosen for one request, and a policy-private token handed back at completion.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -39,52 +41,6 @@ pub struct Outcome {
 pub struct Timer {
     pub kind: u8,
     pub arg: u32,
-}
-
-/// The event queue: (time, payload) pairs popped earliest first; equal times pop in payload order,
-/// so a run is a pure function of its inputs.
-#[derive(Debug, Default)]
-pub struct Queue {
-    heap: BinaryHeap<std::cmp::Reverse<(u64, u64)>>,
-}
-
-/// Payload kinds (top byte).
-pub const EV_DONE: u64 = 1;
-pub const EV_REJECT: u64 = 2;
-pub const EV_TIMER: u64 = 3;
-pub const EV_WINDOW: u64 = 4;
-pub const EV_SCENARIO: u64 = 5;
-
-impl Queue {
-    pub fn push(&mut self, at_ns: u64, kind: u64, value: u64) {
-        debug_assert!(value < 1 << 56);
-        self.heap.push(std::cmp::Reverse((at_ns, kind << 56 | value)));
-    }
-
-    pub fn timer(&mut self, at_ns: u64, timer: Timer) {
-        self.push(at_ns, EV_TIMER, (timer.kind as u64) << 32 | timer.arg as u64);
-    }
-
-    pub fn peek_time(&self) -> Option<u64> {
-        self.heap.peek().map(|r| r.0 .0)
-    }
-
-    /// (time, kind, value)
-    pub fn pop(&mut self) -> Option<(u64, u64, u64)> {
-        self.heap.pop().map(|std::cmp::Reverse((t, p))| (t, p >> 56, p & ((1 << 56) - 1)))
-    }
-
-    pub fn len(&self) -> usize {
-        self.heap.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
-    }
-}
-
-pub fn timer_of(value: u64) -> Timer {
-    Timer { kind: (value >> 32) as u8, arg: value as u32 }
 }
 
 /// What a policy may see and do besides its own state: the time, the servers (only what real
@@ -132,24 +88,4 @@ impl Policy for Ideal {
 /// Spread per-client periodic timers over the period (clients do not tick in step).
 pub fn phase(client: u32, clients: u32, period_ns: u64) -> u64 {
     period_ns * client as u64 / clients.max(1) as u64
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn queue_pops_in_time_then_payload_order() {
-        let mut q = Queue::default();
-        q.push(5, EV_DONE, 9);
-        q.push(3, EV_REJECT, 1);
-        q.timer(5, Timer { kind: 2, arg: 7 });
-        q.push(5, EV_DONE, 4);
-        assert_eq!(q.pop(), Some((3, EV_REJECT, 1)));
-        assert_eq!(q.pop(), Some((5, EV_DONE, 4)));
-        assert_eq!(q.pop(), Some((5, EV_DONE, 9)));
-        let (t, kind, value) = q.pop().unwrap();
-        assert_eq!((t, kind, timer_of(value)), (5, EV_TIMER, Timer { kind: 2, arg: 7 }));
-        assert!(q.is_empty());
-    }
 }

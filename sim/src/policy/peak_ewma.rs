@@ -33,15 +33,15 @@ impl Estimate {
     }
 }
 
-pub struct PeakEwma {
+pub struct PeakEwmaP2c {
     estimates: Vec<Estimate>,
     pending: Active,
     rng: Rng,
 }
 
-impl PeakEwma {
-    pub fn new(clients: u32, endpoints: u32, seed: u64) -> PeakEwma {
-        PeakEwma {
+impl PeakEwmaP2c {
+    pub fn new(clients: u32, endpoints: u32, seed: u64) -> PeakEwmaP2c {
+        PeakEwmaP2c {
             estimates: vec![Estimate { rtt_ns: DEFAULT_RTT_NS, updated_ns: 0 }; clients as usize * endpoints as usize],
             pending: Active::new(clients, endpoints as usize),
             rng: Rng::new(seed),
@@ -55,7 +55,7 @@ impl PeakEwma {
     }
 }
 
-impl Policy for PeakEwma {
+impl Policy for PeakEwmaP2c {
     fn pick(&mut self, client: u32, ctx: &mut Ctx) -> Choice {
         let n = self.pending.endpoints();
         let a = self.rng.below(n) as u32;
@@ -98,9 +98,9 @@ mod tests {
 
     #[test]
     fn the_slower_endpoint_loses() {
-        use super::super::Queue;
+        use crate::engine::Queue;
         use crate::server::Orca;
-        let mut p = PeakEwma::new(1, 2, 3);
+        let mut p = PeakEwmaP2c::new(1, 2, 3);
         let mut queue = Queue::default();
         let mut ctx = Ctx { now_ns: 1_000, servers: &[], queue: &mut queue, network_delay_ns: 0 };
         let slow = Outcome { latency_ns: 200_000_000, failed: false, orca: Orca::default() };

@@ -29,8 +29,8 @@ impl Policy for RoundRobin {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Queue;
     use super::*;
+    use crate::engine::Queue;
 
     #[test]
     fn each_client_cycles_through_all_endpoints() {

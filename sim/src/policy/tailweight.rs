@@ -187,7 +187,7 @@ impl Policy for Tailweight {
             rps_fractional: Some(outcome.orca.rps),
             eps: Some(outcome.orca.eps),
         };
-        let result = tailweight_core::Outcome {
+        let result = tailweight_core::RequestOutcome {
             served: Some(served),
             latency_us: outcome.latency_ns / 1_000,
             failed: outcome.failed,

@@ -22,7 +22,7 @@ use tailweight_core::wire::{ClusterReport, EndpointReport, Report, VERSION};
 
 #[derive(Debug, Parser)]
 #[command(name = "tailweight-loadgen", about = "Benchmark driver for tailweight-aggregator")]
-struct Args {
+struct LoadgenArgs {
     /// Start this aggregator binary (else use --target).
     #[arg(long)]
     aggregator: Option<PathBuf>,
@@ -150,11 +150,11 @@ fn time_inprocess(fleet: &Fleet, reports: u64) -> InProcess {
 }
 
 /// The aggregator process we started; stopped by PID (its own process group) when dropped.
-struct Server {
+struct AggregatorProcess {
     child: Child,
 }
 
-impl Drop for Server {
+impl Drop for AggregatorProcess {
     fn drop(&mut self) {
         let pid = self.child.id() as i32;
         let _ = Command::new("kill").args(["-TERM", "--", &format!("-{pid}")]).status();
@@ -169,7 +169,7 @@ impl Drop for Server {
     }
 }
 
-fn start_server(binary: &PathBuf, cpu: usize) -> Result<(Server, SocketAddr), String> {
+fn start_server(binary: &PathBuf, cpu: usize) -> Result<(AggregatorProcess, SocketAddr), String> {
     use std::os::unix::process::CommandExt;
     let port =
         std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
@@ -182,7 +182,7 @@ fn start_server(binary: &PathBuf, cpu: usize) -> Result<(Server, SocketAddr), St
         .process_group(0)
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
-    Ok((Server { child }, addr))
+    Ok((AggregatorProcess { child }, addr))
 }
 
 /// VmRSS and VmHWM of a process, in KiB.
@@ -589,7 +589,7 @@ fn markdown(r: &Results) -> String {
 }
 
 fn main() -> std::process::ExitCode {
-    let args = Args::parse();
+    let args = LoadgenArgs::parse();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -606,7 +606,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(args: Args) -> Result<(), String> {
+async fn run(args: LoadgenArgs) -> Result<(), String> {
     if args.reporters == 0 || args.endpoints == 0 || args.clusters == 0 || args.connections == 0 {
         return Err("reporters, endpoints, clusters and connections must be > 0".into());
     }

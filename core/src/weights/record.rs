@@ -1,0 +1,151 @@
+//! What the book keeps: per reporter (who it is, where its last report's endpoints are), per cluster
+//! (its endpoints in order, with an index by address) and per endpoint (what each reporter said and
+//! the state learned from it).
+
+use super::capacity::{HeldCapacity, LatencyModel};
+use super::decision::EndpointDecision;
+use super::ejection::Ejection;
+use super::observation::Observation;
+use super::rate_history::RateHistory;
+use super::reply::PreparedJson;
+use super::route::Route;
+use crate::hash::IdMap;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+
+/// One live incarnation of a reporter name.
+#[derive(Debug, Clone)]
+pub(super) struct ReporterRecord {
+    /// The book's own id for it (keys its observations).
+    pub id: u64,
+    pub incarnation: u64,
+    pub interval_us: u64,
+    pub expires_us: u64,
+    /// Where its last report's endpoints are, per cluster in report order.
+    pub routes: Vec<Route>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(super) struct ClusterRecord {
+    pub endpoints: EndpointRecords,
+    /// Changes whenever endpoint indices move (and differs between clusters): see `Route`.
+    pub layout: u64,
+    pub generation: u64,
+    pub computed_at_us: Option<u64>,
+}
+
+impl ClusterRecord {
+    /// Time since the last recompute (None before the first).
+    pub fn elapsed_us(&self, now_us: u64) -> Option<u64> {
+        self.computed_at_us.map(|t| now_us.saturating_sub(t))
+    }
+}
+
+/// A cluster's endpoints: a vector (recomputes walk it in order) with an index by address.
+#[derive(Debug, Clone, Default)]
+pub(super) struct EndpointRecords {
+    list: Vec<EndpointRecord>,
+    pub index: HashMap<String, usize>,
+}
+
+impl EndpointRecords {
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    pub fn get(&self, address: &str) -> Option<&EndpointRecord> {
+        self.index.get(address).and_then(|i| self.list.get(*i))
+    }
+
+    /// Look up `id`'s observation of each endpoint at `indices` and drop the answer: the lookups
+    /// are independent, so their cache misses overlap here instead of queueing up one endpoint at
+    /// a time behind the work of `ingest`.
+    pub fn warm(&self, indices: &[u32], id: u64) {
+        let mut sum = 0u64;
+        for i in indices {
+            if let Some(o) = self.list.get(*i as usize).and_then(|e| e.obs.get(&id)) {
+                sum = sum.wrapping_add(o.requests);
+            }
+        }
+        std::hint::black_box(sum);
+    }
+
+    pub fn at(&mut self, i: usize) -> &mut EndpointRecord {
+        &mut self.list[i]
+    }
+
+    pub fn get_or_insert(&mut self, address: &str) -> &mut EndpointRecord {
+        let i = match self.index.get(address) {
+            Some(i) => *i,
+            None => {
+                self.list.push(EndpointRecord::new(address));
+                self.index.insert(address.to_string(), self.list.len() - 1);
+                self.list.len() - 1
+            }
+        };
+        &mut self.list[i]
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, EndpointRecord> {
+        self.list.iter()
+    }
+
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, EndpointRecord> {
+        self.list.iter_mut()
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [EndpointRecord] {
+        &mut self.list
+    }
+
+    /// Keep the endpoints `keep` says to; true if any went (indices moved).
+    pub fn retain(&mut self, keep: impl FnMut(&mut EndpointRecord) -> bool) -> bool {
+        let before = self.list.len();
+        self.list.retain_mut(keep);
+        if self.list.len() != before {
+            self.index = self.list.iter().enumerate().map(|(i, e)| (e.address.clone(), i)).collect();
+            return true;
+        }
+        false
+    }
+}
+
+/// One endpoint: what its reporters said, and what the book learned from it.
+#[derive(Debug, Clone)]
+pub(super) struct EndpointRecord {
+    pub address: String,
+    pub ip: Option<IpAddr>,
+    /// What each reporter (by id) last said about it.
+    pub obs: IdMap<Observation>,
+    /// The latency path's service time and concurrency.
+    pub latency: LatencyModel,
+    pub ejection: Ejection,
+    /// The published weight (None before the first recompute).
+    pub weight: Option<f64>,
+    pub held: Option<HeldCapacity>,
+    pub decision: Option<EndpointDecision>,
+    /// Merged counts over the window of a metrics-store CPU value (kept while the IP has one).
+    pub rates: RateHistory,
+    pub json: PreparedJson,
+}
+
+impl EndpointRecord {
+    fn new(address: &str) -> Self {
+        EndpointRecord {
+            address: address.to_string(),
+            ip: address.parse::<SocketAddr>().ok().map(|a| a.ip()),
+            obs: IdMap::default(),
+            latency: LatencyModel::default(),
+            ejection: Ejection::default(),
+            weight: None,
+            held: None,
+            decision: None,
+            rates: RateHistory::default(),
+            json: PreparedJson::default(),
+        }
+    }
+}

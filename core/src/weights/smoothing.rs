@@ -1,0 +1,108 @@
+//! Targets from raw capacities, and the geometric smoothing of weights toward them.
+
+use super::normalize;
+use super::params::WeightParams;
+use super::record::EndpointRecord;
+use crate::ewma::decay_weight;
+use crate::stats::median;
+
+/// What a cluster's raw capacities make of each endpoint's target.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Targets {
+    mean_raw: f64,
+    /// For endpoints without a raw capacity, as Envoy's CSWRR gives unweighted hosts the median.
+    median_target: f64,
+    floor: f64,
+}
+
+impl Targets {
+    /// `sorted` is scratch.
+    fn of(raw: &[Option<f64>], floor: f64, sorted: &mut Vec<f64>) -> Targets {
+        let known = raw.iter().flatten().count();
+        let mean_raw = if known == 0 { 1.0 } else { raw.iter().flatten().sum::<f64>() / known as f64 };
+        sorted.clear();
+        sorted.extend(raw.iter().flatten().map(|r| (r / mean_raw).max(floor)));
+        let median_target = median(sorted).unwrap_or(1.0);
+        Targets { mean_raw, median_target, floor }
+    }
+
+    /// Target = raw / mean raw, at least `floor` (and positive); the median target without a raw.
+    fn target(&self, raw: Option<f64>) -> f64 {
+        raw.map_or(self.median_target, |r| (r / self.mean_raw).max(self.floor)).max(f64::MIN_POSITIVE)
+    }
+}
+
+/// The share of the way to its target a weight moves `elapsed_us` after the last recompute:
+/// `1 - exp(-elapsed / smoothing)`; all of it at the first recompute (None).
+fn smoothing_share(elapsed_us: Option<u64>, smoothing_us: f64) -> f64 {
+    match elapsed_us {
+        Some(dt_us) => 1.0 - decay_weight(dt_us, smoothing_us),
+        None => 1.0,
+    }
+}
+
+/// Geometric smoothing: log w moves a share `alpha` of the way to log target (a weight halving and
+/// one doubling take equally long); the target itself without a usable previous weight.
+fn smoothed(previous: Option<f64>, target: f64, alpha: f64) -> f64 {
+    let desired = match previous {
+        Some(w) if w > 0.0 && w.is_finite() => (w.ln() * (1.0 - alpha) + target.ln() * alpha).exp(),
+        _ => target,
+    };
+    if desired.is_finite() && desired > 0.0 {
+        desired
+    } else {
+        1.0
+    }
+}
+
+/// Step 4 (before `normalize`): each endpoint's target from `raw` (aligned with `endpoints`) into
+/// its decision, its smoothed weight into `desired`, and its `normalize::bounds` into `lo_hi`.
+/// `sorted` is scratch.
+pub(super) fn smooth_toward_targets(
+    endpoints: &mut [EndpointRecord],
+    raw: &[Option<f64>],
+    p: &WeightParams,
+    elapsed_us: Option<u64>,
+    sorted: &mut Vec<f64>,
+    desired: &mut Vec<f64>,
+    lo_hi: &mut Vec<(f64, f64)>,
+) {
+    let targets = Targets::of(raw, p.floor, sorted);
+    let alpha = smoothing_share(elapsed_us, p.smoothing_us);
+    desired.clear();
+    lo_hi.clear();
+    for (endpoint, raw) in endpoints.iter_mut().zip(raw) {
+        let target = targets.target(*raw);
+        if let Some(d) = endpoint.decision.as_mut() {
+            d.target = target;
+        }
+        desired.push(smoothed(endpoint.weight, target, alpha));
+        lo_hi.push(normalize::bounds(endpoint.weight, p.max_step, p.floor));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_relative_to_the_mean_raw_with_the_median_for_the_unknown() {
+        let mut sorted = Vec::new();
+        let t = Targets::of(&[Some(100.0), Some(300.0), None, Some(200.0)], 0.05, &mut sorted);
+        assert_eq!((t.mean_raw, t.median_target), (200.0, 1.0));
+        assert_eq!((t.target(Some(100.0)), t.target(None), t.target(Some(1.0))), (0.5, 1.0, 0.05));
+        let none = Targets::of(&[None, None], 0.05, &mut sorted);
+        assert_eq!(none.target(None), 1.0);
+    }
+
+    #[test]
+    fn a_weight_moves_geometrically_by_the_elapsed_share() {
+        let alpha = smoothing_share(Some(2_000_000), 2_000_000.0);
+        assert!((alpha - (1.0 - (-1.0f64).exp())).abs() < 1e-15);
+        assert_eq!(smoothing_share(None, 2_000_000.0), 1.0);
+        // Half way in log space from 1 to 4 is 2.
+        assert!((smoothed(Some(1.0), 4.0, 0.5) - 2.0).abs() < 1e-12);
+        assert_eq!(smoothed(None, 4.0, 0.5), 4.0);
+        assert_eq!(smoothed(Some(f64::NAN), 4.0, 0.5), 4.0);
+    }
+}
