@@ -20,7 +20,8 @@ def load_argv(url: str, qps: float, connections: int, duration_s: float, json_pa
     argv = [str(paths.fortio()), "load", "-qps", f"{qps:g}", "-c", str(connections), "-t", f"{duration_s:g}s",
             "-uniform",  # spread each connection's start so the clients do not fire in lockstep
             "-timeout", f"{timeout_s:g}s",
-            "-allow-initial-errors",  # a failing backend must not abort the client before it starts "-r", f"{RESOLUTION_S:g}",
+            "-allow-initial-errors",  # a failing backend must not abort the client before it starts
+            "-r", f"{RESOLUTION_S:g}",
             "-p", ",".join(f"{p:g}" for p in PERCENTILES), "-json", str(json_path), "-quiet"]
     if payload_bytes:
         argv += ["-payload-size", str(payload_bytes)]
