@@ -60,7 +60,8 @@ def compare(sim, bench):
         f"offered; simulator run: {sim['clients']} clients, {sim['qps']:g} rps, "
         f"{'connection-limited like Fortio' if sim['connection_limit'] else 'open loop'}, seed {sim['seed']}.",
         "",
-        "| policy | real p50 ms | sim p50 ms | real p99 ms | sim p99 ms | sim / real p99 | real group shares % | sim group shares % |",
+        "| policy | real p50 ms | sim p50 ms | real p99 ms | sim p99 ms | sim / real p99 | real group shares % "
+        "| sim group shares % |",
         "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for name, rp50, sp50, rp99, sp99, rg, sg in rows:

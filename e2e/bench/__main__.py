@@ -15,15 +15,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="bench", description=__doc__)
     ap.add_argument("--scenario", default=str(paths.REPO / "e2e/scenarios/seed-fib.yaml"))
     ap.add_argument("--out", help="output directory (default bench/results/<scenario name>)")
-    ap.add_argument("--logs", help="logs, configs, Fortio JSON and per-Envoy /stats (default bench/runs/<scenario name>, "
-                                   "or <out>/logs with --out)")
+    ap.add_argument("--logs", help="logs, configs, Fortio JSON and per-Envoy /stats "
+                                   "(default bench/runs/<scenario name>, or <out>/logs with --out)")
     ap.add_argument("--policies", help="comma list overriding the scenario's policies")
     ap.add_argument("--warmup", type=float, help="override warmup_s")
     ap.add_argument("--duration", type=float, help="override duration_s")
     ap.add_argument("--operator-period", type=float, default=30.0, help="operator controller period, s")
-    ap.add_argument("--kill-aggregator-at", type=float, help="kill the aggregator at this second of tailweight's recorded part")
+    ap.add_argument("--kill-aggregator-at", type=float,
+                    help="kill the aggregator at this second of tailweight's recorded part")
     ap.add_argument("--rerender", action="store_true",
-                    help="no runs: recompute shares/settle times and rewrite results.md and plots from <out>/results.json")
+                    help="no runs: recompute shares/settle times and rewrite results.md and plots "
+                         "from <out>/results.json")
     ap.add_argument("--segment", type=float, help="split the recorded part into Fortio runs of this many seconds "
                                                  "(percentiles per segment, e.g. before/after --kill-aggregator-at)")
     ap.add_argument("--quiet", action="store_true", help="no progress line")
@@ -37,7 +39,10 @@ def main(argv=None) -> int:
     out_dir = Path(args.out) if args.out else paths.REPO / "bench" / "results" / scenario.name
     out_dir.mkdir(parents=True, exist_ok=True)
     # Results are small and worth keeping; logs are bulky and stay out of bench/results.
-    log_dir = Path(args.logs) if args.logs else (out_dir / "logs" if args.out else paths.REPO / "bench" / "runs" / scenario.name)
+    if args.logs:
+        log_dir = Path(args.logs)
+    else:
+        log_dir = out_dir / "logs" if args.out else paths.REPO / "bench" / "runs" / scenario.name
     needs_wasm = any(p.startswith("tailweight") for p in policies)
     if needs_wasm and not paths.WASM.exists():
         print(f"bench: {paths.WASM} is missing (make wasm)", file=sys.stderr)

@@ -1,23 +1,24 @@
 """Pure post-processing of one policy's samples: per-endpoint rates and shares over time, overall
 shares, and how long a share took to settle after an event."""
-from typing import Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from itertools import pairwise
 
-Sample = Tuple[float, List[float]]  # (seconds since the recorded part began, requests_total per backend)
+Sample = tuple[float, list[float]]  # (seconds since the recorded part began, requests_total per backend)
 
 
-def rates(samples: Sequence[Sample]) -> Tuple[List[float], List[List[float]]]:
+def rates(samples: Sequence[Sample]) -> tuple[list[float], list[list[float]]]:
     """Per-interval requests/s per backend, stamped with each interval's end time."""
     times, out = [], []
-    for (t0, c0), (t1, c1) in zip(samples, samples[1:]):
+    for (t0, c0), (t1, c1) in pairwise(samples):
         dt = t1 - t0
         if dt <= 0:
             continue
         times.append(t1)
-        out.append([(b - a) / dt for a, b in zip(c0, c1)])
+        out.append([(b - a) / dt for a, b in zip(c0, c1, strict=True)])
     return times, out
 
 
-def windowed_shares(samples: Sequence[Sample], window_s: float) -> Tuple[List[float], List[List[float]]]:
+def windowed_shares(samples: Sequence[Sample], window_s: float) -> tuple[list[float], list[list[float]]]:
     """At every sample time t >= window_s: each backend's share of the requests in (t - window_s, t]."""
     times, shares = [], []
     j = 0
@@ -27,7 +28,7 @@ def windowed_shares(samples: Sequence[Sample], window_s: float) -> Tuple[List[fl
         if j >= len(samples) or samples[j][0] > t - window_s + 0.25 * window_s or samples[j][0] >= t:
             continue  # not enough history for a full window yet
         base = samples[j][1]
-        diff = [b - a for a, b in zip(base, counts)]
+        diff = [b - a for a, b in zip(base, counts, strict=True)]
         total = sum(diff)
         if total > 0:
             times.append(t)
@@ -35,16 +36,16 @@ def windowed_shares(samples: Sequence[Sample], window_s: float) -> Tuple[List[fl
     return times, shares
 
 
-def overall_shares(samples: Sequence[Sample]) -> List[float]:
+def overall_shares(samples: Sequence[Sample]) -> list[float]:
     if len(samples) < 2:
         return []
-    diff = [b - a for a, b in zip(samples[0][1], samples[-1][1])]
+    diff = [b - a for a, b in zip(samples[0][1], samples[-1][1], strict=True)]
     total = sum(diff)
     return [d / total if total else 0.0 for d in diff]
 
 
 def settle_time(times: Sequence[float], share: Sequence[float], event_s: float, final_window_s: float,
-                tolerance: float = 0.2, before_window_s: float = 5.0) -> Dict[str, Optional[float]]:
+                tolerance: float = 0.2, before_window_s: float = 5.0) -> dict[str, float | None]:
     """Seconds from `event_s` until `share` stays near its final value for good.
 
     final = mean share over the last `final_window_s`; before = mean over `before_window_s` before the
@@ -58,15 +59,15 @@ def settle_time(times: Sequence[float], share: Sequence[float], event_s: float, 
     if not times:
         return empty
     end = times[-1]
-    final_vals = [s for t, s in zip(times, share) if t >= end - final_window_s and t > event_s]
-    before_vals = [s for t, s in zip(times, share) if event_s - before_window_s <= t <= event_s]
+    final_vals = [s for t, s in zip(times, share, strict=True) if t >= end - final_window_s and t > event_s]
+    before_vals = [s for t, s in zip(times, share, strict=True) if event_s - before_window_s <= t <= event_s]
     if not final_vals:
         return empty
     final = sum(final_vals) / len(final_vals)
     before = sum(before_vals) / len(before_vals) if before_vals else None
-    after = [(t, s) for t, s in zip(times, share) if t > event_s]
+    after = [(t, s) for t, s in zip(times, share, strict=True) if t > event_s]
 
-    def settled_after(band: float) -> Optional[float]:
+    def settled_after(band: float) -> float | None:
         last_out = None
         for i, (_, s) in enumerate(after):
             if abs(s - final) > band:

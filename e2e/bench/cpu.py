@@ -1,11 +1,10 @@
 """CPU time of processes from /proc/<pid>/stat (utime + stime), including a not yet reaped process."""
 import os
-from typing import Optional
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> Optional[float]:
+def cpu_seconds(pid: int) -> float | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()

@@ -1,8 +1,8 @@
 """The backend emulator process (target/release/tailweight-emulator) seen from Python: start it with
 one port per backend, read its /metrics, send it events."""
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
 
 import requests
 
@@ -36,9 +36,9 @@ class BackendSettings:
         return "".join("," + k for k in keys)
 
 
-def parse_metrics(text: str) -> Dict[str, Dict[int, float]]:
+def parse_metrics(text: str) -> dict[str, dict[int, float]]:
     """Prometheus text -> {family: {backend index: value}}; plus unlabelled series under index -1."""
-    out: Dict[str, Dict[int, float]] = {}
+    out: dict[str, dict[int, float]] = {}
     for line in text.splitlines():
         m = _SERIES.match(line)
         if m:
@@ -53,7 +53,7 @@ def parse_metrics(text: str) -> Dict[str, Dict[int, float]]:
 
 
 class Emulator:
-    def __init__(self, proc: Proc, admin_port: int, ports: List[int]):
+    def __init__(self, proc: Proc, admin_port: int, ports: list[int]):
         self.proc = proc
         self.admin_port = admin_port
         self.ports = ports
@@ -61,17 +61,17 @@ class Emulator:
         self._session = requests.Session()
 
     @property
-    def addresses(self) -> List[str]:
+    def addresses(self) -> list[str]:
         return [f"127.0.0.1:{p}" for p in self.ports]
 
-    def metrics(self) -> Dict[str, Dict[int, float]]:
+    def metrics(self) -> dict[str, dict[int, float]]:
         return parse_metrics(self._session.get(f"{self.admin}/metrics", timeout=5).text)
 
-    def requests_total(self) -> List[float]:
+    def requests_total(self) -> list[float]:
         counts = self.metrics().get("emulator_requests_total", {})
         return [counts.get(i, 0.0) for i in range(len(self.ports))]
 
-    def event(self, backends: Sequence[int], action: str, value: Optional[float] = None) -> None:
+    def event(self, backends: Sequence[int], action: str, value: float | None = None) -> None:
         params = {"backends": ",".join(str(i) for i in backends), "action": action}
         if value is not None:
             params["value"] = repr(float(value))
@@ -81,12 +81,12 @@ class Emulator:
 
 
 def start(group: ProcGroup, backends: Sequence[BackendSettings], seed: int = 1, name: str = "emulator",
-          ports: Optional[List[int]] = None) -> Emulator:
+          ports: list[int] | None = None) -> Emulator:
     """Start one emulator process serving every backend on its own free 127.0.0.1 port."""
     ports = ports or [free_port() for _ in backends]
     admin_port = free_port()
     argv = [paths.binary("tailweight-emulator"), "--admin-port", admin_port, "--seed", seed]
-    for port, b in zip(ports, backends):
+    for port, b in zip(ports, backends, strict=True):
         argv += ["--backend", f"port={port},workers={b.workers},base_ms={b.base_ms},speed={b.speed},"
                               f"jitter={b.jitter},payload_bytes={b.payload_bytes}"]
         argv[-1] += b.lifecycle_spec()

@@ -1,8 +1,8 @@
 """Fortio load runs and their JSON results: per-client percentiles, and combined percentiles computed
 from the merged latency histograms (never by averaging percentiles)."""
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
 
 from tailweight_e2e import paths
 from tailweight_e2e.procs import Proc, ProcGroup
@@ -12,11 +12,11 @@ PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 # 1 ms to 20 ms, 5 ms to 100 ms, 100 ms to 1 s (values interpolate linearly inside a bucket).
 RESOLUTION_S = 0.0001
 
-Bucket = Tuple[float, float, int]  # start s, end s, count
+Bucket = tuple[float, float, int]  # start s, end s, count
 
 
 def load_argv(url: str, qps: float, connections: int, duration_s: float, json_path: Path,
-              payload_bytes: int = 0, timeout_s: float = 20.0) -> List[str]:
+              payload_bytes: int = 0, timeout_s: float = 20.0) -> list[str]:
     argv = [str(paths.fortio()), "load", "-qps", f"{qps:g}", "-c", str(connections), "-t", f"{duration_s:g}s",
             "-uniform",  # spread each connection's start so the clients do not fire in lockstep
             "-timeout", f"{timeout_s:g}s",
@@ -37,20 +37,20 @@ def read(json_path: Path) -> dict:
     return json.loads(Path(json_path).read_text())
 
 
-def buckets(result: dict) -> List[Bucket]:
+def buckets(result: dict) -> list[Bucket]:
     data = (result.get("DurationHistogram") or {}).get("Data") or []
     return [(float(d["Start"]), float(d["End"]), int(d["Count"])) for d in data]
 
 
-def counts(result: dict) -> Tuple[int, int]:
+def counts(result: dict) -> tuple[int, int]:
     """(requests, errors): errors are every return code but 200 (-1 = socket error or timeout)."""
-    codes: Dict[str, int] = result.get("RetCodes") or {}
+    codes: dict[str, int] = result.get("RetCodes") or {}
     total = int((result.get("DurationHistogram") or {}).get("Count", 0))
     ok = int(codes.get("200", 0))
     return total, total - ok
 
 
-def client_percentiles(result: dict) -> Dict[str, float]:
+def client_percentiles(result: dict) -> dict[str, float]:
     """Fortio's own percentiles for one client, in ms."""
     out = {}
     for p in (result.get("DurationHistogram") or {}).get("Percentiles") or []:
@@ -89,9 +89,9 @@ def merged_percentile(all_buckets: Sequence[Bucket], percentile: float) -> float
 
 def summarise(results: Sequence[dict]) -> dict:
     """Combined view of several clients' Fortio results."""
-    merged: List[Bucket] = [b for r in results for b in buckets(r)]
+    merged: list[Bucket] = [b for r in results for b in buckets(r)]
     requests = errors = 0
-    codes: Dict[str, int] = {}
+    codes: dict[str, int] = {}
     for r in results:
         total, bad = counts(r)
         requests += total

@@ -9,8 +9,8 @@ keep w_i, else w_i <- clamp(w_i x (1 - 0.01 x distance_i/mean), 100, 600); then 
 import statistics
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
 
 import requests
 
@@ -24,12 +24,12 @@ CPU_QUERY = "sum(rate(emulator_busy_seconds_total[1m])) by (address)"
 NEW_ENDPOINT_WEIGHT = 1000.0
 
 
-def scale_to_median(weights: Dict[str, float]) -> Dict[str, float]:
+def scale_to_median(weights: dict[str, float]) -> dict[str, float]:
     median = statistics.median(weights.values())
     return {k: w * 350.0 / median for k, w in weights.items()} if median > 0 else dict(weights)
 
 
-def step(weights: Dict[str, float], cpu: Dict[str, float]) -> Dict[str, float]:
+def step(weights: dict[str, float], cpu: dict[str, float]) -> dict[str, float]:
     """One round of the operator's rule. Endpoints without a weight start at 1000; endpoints without
     a CPU sample keep their weight."""
     current = {k: weights.get(k, NEW_ENDPOINT_WEIGHT) for k in set(weights) | set(cpu)}
@@ -47,14 +47,14 @@ def step(weights: Dict[str, float], cpu: Dict[str, float]) -> Dict[str, float]:
     return scale_to_median(out)
 
 
-def converged_weights(capacity: Dict[str, float]) -> Dict[str, float]:
+def converged_weights(capacity: dict[str, float]) -> dict[str, float]:
     """The rule's fixed point of equal CPU per endpoint: weight proportional to capacity
     (workers / mean service time), scaled by 350 / median. (The rule's 100..600 clamp would bind
     for capacity ratios above 6 once it adjusts; at the fixed point it does not adjust.)"""
     return scale_to_median(dict(capacity))
 
 
-def integer_weights(weights: Dict[str, float]) -> Dict[str, int]:
+def integer_weights(weights: dict[str, float]) -> dict[str, int]:
     return {k: max(1, int(round(w))) for k, w in weights.items()}
 
 
@@ -81,7 +81,7 @@ class Prometheus:
         wait_for(lambda: set(self.cpu_by_address()) >= set(addresses), timeout_s,
                  "Prometheus CPU series for every backend", self.proc, interval_s=0.5)
 
-    def query(self, promql: str) -> List[dict]:
+    def query(self, promql: str) -> list[dict]:
         r = requests.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)
         r.raise_for_status()
         body = r.json()
@@ -89,7 +89,7 @@ class Prometheus:
             raise RuntimeError(f"prometheus query {promql!r}: {body}")
         return body["data"]["result"]
 
-    def cpu_by_address(self) -> Dict[str, float]:
+    def cpu_by_address(self) -> dict[str, float]:
         return {s["metric"]["address"]: float(s["value"][1]) for s in self.query(CPU_QUERY)
                 if "address" in s.get("metric", {})}
 
@@ -98,18 +98,18 @@ class Controller:
     """Every `period_s`: CPU from Prometheus -> step() -> EDS file. Runs in a daemon thread; records
     every round so the results can show what it did."""
 
-    def __init__(self, eds_path: Path, weights: Dict[str, float], cpu_source: Callable[[], Dict[str, float]],
-                 period_s: float = PERIOD_S, log: Optional[Callable[[str], None]] = None):
+    def __init__(self, eds_path: Path, weights: dict[str, float], cpu_source: Callable[[], dict[str, float]],
+                 period_s: float = PERIOD_S, log: Callable[[str], None] | None = None):
         self.eds_path = Path(eds_path)
         self.weights = dict(weights)
         self.cpu_source = cpu_source
         self.period_s = period_s
-        self.rounds: List[dict] = []
-        self.errors: List[str] = []
+        self.rounds: list[dict] = []
+        self.errors: list[str] = []
         self.version = 1
         self.log = log or (lambda _: None)
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self._t0 = time.monotonic()
         write_eds(self.eds_path, integer_weights(self.weights), version=str(self.version))
 

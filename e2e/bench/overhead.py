@@ -135,7 +135,7 @@ def run(out_dir: Path, seconds: float, qps: float, connections: int, payload: in
 def paired_difference(variants: dict, a: str, b: str) -> dict:
     """Envoy CPU per request of `a` minus `b`, round by round, and the median of those."""
     per_round = [x - y for x, y in zip(variants[a]["envoy_cpu_us_per_request_all"],
-                                       variants[b]["envoy_cpu_us_per_request_all"])]
+                                       variants[b]["envoy_cpu_us_per_request_all"], strict=True)]
     return {"median_us": statistics.median(per_round), "per_round_us": [round(d, 1) for d in per_round]}
 
 

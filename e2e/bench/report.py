@@ -2,7 +2,6 @@
 import json
 import math
 from pathlib import Path
-from typing import List
 
 from . import analysis
 from .scenario import Scenario
@@ -14,21 +13,22 @@ def _fmt(x, digits=1) -> str:
     return f"{x:.{digits}f}"
 
 
-def write_json(path: Path, scenario: Scenario, results: List[dict], meta: dict) -> None:
+def write_json(path: Path, scenario: Scenario, results: list[dict], meta: dict) -> None:
     doc = {"scenario": scenario.name, "scenario_file": str(scenario.path) if scenario.path else None,
            "capacity_rps": round(scenario.capacity_rps, 1), "offered_qps": scenario.clients.qps,
            "clients": scenario.clients.count, "meta": meta, "policies": results}
     path.write_text(json.dumps(doc, indent=1, default=str))
 
 
-def markdown(scenario: Scenario, results: List[dict], meta: dict) -> str:
+def markdown(scenario: Scenario, results: list[dict], meta: dict) -> str:
     by = {r["policy"]: r for r in results if "error" not in r}
     base = by.get("least_request")
     lines = [f"# {scenario.name}: {len(scenario.backends)} backends, {scenario.clients.count} client Envoys, "
              f"{scenario.clients.qps:g} rps offered ({scenario.clients.qps / scenario.capacity_rps:.0%} of capacity "
              f"{scenario.capacity_rps:.0f} rps)", ""]
-    lines.append(f"warm-up {results[0].get('warmup_s', '?') if results else '?'} s, recorded "
-                 f"{results[0].get('duration_s', '?') if results else '?'} s per policy; {meta.get('note', '')}".rstrip("; "))
+    first = results[0] if results else {}
+    lines.append(f"warm-up {first.get('warmup_s', '?')} s, recorded {first.get('duration_s', '?')} s per policy; "
+                 f"{meta.get('note', '')}".rstrip("; "))
     lines += ["", "| policy | p50 ms | p90 ms | p99 ms | p99.9 ms | p99 / least_request | errors | requests | "
                   "CPU cores (all) | Envoy us/req | aggregator us/req |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -40,7 +40,8 @@ def markdown(scenario: Scenario, results: List[dict], meta: dict) -> str:
         cpu = r.get("cpu_us_per_request", {})
         lines.append(f"| {r['policy']} | {_fmt(r['p50_ms'])} | {_fmt(r['p90_ms'])} | {_fmt(r['p99_ms'])} | "
                      f"{_fmt(r['p99.9_ms'])} | {_fmt(ratio, 2)} | {r['errors']} | {r['requests']} | "
-                     f"{_fmt(r.get('cpu_cores'), 2)} | {_fmt(cpu.get('envoys'), 0)} | {_fmt(cpu.get('aggregator'), 0)} |")
+                     f"{_fmt(r.get('cpu_cores'), 2)} | {_fmt(cpu.get('envoys'), 0)} | "
+                     f"{_fmt(cpu.get('aggregator'), 0)} |")
     # Per-endpoint requests/s (the seed's "per-pod rps 100 each -> 25..224").
     ok = [r for r in results if "error" not in r]
     if ok:
@@ -56,9 +57,9 @@ def markdown(scenario: Scenario, results: List[dict], meta: dict) -> str:
     settle = [(r["policy"], s) for r in ok for s in r.get("settle", [])]
     if settle:
         lines += ["", "Reaction to events: seconds until the backend's share (1 s window, sampled every 0.5 s) "
-                      "stays within 20% of the step (|share - final| <= 0.2 x max(|before - final|, final); before = mean "
-                      "of the 5 s before the event, final = mean of the last 10 s), and, literally, within 20% "
-                      "of the final share (noise-bound when the final share is small):", "",
+                      "stays within 20% of the step (|share - final| <= 0.2 x max(|before - final|, final); "
+                      "before = mean of the 5 s before the event, final = mean of the last 10 s), and, literally, "
+                      "within 20% of the final share (noise-bound when the final share is small):", "",
                   "| policy | backend | event at s | share before | final share | settle s (20% of step) | "
                   "settle s (20% of final) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
 
@@ -95,14 +96,14 @@ def markdown(scenario: Scenario, results: List[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_links(pngs: List[Path]) -> str:
+def plot_links(pngs: list[Path]) -> str:
     """The plots, shown in results.md (they sit beside it)."""
     if not pngs:
         return ""
     return "\nPlots:\n\n" + "".join(f"![{p.stem}]({p.name})\n" for p in dict.fromkeys(pngs))
 
 
-def plots(out_dir: Path, scenario: Scenario, results: List[dict]) -> List[Path]:
+def plots(out_dir: Path, scenario: Scenario, results: list[dict]) -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -138,7 +139,7 @@ def plots(out_dir: Path, scenario: Scenario, results: List[dict]) -> List[Path]:
     cols = 2 if len(ok) > 1 else 1
     rows = math.ceil(len(ok) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 3.2 * rows), squeeze=False, sharey=True)
-    for ax, r in zip(axes.flat, ok):
+    for ax, r in zip(axes.flat, ok, strict=False):  # the grid may have a spare cell
         # 1 s rates from the 0.5 s samples.
         samples = r["samples"][::2] if len(r["samples"]) > 2 else r["samples"]
         times, rates = analysis.rates(samples)
@@ -167,11 +168,12 @@ def plots(out_dir: Path, scenario: Scenario, results: List[dict]) -> List[Path]:
         if not view:
             continue
         fig, ax = plt.subplots(figsize=(9, 4))
-        for i, (address, b) in enumerate(zip(r["backends"], scenario.backends)):
+        for i, (address, b) in enumerate(zip(r["backends"], scenario.backends, strict=True)):
             pts = [(t, v[address][0]) for t, v in view if address in v]
             if pts:
+                first_of_speed = all(bb.speed != b.speed for bb in scenario.backends[:i])
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colour[b.speed], lw=0.9,
-                        label=f"speed {b.speed:g}" if all(bb.speed != b.speed for bb in scenario.backends[:i]) else None)
+                        label=f"speed {b.speed:g}" if first_of_speed else None)
         for ev in r.get("events", []):
             ax.axvline(ev["fired_s"], color="red", ls="--", lw=0.8)
         ax.set_title(f"{scenario.name} / {r['policy']}: aggregator weight per endpoint (mean 1)")

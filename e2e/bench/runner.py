@@ -6,7 +6,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
 
 import requests
 
@@ -25,13 +24,13 @@ SAMPLE_S = 0.5
 @dataclass
 class Options:
     out_dir: Path
-    log_dir: Optional[Path] = None  # None: <out_dir>/logs; one sub-directory per policy
-    warmup_s: Optional[float] = None  # None: the scenario's
-    duration_s: Optional[float] = None
+    log_dir: Path | None = None  # None: <out_dir>/logs; one sub-directory per policy
+    warmup_s: float | None = None  # None: the scenario's
+    duration_s: float | None = None
     operator_period_s: float = operator.PERIOD_S
     report_interval_ms: int = 1000
-    kill_aggregator_at_s: Optional[float] = None  # in the recorded part
-    segment_s: Optional[float] = None  # split the recorded part into Fortio runs of this length (percentiles each)
+    kill_aggregator_at_s: float | None = None  # in the recorded part
+    segment_s: float | None = None  # split the recorded part into Fortio runs of this length (percentiles each)
     plugin_extra: dict = field(default_factory=dict)
     progress: bool = True
     label: str = ""  # shown in the progress line, e.g. "2/6"
@@ -69,7 +68,7 @@ def start_aggregator(group: ProcGroup, port: int) -> Proc:
     return proc
 
 
-def aggregator_view(port: int) -> Optional[Dict[str, list]]:
+def aggregator_view(port: int) -> dict[str, list] | None:
     """The aggregator's current view of cluster `backends`: {address: [weight, latency_ms, inflight]}
     (None when it does not answer; the harness only watches, the filter decides)."""
     try:
@@ -78,7 +77,8 @@ def aggregator_view(port: int) -> Optional[Dict[str, list]]:
         for cluster in body.get("clusters", []):
             if cluster.get("name") == "backends":
                 for e in cluster.get("endpoints", []):
-                    out[e["address"]] = [round(float(e.get("weight", 0)), 3), round(float(e.get("latency_us", 0)) / 1e3, 2),
+                    out[e["address"]] = [round(float(e.get("weight", 0)), 3),
+                                         round(float(e.get("latency_us", 0)) / 1e3, 2),
                                          round(float(e.get("inflight", 0)), 1)]
         return out
     except (requests.RequestException, ValueError, KeyError, TypeError, AttributeError):
@@ -89,9 +89,9 @@ class CpuTracker:
     """CPU seconds per process over the recorded part (last value read while the process existed)."""
 
     def __init__(self):
-        self.first: Dict[str, float] = {}
-        self.last: Dict[str, float] = {}
-        self.pids: Dict[str, int] = {}
+        self.first: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+        self.pids: dict[str, int] = {}
 
     def track(self, name: str, pid: int, from_zero: bool = False) -> None:
         self.pids[name] = pid
@@ -105,17 +105,19 @@ class CpuTracker:
             if value is not None:
                 self.last[name] = value
 
-    def used(self) -> Dict[str, float]:
+    def used(self) -> dict[str, float]:
         return {name: round(self.last[name] - self.first[name], 3) for name in self.pids}
 
 
-def backend_settings(scenario: Scenario) -> List[emulator.BackendSettings]:
-    return [emulator.BackendSettings(b.workers, b.base_ms, b.speed, b.jitter, b.payload_bytes) for b in scenario.backends]
+def backend_settings(scenario: Scenario) -> list[emulator.BackendSettings]:
+    return [emulator.BackendSettings(b.workers, b.base_ms, b.speed, b.jitter, b.payload_bytes)
+            for b in scenario.backends]
 
 
 def derive(result: dict) -> dict:
     """Shares and event reaction times from the recorded samples (also used to re-render old results)."""
-    result["share"] = dict(zip(result["backends"], analysis.overall_shares(result["samples"])))
+    # No shares (an empty dict) from fewer than two samples.
+    result["share"] = dict(zip(result["backends"], analysis.overall_shares(result["samples"]), strict=False))
     times, shares = analysis.windowed_shares(result["samples"], 1.0)
     result["settle"] = [
         {"backend": b, "action": ev["action"], "at_s": ev["fired_s"],
@@ -146,7 +148,7 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
             prom = operator.Prometheus(group, [f"127.0.0.1:{emu.admin_port}"], log_dir / "prometheus")
             prom.wait_for_cpu(emu.addresses)
             cpu.track("prometheus", prom.proc.pid)
-            capacity = {a: b.capacity_rps for a, b in zip(emu.addresses, scenario.backends)}
+            capacity = {a: b.capacity_rps for a, b in zip(emu.addresses, scenario.backends, strict=True)}
             initial = operator.converged_weights(capacity)
             eds_path = log_dir / "eds" / "backends.yaml"
             eds_path.parent.mkdir(parents=True, exist_ok=True)
@@ -178,7 +180,7 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
 
         def start_fortios(phase: str, seconds: float, record: bool) -> list:
             loads = []
-            for i, (e, listen) in enumerate(envoys):
+            for i, (_, listen) in enumerate(envoys):
                 json_path = log_dir / f"fortio-{phase}-{i}.json"
                 p = fortio.start_load(group, f"fortio-{phase}-{i}", f"http://127.0.0.1:{listen}/", per_client_qps,
                                       scenario.clients.connections, seconds, json_path, scenario.clients.payload_bytes)
@@ -187,25 +189,25 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
                     cpu.track(f"fortio-{phase}-{i}", p.pid, from_zero=True)
             return loads
 
-        def run_load(phase: str, segments: List[float], record: bool) -> List[List[dict]]:
+        def run_load(phase: str, segments: list[float], record: bool) -> list[list[dict]]:
             """Fortio runs back to back (one per segment, each client), sampling all along; returns
             each segment's client results."""
             seconds = sum(segments)
             names = [phase] if len(segments) == 1 else [f"{phase}{k + 1}" for k in range(len(segments))]
             segment_loads = [start_fortios(names[0], segments[0], record)]
             t0 = time.monotonic()
-            samples: List[analysis.Sample] = []
-            events_done: List[dict] = []
+            samples: list[analysis.Sample] = []
+            events_done: list[dict] = []
             pending = list(scenario.events) if record else []
             killed_aggregator = None
-            weights_seen: List[tuple] = []
+            weights_seen: list[tuple] = []
             deadline = t0 + seconds + 30 * len(segments)
             while True:
                 now = time.monotonic() - t0
                 try:
                     samples.append((now, emu.requests_total()))
                 except requests.RequestException as e:
-                    raise RuntimeError(f"emulator metrics failed: {e}\n{emu.proc.log()[-2000:]}")
+                    raise RuntimeError(f"emulator metrics failed: {e}\n{emu.proc.log()[-2000:]}") from e
                 cpu.sample()  # before reaping, so a finished Fortio's CPU is still readable
                 while pending and pending[0].at_s <= now:
                     ev = pending.pop(0)
@@ -258,7 +260,8 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
         segments = [duration_s]
         if opts.segment_s and opts.segment_s < duration_s:
             n = int(duration_s // opts.segment_s)
-            segments = [opts.segment_s] * n + ([duration_s - n * opts.segment_s] if duration_s - n * opts.segment_s >= 1 else [])
+            rest = duration_s - n * opts.segment_s
+            segments = [opts.segment_s] * n + ([rest] if rest >= 1 else [])
         by_segment = run_load("run", segments, record=True)
         clients = [c for seg in by_segment for c in seg]
         if controller is not None:
@@ -279,8 +282,9 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
                 envoy_stats[-1]["wasmcustom"] = wasm
             if aggregator_port is not None:  # the filter's reports to the aggregator
                 a = e.stats("cluster.tailweight_aggregator.")
-                envoy_stats[-1]["aggregator_calls"] = {k: a.get(f"cluster.tailweight_aggregator.{k}", 0) for k in
-                                                       ("upstream_rq_total", "upstream_rq_2xx", "upstream_cx_connect_fail")}
+                envoy_stats[-1]["aggregator_calls"] = {
+                    k: a.get(f"cluster.tailweight_aggregator.{k}", 0)
+                    for k in ("upstream_rq_total", "upstream_rq_2xx", "upstream_cx_connect_fail")}
         result["envoy_stats"] = envoy_stats
 
     summary = fortio.summarise(clients)

@@ -2,7 +2,6 @@
 flattened into per-backend settings."""
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
 
 import yaml
 
@@ -41,9 +40,9 @@ class Clients:
 @dataclass(frozen=True)
 class Event:
     at_s: float
-    backends: List[int]
+    backends: list[int]
     action: str
-    value: Optional[float] = None
+    value: float | None = None
 
 
 @dataclass
@@ -52,12 +51,12 @@ class Scenario:
     seed: int
     warmup_s: float
     duration_s: float
-    backends: List[Backend]
+    backends: list[Backend]
     clients: Clients
-    events: List[Event]
-    policies: List[str]
+    events: list[Event]
+    policies: list[str]
     sim: dict = field(default_factory=dict)
-    path: Optional[Path] = None
+    path: Path | None = None
 
     @property
     def capacity_rps(self) -> float:
@@ -85,7 +84,7 @@ def _number(where: str, value, lo: float, hi: float, integer: bool = False):
     return int(value) if integer else float(value)
 
 
-def parse(data: dict, path: Optional[Path] = None) -> Scenario:
+def parse(data: dict, path: Path | None = None) -> Scenario:
     _check_keys("scenario", data, {"name", "backends", "clients", "duration_s", "policies"},
                 {"seed", "warmup_s", "events", "sim"})
     name = data["name"]
@@ -93,7 +92,7 @@ def parse(data: dict, path: Optional[Path] = None) -> Scenario:
         raise ScenarioError(f"name: expected a non-empty word usable in file names, got {name!r}")
     if not isinstance(data["backends"], list) or not data["backends"]:
         raise ScenarioError("backends: expected a non-empty list of groups")
-    backends: List[Backend] = []
+    backends: list[Backend] = []
     for g, group in enumerate(data["backends"]):
         where = f"backends[{g}]"
         _check_keys(where, group, {"count", "workers", "base_ms"}, {"speed", "jitter", "payload_bytes"})
@@ -105,7 +104,8 @@ def parse(data: dict, path: Optional[Path] = None) -> Scenario:
                 base_ms=_number(f"{where}.base_ms", group["base_ms"], 0, 600000),
                 speed=_number(f"{where}.speed", group.get("speed", 1.0), 0.001, 1000),
                 jitter=_number(f"{where}.jitter", group.get("jitter", 0.0), 0, 3),
-                payload_bytes=_number(f"{where}.payload_bytes", group.get("payload_bytes", 0), 0, 16 << 20, integer=True),
+                payload_bytes=_number(f"{where}.payload_bytes", group.get("payload_bytes", 0), 0, 16 << 20,
+                                      integer=True),
             ))
     c = data["clients"]
     _check_keys("clients", c, {"count", "qps", "connections"}, {"payload_bytes"})

@@ -25,16 +25,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import requests
 import yaml
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # e2e/ (pytest.ini does the same) for the shared helpers
-from tailweight_e2e.paths import CACHE as TW_CACHE, envoy as _envoy  # noqa: E402
+from tailweight_e2e.paths import CACHE as TW_CACHE  # noqa: E402
+from tailweight_e2e.paths import envoy as _envoy  # noqa: E402
 from tailweight_e2e.procs import Proc, ProcGroup  # noqa: E402
 
 ISTIO_CACHE = TW_CACHE / "istio"
@@ -227,7 +229,7 @@ class ControlPlane:
     procs: ProcGroup = field(init=False)
     ports: dict[str, int] = field(default_factory=dict, init=False)
 
-    def __enter__(self) -> "ControlPlane":
+    def __enter__(self) -> ControlPlane:
         try:
             self.start()
         except BaseException:

@@ -26,8 +26,7 @@ from pathlib import Path
 import requests
 import yaml
 
-from cluster import (LOCALHOST, ControlPlane, Sidecar, free_port, http_get,
-                     wait_for, wait_ready)
+from cluster import LOCALHOST, ControlPlane, Sidecar, free_port, http_get, wait_for, wait_ready
 from tailweight_e2e.procs import Proc
 
 HERE = Path(__file__).resolve().parent

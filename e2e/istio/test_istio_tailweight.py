@@ -78,7 +78,7 @@ def mesh(control_plane) -> Mesh:
                                    stats_inclusion=())
     mesh.intruder = cp.start_sidecar(tm.OTHER_NS, "intruder", ip=intruder_ip, labels={"app": "intruder"})
     for sc in (mesh.client, mesh.intruder):
-        wait_for(lambda: f"{sc.ip}_{tm.PORT}" in sc.listeners(), 30, f"{sc.proxy_id} outbound listener")
+        wait_for(lambda sc=sc: f"{sc.ip}_{tm.PORT}" in sc.listeners(), 30, f"{sc.proxy_id} outbound listener")
     wait_for(lambda: tm.send(mesh.client, "backend").ok, 30, "a first 200 through the client's sidecar")
     return mesh
 

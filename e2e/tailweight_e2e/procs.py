@@ -6,8 +6,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Optional, Sequence
 
 import requests
 
@@ -42,7 +42,7 @@ class Proc:
             except ProcessLookupError:
                 pass
 
-    def stop(self, grace_s: float = 5.0) -> Optional[int]:
+    def stop(self, grace_s: float = 5.0) -> int | None:
         """SIGTERM the group, SIGKILL after `grace_s`. Returns the exit code."""
         if self.alive():
             self.signal(signal.SIGTERM)
@@ -76,7 +76,7 @@ class ProcGroup:
     def __init__(self, log_dir: Path):
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.procs: "list[Proc]" = []
+        self.procs: list[Proc] = []
 
     def start(self, name: str, argv: Sequence[str], env=None, cwd=None) -> Proc:
         proc = Proc(name, argv, self.log_dir / f"{name}.log", env=env, cwd=cwd)
@@ -108,7 +108,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str, proc: Optional[Proc] = None,
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str, proc: Proc | None = None,
              interval_s: float = 0.05) -> None:
     """Poll until `predicate()` is true; fail with `what` (and the process log tail) on timeout or exit."""
     deadline = time.monotonic() + timeout_s
@@ -126,5 +126,5 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str, proc: O
     raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}{tail}")
 
 
-def wait_http(url: str, timeout_s: float = 30.0, proc: Optional[Proc] = None) -> None:
+def wait_http(url: str, timeout_s: float = 30.0, proc: Proc | None = None) -> None:
     wait_for(lambda: requests.get(url, timeout=1).status_code < 500, timeout_s, f"GET {url}", proc)

@@ -4,7 +4,6 @@ scrapes a tiny exporter this test controls every second; the aggregator polls Pr
 goes away the failures are counted and the aggregator keeps serving."""
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest

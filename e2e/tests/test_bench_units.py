@@ -43,7 +43,8 @@ def test_slowdown_scenario_slows_one_of_ten_by_five():
 
 
 def test_groups_flatten_in_order():
-    s = parse(minimal(backends=[{"count": 2, "workers": 2, "base_ms": 10}, {"count": 1, "workers": 1, "base_ms": 10, "speed": 2}]))
+    s = parse(minimal(backends=[{"count": 2, "workers": 2, "base_ms": 10},
+                                {"count": 1, "workers": 1, "base_ms": 10, "speed": 2}]))
     assert [(b.index, b.speed) for b in s.backends] == [(0, 1.0), (1, 1.0), (2, 2.0)]
     assert s.backends[2].capacity_rps == pytest.approx(50.0)
     assert s.capacity_rps == pytest.approx(450.0)
@@ -115,8 +116,10 @@ def statistics_median(values):
 # ---- Fortio histogram merge ----
 
 def test_merged_percentiles_come_from_buckets_not_averages():
-    fast = {"DurationHistogram": {"Count": 100, "Data": [{"Start": 0.001, "End": 0.002, "Count": 100}]}, "RetCodes": {"200": 100}}
-    slow = {"DurationHistogram": {"Count": 100, "Data": [{"Start": 0.100, "End": 0.200, "Count": 100}]}, "RetCodes": {"200": 98, "503": 1, "-1": 1}}
+    fast = {"DurationHistogram": {"Count": 100, "Data": [{"Start": 0.001, "End": 0.002, "Count": 100}]},
+            "RetCodes": {"200": 100}}
+    slow = {"DurationHistogram": {"Count": 100, "Data": [{"Start": 0.100, "End": 0.200, "Count": 100}]},
+            "RetCodes": {"200": 98, "503": 1, "-1": 1}}
     s = fortio.summarise([fast, slow])
     assert s["requests"] == 200 and s["errors"] == 2
     assert s["p50_ms"] == pytest.approx(2.0, abs=0.01)      # the boundary between the two populations
@@ -208,7 +211,8 @@ def test_every_policy_renders_a_valid_envoy_config(policy, tmp_path):
 
 
 def test_tailweight_plugin_config_reports_to_the_aggregator_cluster():
-    assert plugin_config_for("tailweight") == {"aggregator": {"cluster": "tailweight_aggregator", "report_interval_ms": 1000}}
+    assert plugin_config_for("tailweight") == {
+        "aggregator": {"cluster": "tailweight_aggregator", "report_interval_ms": 1000}}
     assert plugin_config_for("tailweight_local") == {}
 
 

@@ -107,8 +107,9 @@ def test_speed_event_changes_service_time(group):
 
 def test_bad_command_line_is_one_clear_error(tmp_path):
     import subprocess
-    out = subprocess.run([str(paths.binary("tailweight-emulator")), "--admin-port", "1", "--backend", "port=2,workers=1"],
-                         capture_output=True, text=True, timeout=10)
+    out = subprocess.run(
+        [str(paths.binary("tailweight-emulator")), "--admin-port", "1", "--backend", "port=2,workers=1"],
+        capture_output=True, text=True, timeout=10)
     assert out.returncode == 2
     assert out.stderr.splitlines()[0] == 'tailweight-emulator: --backend "port=2,workers=1": base_ms is required'
 
@@ -118,11 +119,12 @@ def test_envoy_client_side_wrr_follows_orca_headers(group, tmp_path):
     less than round robin's half."""
     emu = start(group, [BackendSettings(workers=2, base_ms=10), BackendSettings(workers=2, base_ms=10, speed=4.0)])
     listen, admin = free_port(), free_port()
-    envoy.start(group, "envoy", render_client_envoy(listen, admin, emu.addresses, "cswrr_orca"), admin, log_level="warn")
+    envoy.start(group, "envoy", render_client_envoy(listen, admin, emu.addresses, "cswrr_orca"), admin,
+                log_level="warn")
     run_fortio(group, tmp_path, f"http://127.0.0.1:{listen}/", qps=60, connections=4, seconds=3, name="warm")
     before = emu.requests_total()
     result = run_fortio(group, tmp_path, f"http://127.0.0.1:{listen}/", qps=60, connections=4, seconds=4, name="cswrr")
     after = emu.requests_total()
     assert fortio.counts(result)[1] == 0
-    fast, slow = (a - b for a, b in zip(after, before))
+    fast, slow = (a - b for a, b in zip(after, before, strict=True))
     assert slow / (fast + slow) < 0.35, (fast, slow)

@@ -5,7 +5,6 @@ import http.server
 import json
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import requests
@@ -74,7 +73,7 @@ def run_fortio(group, tmp_path, url, qps, connections, seconds, name="fortio"):
 
 
 def shares(before, after):
-    served = [a - b for a, b in zip(after, before)]
+    served = [a - b for a, b in zip(after, before, strict=True)]
     total = sum(served)
     return [s / total for s in served], total
 
@@ -202,7 +201,8 @@ class Recorder:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 with recorder.lock:
-                    recorder.reports.append((time.monotonic(), self.headers.get("x-tailweight-shard"), json.loads(body)))
+                    shard = self.headers.get("x-tailweight-shard")
+                    recorder.reports.append((time.monotonic(), shard, json.loads(body)))
                 if recorder.mode == "slow":
                     time.sleep(1.0)
                 reply = b"not json" if recorder.mode == "garbage" else b'{"version":1,"ttl_ms":3000,"clusters":[]}'
