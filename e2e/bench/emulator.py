@@ -1,5 +1,6 @@
 """The backend emulator process (target/release/tailweight-emulator) seen from Python: start it with
-one port per backend, read its /metrics, send it events."""
+one port per backend (ports it picks itself), read its /metrics, send it events."""
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -7,7 +8,7 @@ from dataclasses import dataclass
 import requests
 
 from tailweight_e2e import paths
-from tailweight_e2e.procs import Proc, ProcGroup, free_port, wait_http
+from tailweight_e2e.procs import Proc, ProcGroup, read_ready_file
 
 _SERIES = re.compile(r'^(\w+)\{backend="(\d+)",address="([^"]+)"\}\s+(\S+)$')
 
@@ -80,16 +81,15 @@ class Emulator:
             raise RuntimeError(f"emulator event {params}: {r.status_code} {r.text.strip()}")
 
 
-def start(group: ProcGroup, backends: Sequence[BackendSettings], seed: int = 1, name: str = "emulator",
-          ports: list[int] | None = None) -> Emulator:
-    """Start one emulator process serving every backend on its own free 127.0.0.1 port."""
-    ports = ports or [free_port() for _ in backends]
-    admin_port = free_port()
-    argv = [paths.binary("tailweight-emulator"), "--admin-port", admin_port, "--seed", seed]
-    for port, b in zip(ports, backends, strict=True):
-        argv += ["--backend", f"port={port},workers={b.workers},base_ms={b.base_ms},speed={b.speed},"
+def start(group: ProcGroup, backends: Sequence[BackendSettings], seed: int = 1, name: str = "emulator") -> Emulator:
+    """Start one emulator process serving every backend on its own 127.0.0.1 port; the emulator
+    binds port 0 for each (and its admin) and reports the ports it got in its --ready-file."""
+    ready_file = group.ready_file(name)
+    argv = [paths.binary("tailweight-emulator"), "--admin-port", 0, "--seed", seed, "--ready-file", ready_file]
+    for b in backends:
+        argv += ["--backend", f"port=0,workers={b.workers},base_ms={b.base_ms},speed={b.speed},"
                               f"jitter={b.jitter},payload_bytes={b.payload_bytes}"]
         argv[-1] += b.lifecycle_spec()
     proc = group.start(name, argv)
-    wait_http(f"http://127.0.0.1:{admin_port}/healthz", 20, proc)
-    return Emulator(proc, admin_port, list(ports))
+    ports = json.loads(read_ready_file(ready_file, proc, 20))
+    return Emulator(proc, int(ports["admin"]), [int(p) for p in ports["backends"]])

@@ -12,11 +12,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import requests
-
-from tailweight_e2e import paths
 from tailweight_e2e.envoy_configs import write_eds
-from tailweight_e2e.procs import ProcGroup, free_port, wait_http
+from tailweight_e2e.procs import wait_for
+from tailweight_e2e.prometheus import Prometheus
 
 PERIOD_S = 30.0
 # The analogue of sum(rate(container_cpu_usage_seconds_total[1m])) by (pod): busy worker seconds.
@@ -58,40 +56,16 @@ def integer_weights(weights: dict[str, float]) -> dict[str, int]:
     return {k: max(1, int(round(w))) for k, w in weights.items()}
 
 
-class Prometheus:
-    def __init__(self, group: ProcGroup, scrape_targets: Sequence[str], workdir: Path, scrape_interval_s: float = 1.0):
-        workdir = Path(workdir)
-        workdir.mkdir(parents=True, exist_ok=True)
-        config = workdir / "prometheus.yml"
-        targets = ", ".join(f'"{t}"' for t in scrape_targets)
-        config.write_text(
-            f"global: {{scrape_interval: {scrape_interval_s:g}s, evaluation_interval: {scrape_interval_s:g}s}}\n"
-            f"scrape_configs:\n  - job_name: emulator\n    static_configs: [{{targets: [{targets}]}}]\n")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = group.start("prometheus", [
-            paths.prometheus(), f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=2h",
-            "--log.level=warn"])
-        wait_http(f"{self.url}/-/ready", 60, self.proc)
+def cpu_by_address(prom: Prometheus) -> dict[str, float]:
+    """Busy worker seconds per second, by backend address."""
+    return {s["metric"]["address"]: float(s["value"][1]) for s in prom.query(CPU_QUERY)
+            if "address" in s.get("metric", {})}
 
-    def wait_for_cpu(self, addresses: Sequence[str], timeout_s: float = 30.0) -> None:
-        """Until rate() answers for every address (Prometheus needs two scrapes after its start-up)."""
-        from tailweight_e2e.procs import wait_for
-        wait_for(lambda: set(self.cpu_by_address()) >= set(addresses), timeout_s,
-                 "Prometheus CPU series for every backend", self.proc, interval_s=0.5)
 
-    def query(self, promql: str) -> list[dict]:
-        r = requests.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)
-        r.raise_for_status()
-        body = r.json()
-        if body.get("status") != "success":
-            raise RuntimeError(f"prometheus query {promql!r}: {body}")
-        return body["data"]["result"]
-
-    def cpu_by_address(self) -> dict[str, float]:
-        return {s["metric"]["address"]: float(s["value"][1]) for s in self.query(CPU_QUERY)
-                if "address" in s.get("metric", {})}
+def wait_for_cpu(prom: Prometheus, addresses: Sequence[str], timeout_s: float = 30.0) -> None:
+    """Until rate() answers for every address (Prometheus needs two scrapes after its start-up)."""
+    wait_for(lambda: set(cpu_by_address(prom)) >= set(addresses), timeout_s,
+             "Prometheus CPU series for every backend", prom.proc, interval_s=0.5)
 
 
 class Controller:

@@ -23,76 +23,62 @@ import tempfile
 import time
 from pathlib import Path
 
-import requests
 import yaml
 
 from bench import emulator as emu
 from bench import fortio
+from bench.cpu import cpu_seconds
 from tailweight_e2e import envoy, envoy_configs, paths
-from tailweight_e2e.procs import ProcGroup, free_port
+from tailweight_e2e.procs import ProcGroup
 
 EMPTY_WASM = paths.REPO / "build" / "empty_filter.wasm"
 VARIANTS = {"no_wasm": None, "empty_wasm": EMPTY_WASM, "tailweight": paths.WASM}
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
-
-
-def envoy_yaml(wasm, listen: int, admin: int, backends) -> str:
-    cfg = yaml.safe_load(envoy_configs.render_client_envoy(
-        listen, admin, backends, "tailweight_local", wasm_path=wasm or paths.WASM))
+def envoy_yaml(wasm, backends) -> str:
+    cfg = yaml.safe_load(envoy_configs.render_client_envoy(backends, "tailweight_local", wasm_path=wasm or paths.WASM))
     hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     if wasm is None:
         hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != "envoy.filters.http.wasm"]
     return yaml.safe_dump(cfg)
 
 
-def pinned(core: int, argv):
-    return ["taskset", "-c", str(core), *map(str, argv)] if os.cpu_count() and os.cpu_count() > 1 else list(argv)
+def pin_prefix(core: int) -> list:
+    """taskset to `core` when there are two cores or more (else nothing)."""
+    return ["taskset", "-c", str(core)] if os.cpu_count() and os.cpu_count() > 1 else []
+
+
+def pinned(core: int, argv) -> list:
+    return [*pin_prefix(core), *map(str, argv)]
 
 
 def start_envoy(group, wasm, backends, name):
-    listen, admin = free_port(), free_port()
-    config = group.log_dir / f"{name}.yaml"
-    config.write_text(envoy_yaml(wasm, listen, admin, backends))
+    """Envoy pinned to core 1; returns it and the seconds from start to /ready (polled every 5 ms)."""
     started = time.monotonic()
-    proc = group.start(name, pinned(1, [paths.envoy(), "-c", config, "--concurrency", "1",
-                                        "--base-id", admin, "--disable-hot-restart"]))
-    while True:
-        try:
-            if requests.get(f"http://127.0.0.1:{admin}/ready", timeout=1).status_code == 200:
-                break
-        except requests.RequestException:
-            pass
-        if not proc.alive() or time.monotonic() - started > 60:
-            raise RuntimeError(f"{name} did not become ready:\n{proc.log()[-2000:]}")
-        time.sleep(0.005)
-    return proc, listen, admin, time.monotonic() - started
+    e = envoy.start(group, name, envoy_yaml(wasm, backends), command_prefix=pin_prefix(1), poll_s=0.005)
+    return e, time.monotonic() - started
 
 
 def measure(group, wasm, backends, name, tmp, seconds, qps, connections, payload) -> dict:
     """One variant, one round: warm up 5 s, then `seconds` of load; Envoy CPU per request."""
-    proc, listen, admin, _ = start_envoy(group, wasm, backends.addresses, name)
-    url = f"http://127.0.0.1:{listen}/"
+    e, _ = start_envoy(group, wasm, backends.addresses, name)
+    url = e.url()
     warm = group.start(f"{name}-warmup", pinned(0, fortio.load_argv(url, qps, connections, 5, tmp / "warm.json",
                                                                     payload_bytes=payload)))
     warm.popen.wait(120)  # V8 tiers up, connections open
     out = tmp / f"{name}.json"
-    cpu0 = cpu_seconds(proc.pid)
+    cpu0 = cpu_seconds(e.proc.pid)
     load = group.start(f"{name}-load", pinned(0, fortio.load_argv(url, qps, connections, seconds, out,
                                                                   payload_bytes=payload)))
     load.popen.wait(seconds + 120)
-    cpu1 = cpu_seconds(proc.pid)
+    cpu1 = cpu_seconds(e.proc.pid)
     data = fortio.read(out)
     total, errors = fortio.counts(data)
     sample = {"requests": total, "errors": errors, **{f"{k}_ms": v for k, v in fortio.client_percentiles(data).items()},
               "envoy_cpu_us_per_request": (cpu1 - cpu0) / max(total, 1) * 1e6}
     if wasm == paths.WASM:
-        sample["filter_picks"] = envoy.Envoy(proc, admin).stat("wasmcustom.tailweight.picks")
-    proc.stop()
+        sample["filter_picks"] = e.stat("wasmcustom.tailweight.picks")
+    e.proc.stop()
     return sample
 
 
@@ -111,9 +97,9 @@ def run(out_dir: Path, seconds: float, qps: float, connections: int, payload: in
         ready = {v: [] for v in variants}
         for v, wasm in variants.items():
             for i in range(starts):
-                proc, _, _, took = start_envoy(group, wasm, backends.addresses, f"{v}-start{i}")
+                e, took = start_envoy(group, wasm, backends.addresses, f"{v}-start{i}")
                 ready[v].append(took)
-                proc.stop()
+                e.proc.stop()
         samples = {v: [] for v in variants}
         for r in range(rounds):
             for v, wasm in variants.items():

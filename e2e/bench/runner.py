@@ -9,10 +9,12 @@ from pathlib import Path
 
 import requests
 
+from tailweight_e2e import aggregator as aggregator_mod
 from tailweight_e2e import envoy as envoy_mod
 from tailweight_e2e import paths
 from tailweight_e2e.envoy_configs import plugin_config_for, render_client_envoy
-from tailweight_e2e.procs import Proc, ProcGroup, free_port, wait_for
+from tailweight_e2e.procs import ProcGroup
+from tailweight_e2e.prometheus import Prometheus
 
 from . import analysis, emulator, fortio, operator
 from .cpu import cpu_seconds
@@ -58,14 +60,6 @@ class Progress:
         if self.enabled:
             sys.stderr.write(("\r\033[K" if self.tty else "") + text + "\n")
             sys.stderr.flush()
-
-
-def start_aggregator(group: ProcGroup, port: int) -> Proc:
-    """The real aggregator (`make native`), listening on 127.0.0.1:port."""
-    proc = group.start("aggregator", [paths.binary("tailweight-aggregator"), "--listen", f"127.0.0.1:{port}"])
-    wait_for(lambda: requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200,
-             30, "aggregator /healthz", proc)
-    return proc
 
 
 def aggregator_view(port: int) -> dict[str, list] | None:
@@ -145,34 +139,33 @@ def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
         aggregator_port = None
         eds_path = None
         if policy == "operator":
-            prom = operator.Prometheus(group, [f"127.0.0.1:{emu.admin_port}"], log_dir / "prometheus")
-            prom.wait_for_cpu(emu.addresses)
+            prom = Prometheus(group, [f"127.0.0.1:{emu.admin_port}"], log_dir / "prometheus", job="emulator")
+            operator.wait_for_cpu(prom, emu.addresses)
             cpu.track("prometheus", prom.proc.pid)
             capacity = {a: b.capacity_rps for a, b in zip(emu.addresses, scenario.backends, strict=True)}
             initial = operator.converged_weights(capacity)
             eds_path = log_dir / "eds" / "backends.yaml"
             eds_path.parent.mkdir(parents=True, exist_ok=True)
-            controller = operator.Controller(eds_path, initial, prom.cpu_by_address, opts.operator_period_s,
-                                             log=lambda m: progress.update(m, force=True))
+            controller = operator.Controller(eds_path, initial, lambda: operator.cpu_by_address(prom),
+                                             opts.operator_period_s, log=lambda m: progress.update(m, force=True))
             result["operator"] = {"initial_weights": operator.integer_weights(initial),
                                   "period_s": opts.operator_period_s,
                                   "start": "converged: weight proportional to capacity, scaled by 350/median"}
         if policy == "tailweight":
-            aggregator_port = free_port()
-            aggregator = start_aggregator(group, aggregator_port)
+            started = aggregator_mod.start(group)
+            aggregator, aggregator_port = started.proc, started.port
             cpu.track("aggregator", aggregator.pid)
 
         envoys = []
         for i in range(n_clients):
-            listen, admin = free_port(), free_port()
             config = render_client_envoy(
-                listen, admin, emu.addresses, policy,
+                emu.addresses, policy,
                 wasm_path=paths.WASM if policy.startswith("tailweight") else None,
                 plugin_config=plugin_config_for(policy, opts.report_interval_ms, opts.plugin_extra)
                 if policy.startswith("tailweight") else None,
                 aggregator_port=aggregator_port, eds_path=eds_path, node_id=f"client-{i}")
-            e = envoy_mod.start(group, f"envoy-{i}", config, admin, log_level="warn")
-            envoys.append((e, listen))
+            e = envoy_mod.start(group, f"envoy-{i}", config, log_level="warn")
+            envoys.append((e, e.port()))
             cpu.track(f"envoy-{i}", e.proc.pid)
         result["envoy_admin"] = [e.admin for e, _ in envoys]
         if controller is not None:

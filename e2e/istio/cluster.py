@@ -10,8 +10,11 @@ Usage:
         cp.create_namespace("demo")
         sc = cp.start_sidecar("demo", "client", ip=cp.ip(10), labels={"app": "client"})
 
-Every process gets its own process group and free 127.0.0.1 ports, and is stopped by its PID at
-teardown (also on failure, and at interpreter exit through atexit).
+Every process gets its own process group and is stopped by its PID at teardown (also on failure,
+and at interpreter exit through atexit). Ports: our own servers bind port 0 and report the port they
+got; etcd, kube-apiserver, istiod and pilot-agent cannot, so they get reserved ports and are started
+again on fresh ones if a port was taken after all (tailweight_e2e/procs.py explains the scheme). The
+run's 127.X.Y.0/24 is reserved the same way.
 """
 
 from __future__ import annotations
@@ -20,12 +23,10 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # e2e/ (pytest.ini does the same) for the shared helpers
 from tailweight_e2e.paths import CACHE as TW_CACHE  # noqa: E402
 from tailweight_e2e.paths import envoy as _envoy  # noqa: E402
-from tailweight_e2e.procs import Proc, ProcGroup  # noqa: E402
+from tailweight_e2e.procs import Proc, ProcGroup, ready_port, reserve, retry_port_clash, wait_for  # noqa: E402
 
 ISTIO_CACHE = TW_CACHE / "istio"
 # pilot-agent keeps downloaded Wasm modules in this fixed path (constants.IstioDataDir upstream).
@@ -91,31 +92,6 @@ def envoy_path() -> str:
 # Small helpers
 
 
-def free_port(host: str = LOCALHOST) -> int:
-    """A port free right now on host (the kernel's pick, so concurrent tests do not collide)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str = "condition",
-             interval: float = 0.2) -> Any:
-    """Polls predicate until it returns something truthy; raises TimeoutError with the last error."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            value = predicate()
-            if value:
-                return value
-            last = value
-        except Exception as e:  # noqa: BLE001 - polled conditions fail in many ways until ready
-            last = e
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
-        time.sleep(interval)
-
-
 def http_get(url: str, timeout: float = 5, **kw) -> requests.Response:
     """GET without any proxy from the environment (all our traffic stays on loopback)."""
     with requests.Session() as s:
@@ -128,36 +104,15 @@ def openssl(*args: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Processes: tailweight_e2e.procs gives each its own process group, a log file, stop by PID (group)
-# when its ProcGroup closes, and an atexit net for leftovers.
-
-
-def wait_ready(proc: Proc, check: Callable[[], Any], timeout: float, what: str) -> Any:
-    """wait_for that fails at once (with the log tail) if the process died."""
-    def probe():
-        if not proc.alive():
-            raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{log_tail(proc)}")
-        return check()
-    try:
-        return wait_for(probe, timeout, what)
-    except TimeoutError as e:
-        raise TimeoutError(f"{e}\n--- {proc.name} log tail ---\n{log_tail(proc)}") from None
-
-
-def log_tail(proc: Proc, lines: int = 40) -> str:
-    return "\n".join(proc.log().splitlines()[-lines:])
-
-
-# ---------------------------------------------------------------------------------------------------
 # Loopback backends
 
 
-def start_http_backend(group: ProcGroup, ip: str, port: int, name: str) -> Proc:
-    """echo_backend.py on ip:port: answers every GET with its name (also in header x-backend)."""
-    proc = group.start(f"backend-{name}",
-                       [sys.executable, str(HERE / "echo_backend.py"), name, ip, str(port)])
-    wait_ready(proc, lambda: http_get(f"http://{ip}:{port}/", timeout=1).ok, 10, f"backend {name}")
-    return proc
+def start_http_backend(group: ProcGroup, ip: str, name: str) -> int:
+    """echo_backend.py on ip, a port of its own choosing (returned): answers every GET with its name
+    (also in header x-backend)."""
+    ready = group.ready_file(f"backend-{name}")
+    proc = group.start(f"backend-{name}", [sys.executable, str(HERE / "echo_backend.py"), name, ip, str(ready)])
+    return ready_port(ready, proc, 10)  # written once it listens
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -248,10 +203,15 @@ class ControlPlane:
             raise FileNotFoundError(f"not built: {missing}; run `make istio-bins`")
         # Pod/backend IPs come from a random 127.X.Y.0/24 per control plane: Envoy binds listeners
         # with SO_REUSEPORT, so two concurrent runs on the same ip:port would silently share it.
-        rnd = random.SystemRandom()
-        self.ip_prefix = f"127.{rnd.randint(100, 254)}.{rnd.randint(0, 255)}."
         self.dir = Path(tempfile.mkdtemp(prefix="tw-istio-"))
         self.procs = ProcGroup(self.dir / "logs")
+        rnd = random.SystemRandom()
+        while True:  # 39,000 blocks: a free one comes quickly
+            self.ip_prefix = f"127.{rnd.randint(100, 254)}.{rnd.randint(0, 255)}."
+            claim = reserve(f"net-{self.ip_prefix}0")
+            if claim is not None:
+                self.procs.keep(claim)
+                break
         self.timings: dict[str, float] = {}  # seconds per startup step, for reports
         for step in (self._write_credentials, self._start_etcd, self._start_apiserver,
                      self._write_kubeconfig, self._apply_crds, self._start_istiod):
@@ -306,54 +266,60 @@ class ControlPlane:
     # -- etcd ---------------------------------------------------------------------------------------
 
     def _start_etcd(self) -> None:
-        client, peer = free_port(), free_port()
-        self.ports["etcd"] = client
-        url, peer_url = f"http://{LOCALHOST}:{client}", f"http://{LOCALHOST}:{peer}"
-        proc = self._start("etcd", [
-            str(BINARIES["etcd"]), "--name", "tw", "--data-dir", str(self.dir / "etcd"),
-            "--listen-client-urls", url, "--advertise-client-urls", url,
-            "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-            "--initial-cluster", f"tw={peer_url}",
-            "--unsafe-no-fsync",  # throwaway data: no need to wait for the disk
-            "--log-level", "warn",
-        ])
-        wait_ready(proc, lambda: http_get(f"{url}/health", timeout=2).json()["health"] == "true",
-                   30, "etcd /health")
+        def start() -> int:
+            client, peer = self.procs.reserve_port(), self.procs.reserve_port()
+            url, peer_url = f"http://{LOCALHOST}:{client}", f"http://{LOCALHOST}:{peer}"
+            proc = self._start("etcd", [
+                str(BINARIES["etcd"]), "--name", "tw", "--data-dir", str(self.dir / f"etcd-{client}"),
+                "--listen-client-urls", url, "--advertise-client-urls", url,
+                "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                "--initial-cluster", f"tw={peer_url}",
+                "--unsafe-no-fsync",  # throwaway data: no need to wait for the disk
+                "--log-level", "warn",
+            ])
+            wait_for(lambda: http_get(f"{url}/health", timeout=2).json()["health"] == "true",
+                     30, "etcd /health", proc)
+            return client
+        self.ports["etcd"] = retry_port_clash(start)
 
     # -- kube-apiserver -----------------------------------------------------------------------------
 
     def _start_apiserver(self) -> None:
-        port = free_port()
-        self.ports["apiserver"] = port
-        self.server = f"https://{LOCALHOST}:{port}"
         pki = self.dir / "pki"
         issuer = "https://kubernetes.default.svc.cluster.local"
-        proc = self._start("kube-apiserver", [
-            str(BINARIES["kube-apiserver"]),
-            f"--etcd-servers=http://{LOCALHOST}:{self.ports['etcd']}",
-            f"--bind-address={LOCALHOST}", f"--advertise-address={LOCALHOST}",
-            f"--secure-port={port}",
-            f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
-            f"--token-auth-file={pki / 'tokens.csv'}",
-            "--authorization-mode=AlwaysAllow",
-            f"--service-account-issuer={issuer}",
-            f"--service-account-key-file={pki / 'sa.pub'}",
-            f"--service-account-signing-key-file={pki / 'sa.key'}",
-            # istiod's CA accepts tokens for the audience istio-ca (TokenReview against us).
-            f"--api-audiences={issuer},istio-ca",
-            # No controller-manager creates token secrets / SA defaults; pods are plain objects.
-            "--disable-admission-plugins=ServiceAccount",
-            "--service-cluster-ip-range=10.96.0.0/16",  # an allocation range only, no traffic
-            # The `kubernetes` Service endpoint would be 127.0.0.1, which EndpointSlices refuse.
-            "--endpoint-reconciler-type=none",
-            "--enable-priority-and-fairness=false",
-            "--profiling=false",
-            "--v=0",
-        ])
-        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-        ca = str(pki / "ca.crt")
-        wait_ready(proc, lambda: http_get(f"{self.server}/readyz", headers=headers, verify=ca,
-                                          timeout=2).ok, 90, "kube-apiserver /readyz")
+
+        def start() -> tuple[int, str]:
+            port = self.procs.reserve_port()
+            server = f"https://{LOCALHOST}:{port}"
+            proc = self._start("kube-apiserver", [
+                str(BINARIES["kube-apiserver"]),
+                f"--etcd-servers=http://{LOCALHOST}:{self.ports['etcd']}",
+                f"--bind-address={LOCALHOST}", f"--advertise-address={LOCALHOST}",
+                f"--secure-port={port}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--token-auth-file={pki / 'tokens.csv'}",
+                "--authorization-mode=AlwaysAllow",
+                f"--service-account-issuer={issuer}",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                # istiod's CA accepts tokens for the audience istio-ca (TokenReview against us).
+                f"--api-audiences={issuer},istio-ca",
+                # No controller-manager creates token secrets / SA defaults; pods are plain objects.
+                "--disable-admission-plugins=ServiceAccount",
+                "--service-cluster-ip-range=10.96.0.0/16",  # an allocation range only, no traffic
+                # The `kubernetes` Service endpoint would be 127.0.0.1, which EndpointSlices refuse.
+                "--endpoint-reconciler-type=none",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                "--v=0",
+            ])
+            headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            ca = str(pki / "ca.crt")
+            wait_for(lambda: http_get(f"{server}/readyz", headers=headers, verify=ca, timeout=2).ok,
+                     90, "kube-apiserver /readyz", proc)
+            return port, server
+
+        self.ports["apiserver"], self.server = retry_port_clash(start)
 
     def _write_kubeconfig(self) -> None:
         self.kubeconfig = self.dir / "kubeconfig"
@@ -512,28 +478,35 @@ class ControlPlane:
     def delete(self, kind: str, namespace: str, *names: str) -> None:
         self.kubectl("delete", kind, "-n", namespace, "--ignore-not-found", "--wait=false", *names)
 
-    def start_backend(self, name: str, ip: str, port: int | None = None) -> tuple[str, int]:
-        """A loopback HTTP backend (see start_http_backend), stopped with the control plane."""
-        port = port or free_port(ip)
-        start_http_backend(self.procs, ip, port, name)
-        return ip, port
+    def start_backend(self, name: str, ip: str) -> tuple[str, int]:
+        """A loopback HTTP backend on ip (see start_http_backend), stopped with the control plane."""
+        return ip, start_http_backend(self.procs, ip, name)
 
     # -- istiod ---------------------------------------------------------------------------------------
 
     def _start_istiod(self) -> None:
-        names = ("http", "grpc", "grpc_tls", "webhook", "monitoring", "ctrlz")
-        p = {n: free_port() for n in names}
-        self.ports.update({f"istiod_{n}": v for n, v in p.items()})
-        self.xds_address = f"{LOCALHOST}:{p['grpc_tls']}"
         home = self.dir / "istiod"  # istiod writes ./var/run/secrets/istio-dns relative to its cwd
         home.mkdir()
+        (home / "networks.yaml").write_text("networks: {}\n")
+
+        def start() -> dict[str, int]:
+            names = ("http", "grpc", "grpc_tls", "webhook", "monitoring", "ctrlz")
+            p = {n: self.procs.reserve_port() for n in names}
+            self._run_istiod(home, p)
+            return p
+
+        p = retry_port_clash(start)
+        self.ports.update({f"istiod_{n}": v for n, v in p.items()})
+
+    def _run_istiod(self, home: Path, p: dict[str, int]) -> None:
+        """istiod on the ports `p` (by role), until /ready."""
+        self.xds_address = f"{LOCALHOST}:{p['grpc_tls']}"
         mesh = home / "mesh.yaml"
         mesh.write_text(yaml.safe_dump({
             "rootNamespace": "istio-system", "trustDomain": "cluster.local",
             "enablePrometheusMerge": False, "accessLogFile": "",
             "defaultConfig": {"discoveryAddress": self.xds_address},
         }))
-        (home / "networks.yaml").write_text("networks: {}\n")
         env = {
             # Upstream Envoy is not istio-proxy: it lacks istio.metadata_exchange / istio ALPN filters,
             # and would NACK every LDS/CDS that uses them.
@@ -558,8 +531,7 @@ class ControlPlane:
             "--log_output_level=default:info",
         ], env=env, cwd=home)
         self.istiod_url = f"http://{LOCALHOST}:{p['http']}"
-        wait_ready(proc, lambda: http_get(f"{self.istiod_url}/ready", timeout=2).ok, 90,
-                   "istiod /ready")
+        wait_for(lambda: http_get(f"{self.istiod_url}/ready", timeout=2).ok, 90, "istiod /ready", proc)
 
     def istiod_debug(self, path: str, **params) -> Any:
         """istiod's debug endpoints, e.g. ("/debug/syncz") or ("/debug/config_dump", proxyID=...)."""
@@ -584,7 +556,7 @@ class ControlPlane:
 
     def start_sidecar(self, namespace: str, pod: str, ip: str, labels: dict[str, str],
                       service_account: str | None = None, concurrency: int = 1,
-                      extra_env: dict[str, str] | None = None, wait: bool = True,
+                      extra_env: dict[str, str] | None = None,
                       stats_inclusion: tuple[str, ...] = (".*",)) -> Sidecar:
         """Creates the Pod object and runs its sidecar through the real `pilot-agent proxy sidecar`.
 
@@ -605,42 +577,44 @@ class ControlPlane:
         template.write_text(_bootstrap_template())
         ensure_istio_data_dir()
 
-        admin, status, health, prom = (free_port() for _ in range(4))
-        proxy_config = {
-            "binaryPath": envoy_path(),
-            "configPath": str(home / "etc/istio/proxy"),
-            "proxyBootstrapTemplatePath": str(template),
-            "discoveryAddress": self.xds_address,
-            "proxyAdminPort": admin, "statusPort": status,
-            "interceptionMode": "NONE",
-            "concurrency": concurrency,
-            "drainDuration": "1s", "terminationDrainDuration": "1s",
-            "proxyMetadata": {"METRICS_LOCALHOST_ACCESS_ONLY": "true"},
-        }
-        if stats_inclusion:  # Istio's bootstrap keeps only a few stats unless told otherwise
-            proxy_config["proxyStatsMatcher"] = {"inclusionRegexps": list(stats_inclusion)}
-        env = {
-            "PROXY_CONFIG": json.dumps(proxy_config),
-            "POD_NAME": pod, "POD_NAMESPACE": namespace, "INSTANCE_IP": ip, "SERVICE_ACCOUNT": sa,
-            "ISTIO_META_CLUSTER_ID": "Kubernetes", "ISTIO_META_WORKLOAD_NAME": pod,
-            "ISTIO_METAJSON_LABELS": json.dumps(labels),
-            # No iptables: with this node metadata (ProxyConfig's field alone does not set it) istiod
-            # skips the 0.0.0.0:15001/15006 catch-all listeners that iptables would feed.
-            "ISTIO_META_INTERCEPTION_MODE": "NONE",
-            # istiod's serving cert names istiod.istio-system.svc; we dial it by IP.
-            "ISTIOD_SAN": ISTIOD_SAN,
-            "ENVOY_STATUS_PORT": str(health), "ENVOY_PROMETHEUS_PORT": str(prom),
-            **(extra_env or {}),
-        }
-        proc = self._start(f"sidecar-{namespace}.{pod}", [
-            str(BINARIES["pilot-agent"]), "proxy", "sidecar",
-            f"--domain={namespace}.svc.cluster.local", "--proxyLogLevel=warning",
-            "--log_output_level=default:info",
-        ], env=env, cwd=home)
-        sc = Sidecar(namespace, pod, ip, admin, status, home, proc)
-        if wait:
-            wait_ready(proc, sc.ready, 60, f"sidecar {sc.proxy_id} ready")
-        return sc
+        def start() -> Sidecar:
+            admin, status, health, prom = (self.procs.reserve_port() for _ in range(4))
+            proxy_config = {
+                "binaryPath": envoy_path(),
+                "configPath": str(home / "etc/istio/proxy"),
+                "proxyBootstrapTemplatePath": str(template),
+                "discoveryAddress": self.xds_address,
+                "proxyAdminPort": admin, "statusPort": status,
+                "interceptionMode": "NONE",
+                "concurrency": concurrency,
+                "drainDuration": "1s", "terminationDrainDuration": "1s",
+                "proxyMetadata": {"METRICS_LOCALHOST_ACCESS_ONLY": "true"},
+            }
+            if stats_inclusion:  # Istio's bootstrap keeps only a few stats unless told otherwise
+                proxy_config["proxyStatsMatcher"] = {"inclusionRegexps": list(stats_inclusion)}
+            env = {
+                "PROXY_CONFIG": json.dumps(proxy_config),
+                "POD_NAME": pod, "POD_NAMESPACE": namespace, "INSTANCE_IP": ip, "SERVICE_ACCOUNT": sa,
+                "ISTIO_META_CLUSTER_ID": "Kubernetes", "ISTIO_META_WORKLOAD_NAME": pod,
+                "ISTIO_METAJSON_LABELS": json.dumps(labels),
+                # No iptables: with this node metadata (ProxyConfig's field alone does not set it) istiod
+                # skips the 0.0.0.0:15001/15006 catch-all listeners that iptables would feed.
+                "ISTIO_META_INTERCEPTION_MODE": "NONE",
+                # istiod's serving cert names istiod.istio-system.svc; we dial it by IP.
+                "ISTIOD_SAN": ISTIOD_SAN,
+                "ENVOY_STATUS_PORT": str(health), "ENVOY_PROMETHEUS_PORT": str(prom),
+                **(extra_env or {}),
+            }
+            proc = self._start(f"sidecar-{namespace}.{pod}", [
+                str(BINARIES["pilot-agent"]), "proxy", "sidecar",
+                f"--domain={namespace}.svc.cluster.local", "--proxyLogLevel=warning",
+                "--log_output_level=default:info",
+            ], env=env, cwd=home)
+            sc = Sidecar(namespace, pod, ip, admin, status, home, proc)
+            wait_for(sc.ready, 60, f"sidecar {sc.proxy_id} ready", proc)
+            return sc
+
+        return retry_port_clash(start)
 
     def stop_sidecar(self, sc: Sidecar) -> None:
         sc.proc.stop()

@@ -1,6 +1,7 @@
 """A recording relay between an aggregator replica's sidecar and the aggregator, for the tests.
 
-Usage: python report_recorder.py LISTEN_IP LISTEN_PORT UPSTREAM_PORT RECORD_FILE
+Usage: python report_recorder.py LISTEN_IP UPSTREAM_PORT RECORD_FILE READY_FILE
+Listens on LISTEN_IP, a port of the kernel's choosing, reported in READY_FILE ({"port": P}).
 Forwards every request to 127.0.0.1:UPSTREAM_PORT unchanged and appends one JSON line per POST to
 RECORD_FILE: the Host (:authority) and x-tailweight-shard headers, the report's reporter and
 cluster names, and the upstream status. This is the plaintext hop inside the pod (sidecar -> app),
@@ -11,8 +12,12 @@ import http.server
 import json
 import sys
 import threading
+from pathlib import Path
 
-listen_ip, listen_port, upstream_port, record_file = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # e2e/, for the shared helpers
+from tailweight_e2e.procs import serve_forever  # noqa: E402
+
+listen_ip, upstream_port, record_file, ready_file = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 lock = threading.Lock()
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade"}
 
@@ -63,4 +68,4 @@ class Relay(http.server.BaseHTTPRequestHandler):
         pass
 
 
-http.server.ThreadingHTTPServer((listen_ip, listen_port), Relay).serve_forever()
+serve_forever(http.server.ThreadingHTTPServer((listen_ip, 0), Relay), ready_file)

@@ -26,8 +26,9 @@ from pathlib import Path
 import requests
 import yaml
 
-from cluster import LOCALHOST, ControlPlane, Sidecar, free_port, http_get, wait_for, wait_ready
-from tailweight_e2e.procs import Proc
+from cluster import LOCALHOST, ControlPlane, Sidecar, http_get
+from tailweight_e2e import aggregator
+from tailweight_e2e.procs import Proc, ready_port, retry_port_clash, wait_for
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -165,15 +166,12 @@ def start_replica(cp: ControlPlane, index: int) -> Replica:
     """Aggregator replica `index` at .131+index: app + relay + WorkloadEntry + sidecar (pilot-agent)."""
     ip = cp.ip(FIRST_REPLICA_HOST + index)
     name = f"tailweight-aggregator-{index}"
-    app_port, relay_port = free_port(), free_port()
-    app = cp.procs.start(f"{name}-app", [str(AGGREGATOR), f"--listen={LOCALHOST}:{app_port}"])
-    wait_ready(app, lambda: http_get(f"http://{LOCALHOST}:{app_port}/readyz", timeout=1).ok, 30,
-               f"{name} /readyz")
+    app = aggregator.start(cp.procs, f"{name}-app", binary=AGGREGATOR)
     records = cp.dir / f"{name}-reports.jsonl"
+    relay_ready = cp.procs.ready_file(f"{name}-relay")
     relay = cp.procs.start(f"{name}-relay", [sys.executable, str(HERE / "report_recorder.py"),
-                                             LOCALHOST, str(relay_port), str(app_port), str(records)])
-    wait_ready(relay, lambda: http_get(f"http://{LOCALHOST}:{relay_port}/healthz", timeout=1).ok, 15,
-               f"{name} relay")
+                                             LOCALHOST, str(app.port), str(records), str(relay_ready)])
+    relay_port = ready_port(relay_ready, relay, 15)  # written once it listens
     labels = {**AGG_LABELS, REPLICA_LABEL: str(index)}
     cp.apply_ingress_sidecar_resource(AGG_NS, name, {REPLICA_LABEL: str(index)}, bind_ip=ip,
                                       port=PORT, app_port=relay_port)
@@ -182,7 +180,7 @@ def start_replica(cp: ControlPlane, index: int) -> Replica:
     sidecar = cp.start_sidecar(AGG_NS, name, ip=ip, labels=labels, service_account=AGG_SA)
     listener = f"{ip}_{PORT}"
     wait_for(lambda: listener in sidecar.listeners(), 30, f"{name} inbound listener {listener}")
-    return Replica(index, ip, app_port, records, app, relay, sidecar)
+    return Replica(index, ip, app.port, records, app.proc, relay, sidecar)
 
 
 def stop_replica(cp: ControlPlane, replica: Replica) -> None:
@@ -235,18 +233,20 @@ def active_module(sidecar: Sidecar) -> str | None:
 
 
 def serve_directory(cp: ControlPlane, directory: Path) -> str:
-    """A plain HTTP file server on 127.0.0.1 for `directory`; returns its base URL."""
-    port = free_port()
-    proc = cp.procs.start("http-files", [sys.executable, "-m", "http.server", str(port),
-                                         "--bind", LOCALHOST, "--directory", str(directory)])
-    base = f"http://{LOCALHOST}:{port}"
-    wait_ready(proc, lambda: http_get(f"{base}/", timeout=1).ok, 15, "http.server")
-    return base
+    """A plain HTTP file server on 127.0.0.1 for `directory` (file_server.py); returns its base URL."""
+    name = f"http-files-{len(cp.procs.procs)}"
+    ready = cp.procs.ready_file(name)
+    proc = cp.procs.start(name, [sys.executable, str(HERE / "file_server.py"), str(directory),
+                                         LOCALHOST, str(ready)])
+    return f"http://{LOCALHOST}:{ready_port(ready, proc, 15)}"  # written once it listens
 
 
 def start_registry(cp: ControlPlane, binary: Path) -> str:
-    """go-containerregistry's registry on 127.0.0.1 (build/registry); returns host:port."""
-    address = f"{LOCALHOST}:{free_port()}"
-    proc = cp.procs.start("oci-registry", [str(binary), f"--listen={address}"])
-    wait_ready(proc, lambda: http_get(f"http://{address}/v2/", timeout=1).ok, 15, "OCI registry /v2/")
-    return address
+    """go-containerregistry's registry on 127.0.0.1 (build/registry); returns host:port. It cannot
+    report a port-0 bind: a reserved port (tailweight_e2e/procs.py)."""
+    def start() -> str:
+        address = f"{LOCALHOST}:{cp.procs.reserve_port()}"
+        proc = cp.procs.start("oci-registry", [str(binary), f"--listen={address}"])
+        wait_for(lambda: http_get(f"http://{address}/v2/", timeout=1).ok, 15, "OCI registry /v2/", proc)
+        return address
+    return retry_port_clash(start)

@@ -14,7 +14,8 @@ import pytest
 import requests
 import yaml
 
-from cluster import ControlPlane, Sidecar, free_port, http_get, wait_for
+from cluster import ControlPlane, Sidecar, http_get
+from tailweight_e2e.procs import wait_for
 
 NS = "smoke"
 BACKENDS = {"backend-a": 21, "backend-b": 22}  # name -> host number in the run's 127.X.Y.0/24
@@ -46,7 +47,7 @@ def mesh(control_plane) -> Mesh:
     cp.create_namespace(NS)
     endpoints = {name: cp.start_backend(name, cp.ip(n)) for name, n in BACKENDS.items()}
     client_ip = cp.ip(10)
-    port = free_port(client_ip)
+    port = cp.procs.reserve_port()  # pilot-agent's Envoy binds it and cannot report a port-0 bind
     cp.apply_loopback_service(NS, HOST, port, endpoints, labels={"app": "backend"})
     cp.apply_sidecar_resource(NS, "client", {"app": "client"}, bind_ip=client_ip, egress_port=port)
     sidecar = cp.start_sidecar(NS, "client", ip=client_ip, labels={"app": "client"})

@@ -20,7 +20,8 @@ import requests
 import yaml
 
 import tailweight_mesh as tm
-from cluster import ISTIO_CACHE, TW_CACHE, VERSIONS, ControlPlane, Sidecar, http_get, wait_for
+from cluster import ISTIO_CACHE, TW_CACHE, VERSIONS, ControlPlane, Sidecar, http_get
+from tailweight_e2e.procs import wait_for
 
 SERVICES = ["backend"] + [f"svc-{i}" for i in range(8)]  # 9 destination clusters to shard
 REGISTRY = ISTIO_CACHE / "bin" / f"registry-{VERSIONS['GGCR_VERSION']}"
@@ -272,7 +273,7 @@ def wait_all_owned(mesh: Mesh, what: str) -> dict[str, list[int]]:
         mesh.traffic(rounds=1)
         o = owners(mesh)
         return o if wanted <= o.keys() else None
-    return wait_for(complete, 40, what, interval=0.5)
+    return wait_for(complete, 40, what, interval_s=0.5)
 
 
 def test_each_cluster_reports_to_exactly_one_replica(mesh):
@@ -312,7 +313,7 @@ def test_stopped_replica_clusters_move_to_the_other(mesh):
         responses = mesh.traffic(rounds=1)
         assert all(r.status_code == 200 for r in responses), [r.status_code for r in responses]
         return moved <= survivor.clusters()
-    wait_for(relearned, 40, f"clusters of replica {gone.index} at replica {survivor.index}", interval=0.5)
+    wait_for(relearned, 40, f"clusters of replica {gone.index} at replica {survivor.index}", interval_s=0.5)
     print(f"\n[istio] {len(moved)} clusters moved to replica {survivor.index} "
           f"{time.monotonic() - t0:.1f} s after replica {gone.index} stopped")
     received = {c for x in survivor.records() if x["status"] == 200 for c in x["clusters"]}

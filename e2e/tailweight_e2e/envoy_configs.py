@@ -8,15 +8,17 @@ the override header stripped again in the cluster's upstream filters; `tailweigh
 `tailweight_aggregator` cluster the filter reports to).
 """
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
+from .procs import write_atomically
+
 POLICIES = ("round_robin", "least_request", "cswrr_orca", "operator", "tailweight_local", "tailweight")
 CLUSTER = "backends"
 AGGREGATOR_CLUSTER = "tailweight_aggregator"
+LISTENER = "ingress"
 OVERRIDE_HEADER = "x-gateway-destination-endpoint"
 
 Endpoint = str | tuple[str, int]
@@ -116,12 +118,13 @@ def plugin_config_for(policy: str, report_interval_ms: int = 1000, extra: dict |
     return config
 
 
-def render_client_envoy(listen_port: int, admin_port: int, backends: Sequence[Endpoint], policy: str,
+def render_client_envoy(backends: Sequence[Endpoint], policy: str,
                         wasm_path: str | Path | None = None, plugin_config: dict | None = None,
                         aggregator_port: int | None = None, eds_path: str | Path | None = None,
                         node_id: str = "client", route_timeout_s: float = 15.0,
                         cswrr_blackout_s: float = 1.0, cswrr_update_s: float = 0.5) -> str:
-    """One client sidecar: listener on 127.0.0.1:listen_port routing everything to cluster `backends`.
+    """One client sidecar: listener LISTENER routing everything to cluster `backends`. Admin and
+    listener bind 127.0.0.1 port 0 (envoy.start reads the ports Envoy got).
 
     backends: "ip:port" strings or (ip, port) pairs (ignored for `operator`, which reads `eds_path`,
     a file written by `write_eds`). tailweight policies need `wasm_path`; `tailweight` also needs
@@ -162,16 +165,17 @@ def render_client_envoy(listen_port: int, admin_port: int, backends: Sequence[En
 
     bootstrap = {
         "node": {"id": node_id, "cluster": "tailweight-bench"},
-        "admin": {"address": _address(("127.0.0.1", admin_port))},
+        "admin": {"address": _address(("127.0.0.1", 0))},
         "static_resources": {
             "listeners": [{
-                "name": "ingress",
-                "address": _address(("127.0.0.1", listen_port)),
+                "name": LISTENER,
+                "stat_prefix": LISTENER,  # listener.ingress.*, not listener.127.0.0.1_<port>.*
+                "address": _address(("127.0.0.1", 0)),
                 "filter_chains": [{"filters": [{
                     "name": "envoy.filters.network.http_connection_manager",
                     "typed_config": {
                         "@type": _HCM_TYPE,
-                        "stat_prefix": "ingress",
+                        "stat_prefix": LISTENER,
                         "route_config": {"name": "local", "virtual_hosts": [{
                             "name": "all", "domains": ["*"],
                             "routes": [{"match": {"prefix": "/"},
@@ -204,7 +208,4 @@ def render_eds(weights: dict[str, int], cluster: str = CLUSTER, version: str = "
 def write_eds(path: str | Path, weights: dict[str, int], version: str = "1") -> None:
     """Write the EDS file atomically (temp file in the same directory, then rename) so Envoy never
     reads half a file; the rename is what its watched_directory notices."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(render_eds(weights, version=version))
-    os.replace(tmp, path)
+    write_atomically(Path(path), render_eds(weights, version=version))

@@ -9,8 +9,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from tailweight_e2e import paths
-from tailweight_e2e.procs import ProcGroup, free_port, wait_for, wait_http
+from tailweight_e2e import aggregator
+from tailweight_e2e.procs import ProcGroup, wait_for
+from tailweight_e2e.prometheus import Prometheus
 
 CLUSTER = "outbound|8080||cpu.e2e.svc.cluster.local"
 ENDPOINTS = ["10.1.0.1:8080", "10.1.0.2:8080"]
@@ -88,33 +89,16 @@ def metric(url, name):
 
 @pytest.fixture
 def stack(tmp_path):
-    prometheus = paths.prometheus()
-    if not prometheus.exists():
-        pytest.fail(f"{prometheus} is missing: run `make deps`")
     exporter = Exporter()
-    prom_port, agg_port = free_port(), free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n  - job_name: e2e\n    static_configs:\n"
-        f"      - targets: ['127.0.0.1:{exporter.port}']\n"
-    )
     group = ProcGroup(tmp_path / "logs")
     try:
-        prom = group.start("prometheus", [
-            prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn",
-        ])
-        wait_http(f"http://127.0.0.1:{prom_port}/-/ready", 60, prom)
-        agg = group.start("aggregator", [
-            paths.binary("tailweight-aggregator"), "--listen", f"127.0.0.1:{agg_port}",
-            "--cpu-url", f"http://127.0.0.1:{prom_port}", "--cpu-query", "tailweight_e2e_cpu",
+        prom = Prometheus(group, [f"127.0.0.1:{exporter.port}"], tmp_path / "prometheus", job="e2e")
+        agg = aggregator.start(group, args=[
+            "--cpu-url", prom.url, "--cpu-query", "tailweight_e2e_cpu",
             "--cpu-ip-label", "endpoint", "--cpu-interval-ms", "300", "--cpu-timeout-ms", "1000",
             "--recompute-interval-ms", "200", "--log", "info",
         ])
-        url = f"http://127.0.0.1:{agg_port}"
-        wait_http(f"{url}/readyz", 30, agg)
-        yield exporter, Reporter(url), url, prom, agg
+        yield exporter, Reporter(agg.url), agg.url, prom.proc, agg.proc
     finally:
         group.close()
         exporter.close()

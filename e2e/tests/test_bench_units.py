@@ -192,7 +192,7 @@ def test_every_policy_renders_a_valid_envoy_config(policy, tmp_path):
         eds.parent.mkdir()
         write_eds(eds, {"127.0.0.1:18001": 916, "127.0.0.1:18002": 134})
         kwargs["eds_path"] = eds
-    text = render_client_envoy(18000, 18099, _backends(), policy, **kwargs)
+    text = render_client_envoy(_backends(), policy, **kwargs)
     error = envoy.validate(text, tmp_path)
     assert error is None, error
     config = yaml.safe_load(text)
@@ -208,6 +208,10 @@ def test_every_policy_renders_a_valid_envoy_config(policy, tmp_path):
     assert ("envoy.filters.http.wasm" in filters) == policy.startswith("tailweight")
     assert [c["name"] for c in config["static_resources"]["clusters"]] == \
         (["backends", "tailweight_aggregator"] if policy == "tailweight" else ["backends"])
+    # Callers never pick Envoy's ports: admin and listener bind port 0 (envoy.start reads them).
+    assert config["admin"]["address"]["socket_address"]["port_value"] == 0
+    (listener,) = config["static_resources"]["listeners"]
+    assert listener["address"]["socket_address"]["port_value"] == 0 and listener["name"] == "ingress"
 
 
 def test_tailweight_plugin_config_reports_to_the_aggregator_cluster():
@@ -218,13 +222,13 @@ def test_tailweight_plugin_config_reports_to_the_aggregator_cluster():
 
 def test_render_refuses_incomplete_arguments():
     with pytest.raises(ValueError, match="unknown policy"):
-        render_client_envoy(1, 2, _backends(), "random")
+        render_client_envoy(_backends(), "random")
     with pytest.raises(ValueError, match="wasm_path"):
-        render_client_envoy(1, 2, _backends(), "tailweight_local")
+        render_client_envoy(_backends(), "tailweight_local")
     with pytest.raises(ValueError, match="aggregator_port"):
-        render_client_envoy(1, 2, _backends(), "tailweight", wasm_path="x.wasm")
+        render_client_envoy(_backends(), "tailweight", wasm_path="x.wasm")
     with pytest.raises(ValueError, match="eds_path"):
-        render_client_envoy(1, 2, _backends(), "operator")
+        render_client_envoy(_backends(), "operator")
 
 
 def test_eds_file_is_written_atomically_with_integer_weights(tmp_path):

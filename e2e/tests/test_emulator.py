@@ -10,7 +10,7 @@ from bench import fortio
 from bench.emulator import BackendSettings, start
 from tailweight_e2e import envoy, paths
 from tailweight_e2e.envoy_configs import render_client_envoy
-from tailweight_e2e.procs import ProcGroup, free_port
+from tailweight_e2e.procs import ProcGroup
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -118,12 +118,10 @@ def test_envoy_client_side_wrr_follows_orca_headers(group, tmp_path):
     """Two backends, one 4x slower: Envoy's cswrr (ORCA weights = rps / utilisation) gives it clearly
     less than round robin's half."""
     emu = start(group, [BackendSettings(workers=2, base_ms=10), BackendSettings(workers=2, base_ms=10, speed=4.0)])
-    listen, admin = free_port(), free_port()
-    envoy.start(group, "envoy", render_client_envoy(listen, admin, emu.addresses, "cswrr_orca"), admin,
-                log_level="warn")
-    run_fortio(group, tmp_path, f"http://127.0.0.1:{listen}/", qps=60, connections=4, seconds=3, name="warm")
+    url = envoy.start(group, "envoy", render_client_envoy(emu.addresses, "cswrr_orca"), log_level="warn").url()
+    run_fortio(group, tmp_path, url, qps=60, connections=4, seconds=3, name="warm")
     before = emu.requests_total()
-    result = run_fortio(group, tmp_path, f"http://127.0.0.1:{listen}/", qps=60, connections=4, seconds=4, name="cswrr")
+    result = run_fortio(group, tmp_path, url, qps=60, connections=4, seconds=4, name="cswrr")
     after = emu.requests_total()
     assert fortio.counts(result)[1] == 0
     fast, slow = (a - b for a, b in zip(after, before, strict=True))

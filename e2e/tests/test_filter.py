@@ -13,7 +13,7 @@ import yaml
 from bench import emulator as emu
 from bench import fortio
 from tailweight_e2e import envoy, envoy_configs, paths
-from tailweight_e2e.procs import ProcGroup, free_port, wait_for
+from tailweight_e2e.procs import ProcGroup, wait_for
 
 HEADER = envoy_configs.OVERRIDE_HEADER
 STAT = "wasmcustom.tailweight."
@@ -26,12 +26,12 @@ def group(tmp_path):
         yield g
 
 
-def client_yaml(listen, admin, backends, plugin_config, *, policy="tailweight_local", aggregator_port=None,
+def client_yaml(backends, plugin_config, *, policy="tailweight_local", aggregator_port=None,
                 access_log=None, retries=False, strip_header=True):
     """The benchmark's client Envoy, plus what a test needs: an access log of (override header,
     upstream host, code), retries on connection failures, or the header left in place."""
     cfg = yaml.safe_load(envoy_configs.render_client_envoy(
-        listen, admin, backends, policy, wasm_path=paths.WASM, plugin_config=plugin_config,
+        backends, policy, wasm_path=paths.WASM, plugin_config=plugin_config,
         aggregator_port=aggregator_port))
     hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     if access_log:
@@ -50,10 +50,9 @@ class Client:
     """One client Envoy in front of an emulator."""
 
     def __init__(self, group, backends, plugin_config=None, concurrency=1, **kw):
-        self.listen, admin = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.listen}/"
-        self.envoy = envoy.start(group, f"envoy-{admin}", client_yaml(self.listen, admin, backends,
-                                 plugin_config or {}, **kw), admin, concurrency=concurrency)
+        name = f"envoy-{len(group.procs)}"
+        self.envoy = envoy.start(group, name, client_yaml(backends, plugin_config or {}, **kw), concurrency=concurrency)
+        self.url = self.envoy.url()
 
     def stat(self, name):
         return self.envoy.stat(STAT + name)
@@ -253,7 +252,7 @@ def test_two_workers_are_merged_into_one_report_per_tick(group, tmp_path, record
     proc.popen.wait(120)
     total, errors = fortio.counts(fortio.read(out))
     assert (total, errors) == (800, 0)
-    workers = client.envoy.stats(f"listener.127.0.0.1_{client.listen}.worker_")
+    workers = client.envoy.stats(f"listener.{envoy_configs.LISTENER}.worker_")
     per_worker = [v for k, v in workers.items() if k.endswith("downstream_cx_total")]
     assert len(per_worker) == 2 and all(v > 0 for v in per_worker), workers
     wait_for(lambda: any(reported_requests(r) == 800 for _, _, r in recorder.snapshot()), 30,

@@ -1,0 +1,47 @@
+"""A real Prometheus (Debian package) on 127.0.0.1 scraping given targets, and its query API.
+
+Prometheus cannot report a port-0 bind, so it listens on a reserved port (procs.reserve_port),
+started again on a fresh one should that port be taken after all."""
+from collections.abc import Sequence
+from pathlib import Path
+
+import requests
+
+from . import paths
+from .procs import ProcGroup, retry_port_clash, wait_http
+
+
+class Prometheus:
+    def __init__(self, group: ProcGroup, scrape_targets: Sequence[str], workdir: Path,
+                 scrape_interval_s: float = 1.0, job: str = "targets"):
+        binary = paths.prometheus()
+        if not binary.exists():
+            raise FileNotFoundError(f"{binary} is missing: run `make deps`")
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        config = workdir / "prometheus.yml"
+        targets = ", ".join(f'"{t}"' for t in scrape_targets)
+        config.write_text(
+            f"global: {{scrape_interval: {scrape_interval_s:g}s, evaluation_interval: {scrape_interval_s:g}s}}\n"
+            f"scrape_configs:\n  - job_name: {job}\n    static_configs: [{{targets: [{targets}]}}]\n")
+
+        def start():
+            port = group.reserve_port()
+            proc = group.start("prometheus", [
+                binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=2h",
+                "--log.level=warn"])
+            wait_http(f"http://127.0.0.1:{port}/-/ready", 60, proc)
+            return port, proc
+
+        self.port, self.proc = retry_port_clash(start)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def query(self, promql: str) -> list[dict]:
+        """An instant query's result vector."""
+        r = requests.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)
+        r.raise_for_status()
+        body = r.json()
+        if body.get("status") != "success":
+            raise RuntimeError(f"prometheus query {promql!r}: {body}")
+        return body["data"]["result"]
