@@ -13,12 +13,12 @@ from tailweight_e2e import aggregator as aggregator_mod
 from tailweight_e2e import envoy as envoy_mod
 from tailweight_e2e import paths
 from tailweight_e2e.envoy_configs import plugin_config_for, render_client_envoy
-from tailweight_e2e.procs import ProcGroup
+from tailweight_e2e.procs import Proc, ProcGroup
 from tailweight_e2e.prometheus import Prometheus
 
 from . import analysis, emulator, fortio, operator
 from .cpu import cpu_seconds
-from .scenario import Scenario
+from .scenario import Event, Scenario
 
 SAMPLE_S = 0.5
 
@@ -62,11 +62,11 @@ class Progress:
             sys.stderr.flush()
 
 
-def aggregator_view(port: int) -> dict[str, list] | None:
+def aggregator_view(url: str) -> dict[str, list] | None:
     """The aggregator's current view of cluster `backends`: {address: [weight, latency_ms, inflight]}
     (None when it does not answer; the harness only watches, the filter decides)."""
     try:
-        body = requests.get(f"http://127.0.0.1:{port}/v1/weights", params={"cluster": "backends"}, timeout=1).json()
+        body = requests.get(f"{url}/v1/weights", params={"cluster": "backends"}, timeout=1).json()
         out = {}
         for cluster in body.get("clusters", []):
             if cluster.get("name") == "backends":
@@ -120,186 +120,266 @@ def derive(result: dict) -> dict:
     return result
 
 
-def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
-    warmup_s = scenario.warmup_s if opts.warmup_s is None else opts.warmup_s
-    duration_s = scenario.duration_s if opts.duration_s is None else opts.duration_s
-    log_dir = Path(opts.log_dir or Path(opts.out_dir) / "logs") / policy
-    progress = Progress(opts.progress)
-    n_clients = scenario.clients.count
-    per_client_qps = scenario.clients.qps / n_clients
-    result: dict = {"policy": policy, "warmup_s": warmup_s, "duration_s": duration_s, "log_dir": str(log_dir)}
+def recorded_segments(duration_s: float, segment_s: float | None) -> list[float]:
+    """The recorded part as Fortio runs of `segment_s` (a remainder under 1 s is dropped)."""
+    if not segment_s or segment_s >= duration_s:
+        return [duration_s]
+    n = int(duration_s // segment_s)
+    rest = duration_s - n * segment_s
+    return [segment_s] * n + ([rest] if rest >= 1 else [])
 
-    with ProcGroup(log_dir) as group:
-        emu = emulator.start(group, backend_settings(scenario), seed=scenario.seed)
-        result["backends"] = emu.addresses
-        cpu = CpuTracker()
-        cpu.track("emulator", emu.proc.pid)
-        controller = None
-        aggregator = None
-        aggregator_port = None
-        eds_path = None
-        if policy == "operator":
-            prom = Prometheus(group, [f"127.0.0.1:{emu.admin_port}"], log_dir / "prometheus", job="emulator")
-            operator.wait_for_cpu(prom, emu.addresses)
-            cpu.track("prometheus", prom.proc.pid)
-            capacity = {a: b.capacity_rps for a, b in zip(emu.addresses, scenario.backends, strict=True)}
+
+@dataclass
+class Recording:
+    """What the sampling loop sees during the recorded part."""
+    pending: list[Event]  # scenario events not fired yet, in time order
+    samples: list[analysis.Sample] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    aggregator_view: list[tuple] = field(default_factory=list)
+    aggregator_killed_at_s: float | None = None
+
+
+@dataclass
+class ClientEnvoy:
+    """Client number `index`: its Envoy, in front of which its Fortio runs."""
+    index: int
+    envoy: envoy_mod.Envoy
+
+
+class PolicyRun:
+    """One policy of a scenario on real processes. run() takes the steps in order: start the
+    backends, start the policy's control plane, start the client Envoys, run the load (warm-up,
+    then the recorded part with sampling and events), collect the stats, summarise."""
+
+    def __init__(self, scenario: Scenario, policy: str, opts: Options):
+        self.scenario = scenario
+        self.policy = policy
+        self.opts = opts
+        self.warmup_s = scenario.warmup_s if opts.warmup_s is None else opts.warmup_s
+        self.duration_s = scenario.duration_s if opts.duration_s is None else opts.duration_s
+        self.log_dir = Path(opts.log_dir or Path(opts.out_dir) / "logs") / policy
+        self.progress = Progress(opts.progress)
+        self.cpu = CpuTracker()
+        self.result: dict = {"policy": policy, "warmup_s": self.warmup_s, "duration_s": self.duration_s,
+                             "log_dir": str(self.log_dir)}
+        self.emu: emulator.Emulator | None = None
+        self.controller: operator.Controller | None = None
+        self.aggregator: aggregator_mod.Aggregator | None = None
+        self.eds_path: Path | None = None
+        self.clients: list[ClientEnvoy] = []
+
+    def run(self) -> dict:
+        """Every step, the processes stopped at the end (also on failure); the result entry."""
+        segments = recorded_segments(self.duration_s, self.opts.segment_s)
+        with ProcGroup(self.log_dir) as group:
+            self.start_backends(group)
+            self.start_control_plane(group)
+            self.start_client_envoys(group)
+            if self.controller is not None:
+                self.controller.start()
+            if self.warmup_s > 0:
+                self.run_load(group, "warmup", [self.warmup_s], record=False)
+            for name, pid in list(self.cpu.pids.items()):
+                self.cpu.track(name, pid)  # CPU counts from the start of the recorded part
+            by_segment = self.run_load(group, "run", segments, record=True)
+            self.collect_stats()
+        return self.summarise(by_segment, segments)
+
+    def start_backends(self, group: ProcGroup) -> None:
+        """Every backend of the scenario in one emulator process."""
+        self.emu = emulator.start(group, backend_settings(self.scenario), seed=self.scenario.seed)
+        self.result["backends"] = self.emu.addresses
+        self.cpu.track("emulator", self.emu.proc.pid)
+
+    def start_control_plane(self, group: ProcGroup) -> None:
+        """What decides weights besides the client Envoys: for `operator`, Prometheus scraping the
+        emulator and the operator's controller writing the EDS file (started with the load); for
+        `tailweight`, the aggregator the filters report to. Other policies have none."""
+        if self.policy == "operator":
+            prom = Prometheus(group, [f"127.0.0.1:{self.emu.admin_port}"], self.log_dir / "prometheus", job="emulator")
+            operator.wait_for_cpu(prom, self.emu.addresses)
+            self.cpu.track("prometheus", prom.proc.pid)
+            capacity = {a: b.capacity_rps for a, b in zip(self.emu.addresses, self.scenario.backends, strict=True)}
             initial = operator.converged_weights(capacity)
-            eds_path = log_dir / "eds" / "backends.yaml"
-            eds_path.parent.mkdir(parents=True, exist_ok=True)
-            controller = operator.Controller(eds_path, initial, lambda: operator.cpu_by_address(prom),
-                                             opts.operator_period_s, log=lambda m: progress.update(m, force=True))
-            result["operator"] = {"initial_weights": operator.integer_weights(initial),
-                                  "period_s": opts.operator_period_s,
-                                  "start": "converged: weight proportional to capacity, scaled by 350/median"}
-        if policy == "tailweight":
-            started = aggregator_mod.start(group)
-            aggregator, aggregator_port = started.proc, started.port
-            cpu.track("aggregator", aggregator.pid)
+            self.eds_path = self.log_dir / "eds" / "backends.yaml"
+            self.eds_path.parent.mkdir(parents=True, exist_ok=True)
+            self.controller = operator.Controller(self.eds_path, initial, lambda: operator.cpu_by_address(prom),
+                                                  self.opts.operator_period_s,
+                                                  log=lambda m: self.progress.update(m, force=True))
+            self.result["operator"] = {"initial_weights": operator.integer_weights(initial),
+                                       "period_s": self.opts.operator_period_s,
+                                       "start": "converged: weight proportional to capacity, scaled by 350/median"}
+        elif self.policy == "tailweight":
+            self.aggregator = aggregator_mod.start(group)
+            self.cpu.track("aggregator", self.aggregator.proc.pid)
 
-        envoys = []
-        for i in range(n_clients):
+    def start_client_envoys(self, group: ProcGroup) -> None:
+        """One Envoy per client (--concurrency 1) running the policy."""
+        steering = self.policy.startswith("tailweight")
+        for i in range(self.scenario.clients.count):
             config = render_client_envoy(
-                emu.addresses, policy,
-                wasm_path=paths.WASM if policy.startswith("tailweight") else None,
-                plugin_config=plugin_config_for(policy, opts.report_interval_ms, opts.plugin_extra)
-                if policy.startswith("tailweight") else None,
-                aggregator_port=aggregator_port, eds_path=eds_path, node_id=f"client-{i}")
+                self.emu.addresses, self.policy,
+                wasm_path=paths.WASM if steering else None,
+                plugin_config=plugin_config_for(self.policy, self.opts.report_interval_ms, self.opts.plugin_extra)
+                if steering else None,
+                aggregator_port=self.aggregator.port if self.aggregator else None, eds_path=self.eds_path,
+                node_id=f"client-{i}")
             e = envoy_mod.start(group, f"envoy-{i}", config, log_level="warn")
-            envoys.append((e, e.port()))
-            cpu.track(f"envoy-{i}", e.proc.pid)
-        result["envoy_admin"] = [e.admin for e, _ in envoys]
-        if controller is not None:
-            controller.start()
+            self.clients.append(ClientEnvoy(i, e))
+            self.cpu.track(f"envoy-{i}", e.proc.pid)
+        self.result["envoy_admin"] = [c.envoy.admin for c in self.clients]
 
-        def start_fortios(phase: str, seconds: float, record: bool) -> list:
-            loads = []
-            for i, (_, listen) in enumerate(envoys):
-                json_path = log_dir / f"fortio-{phase}-{i}.json"
-                p = fortio.start_load(group, f"fortio-{phase}-{i}", f"http://127.0.0.1:{listen}/", per_client_qps,
-                                      scenario.clients.connections, seconds, json_path, scenario.clients.payload_bytes)
-                loads.append((p, json_path))
-                if record:
-                    cpu.track(f"fortio-{phase}-{i}", p.pid, from_zero=True)
-            return loads
-
-        def run_load(phase: str, segments: list[float], record: bool) -> list[list[dict]]:
-            """Fortio runs back to back (one per segment, each client), sampling all along; returns
-            each segment's client results."""
-            seconds = sum(segments)
-            names = [phase] if len(segments) == 1 else [f"{phase}{k + 1}" for k in range(len(segments))]
-            segment_loads = [start_fortios(names[0], segments[0], record)]
-            t0 = time.monotonic()
-            samples: list[analysis.Sample] = []
-            events_done: list[dict] = []
-            pending = list(scenario.events) if record else []
-            killed_aggregator = None
-            weights_seen: list[tuple] = []
-            deadline = t0 + seconds + 30 * len(segments)
-            while True:
-                now = time.monotonic() - t0
-                try:
-                    samples.append((now, emu.requests_total()))
-                except requests.RequestException as e:
-                    raise RuntimeError(f"emulator metrics failed: {e}\n{emu.proc.log()[-2000:]}") from e
-                cpu.sample()  # before reaping, so a finished Fortio's CPU is still readable
-                while pending and pending[0].at_s <= now:
-                    ev = pending.pop(0)
-                    emu.event(ev.backends, ev.action, ev.value)
-                    events_done.append({"at_s": ev.at_s, "fired_s": round(time.monotonic() - t0, 3),
-                                        "backends": ev.backends, "action": ev.action, "value": ev.value})
-                if record and aggregator is not None and aggregator.alive():
-                    view = aggregator_view(aggregator_port)
-                    if view is not None:
-                        weights_seen.append((round(now, 3), view))
-                if record and aggregator is not None and opts.kill_aggregator_at_s is not None \
-                        and killed_aggregator is None and now >= opts.kill_aggregator_at_s:
-                    aggregator.kill()
-                    killed_aggregator = round(now, 3)
-                if all(not p.alive() for p, _ in segment_loads[-1]):
-                    if len(segment_loads) == len(segments):
-                        break
-                    k = len(segment_loads)
-                    segment_loads.append(start_fortios(names[k], segments[k], record))
-                    continue
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"fortio ({phase}) did not finish within {seconds + 30 * len(segments):.0f} s")
-                if len(samples) >= 2:
-                    t_prev, c_prev = samples[-2]
-                    rps = (sum(samples[-1][1]) - sum(c_prev)) / max(now - t_prev, 1e-3)
-                else:
-                    rps = 0.0
-                progress.update(f"[{opts.label} {policy}] {phase} {min(now, seconds):5.1f}/{seconds:g} s  "
-                                f"backends {rps:6.0f} rps")
-                time.sleep(max(0.0, SAMPLE_S - ((time.monotonic() - t0) % SAMPLE_S)))
-            outs = []
-            for loads in segment_loads:
-                outs.append([])
-                for p, json_path in loads:
-                    if p.popen.returncode != 0 or not json_path.exists():
-                        raise RuntimeError(f"{p.name} failed ({p.popen.returncode}):\n{p.log()[-2000:]}")
-                    outs[-1].append(fortio.read(json_path))
+    def start_fortios(self, group: ProcGroup, phase: str, seconds: float, record: bool) -> list[tuple[Proc, Path]]:
+        """One Fortio per client for `seconds`; returns (process, JSON result path) pairs."""
+        clients = self.scenario.clients
+        loads = []
+        for c in self.clients:
+            json_path = self.log_dir / f"fortio-{phase}-{c.index}.json"
+            p = fortio.start_load(group, f"fortio-{phase}-{c.index}", c.envoy.url(), clients.qps / clients.count,
+                                  clients.connections, seconds, json_path, clients.payload_bytes)
+            loads.append((p, json_path))
             if record:
-                result["samples"] = [(round(t, 3), c) for t, c in samples]
-                result["events"] = events_done
-                result["aggregator_killed_at_s"] = killed_aggregator
-                if aggregator is not None:
-                    result["aggregator_view"] = weights_seen
-            return outs
+                self.cpu.track(f"fortio-{phase}-{c.index}", p.pid, from_zero=True)
+        return loads
 
-        if warmup_s > 0:
-            run_load("warmup", [warmup_s], record=False)
-        for name, pid in list(cpu.pids.items()):
-            cpu.track(name, pid)  # CPU counts from the start of the recorded part
-        segments = [duration_s]
-        if opts.segment_s and opts.segment_s < duration_s:
-            n = int(duration_s // opts.segment_s)
-            rest = duration_s - n * opts.segment_s
-            segments = [opts.segment_s] * n + ([rest] if rest >= 1 else [])
-        by_segment = run_load("run", segments, record=True)
-        clients = [c for seg in by_segment for c in seg]
-        if controller is not None:
-            controller.stop()
-            result["operator"]["rounds"] = controller.rounds
-            result["operator"]["errors"] = controller.errors
-        # Per-Envoy /stats, kept next to the logs (where `make demo` points newcomers).
+    def run_load(self, group: ProcGroup, phase: str, segments: list[float], record: bool) -> list[list[dict]]:
+        """Fortio runs back to back (one per segment, each client), sampling every SAMPLE_S all
+        along; when recording, also fires the scenario's events, watches (and maybe kills) the
+        aggregator, and stores what it saw in the result. Returns each segment's client results."""
+        seconds = sum(segments)
+        names = [phase] if len(segments) == 1 else [f"{phase}{k + 1}" for k in range(len(segments))]
+        segment_loads = [self.start_fortios(group, names[0], segments[0], record)]
+        recording = Recording(pending=list(self.scenario.events) if record else [])
+        t0 = time.monotonic()
+        deadline = t0 + seconds + 30 * len(segments)
+        while True:
+            now = time.monotonic() - t0
+            self.sample(recording, now)
+            self.fire_due_events(recording, t0, now)
+            if record:
+                self.watch_aggregator(recording, now)
+            if all(not p.alive() for p, _ in segment_loads[-1]):
+                if len(segment_loads) == len(segments):
+                    break
+                k = len(segment_loads)
+                segment_loads.append(self.start_fortios(group, names[k], segments[k], record))
+                continue
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"fortio ({phase}) did not finish within {seconds + 30 * len(segments):.0f} s")
+            self.show_progress(phase, recording.samples, now, seconds)
+            time.sleep(max(0.0, SAMPLE_S - ((time.monotonic() - t0) % SAMPLE_S)))
+        outs = [[read_fortio(p, json_path) for p, json_path in loads] for loads in segment_loads]
+        if record:
+            self.result["samples"] = [(round(t, 3), c) for t, c in recording.samples]
+            self.result["events"] = recording.events
+            self.result["aggregator_killed_at_s"] = recording.aggregator_killed_at_s
+            if self.aggregator is not None:
+                self.result["aggregator_view"] = recording.aggregator_view
+        return outs
+
+    def sample(self, recording: Recording, now: float) -> None:
+        """Requests served per backend so far, and every process's CPU time."""
+        try:
+            recording.samples.append((now, self.emu.requests_total()))
+        except requests.RequestException as e:
+            raise RuntimeError(f"emulator metrics failed: {e}\n{self.emu.proc.log()[-2000:]}") from e
+        self.cpu.sample()  # before reaping, so a finished Fortio's CPU is still readable
+
+    def fire_due_events(self, recording: Recording, t0: float, now: float) -> None:
+        """Send the emulator every scenario event whose time has come."""
+        while recording.pending and recording.pending[0].at_s <= now:
+            ev = recording.pending.pop(0)
+            self.emu.event(ev.backends, ev.action, ev.value)
+            recording.events.append({"at_s": ev.at_s, "fired_s": round(time.monotonic() - t0, 3),
+                                     "backends": ev.backends, "action": ev.action, "value": ev.value})
+
+    def watch_aggregator(self, recording: Recording, now: float) -> None:
+        """Record the aggregator's view while it lives; kill it at opts.kill_aggregator_at_s."""
+        agg = self.aggregator
+        if agg is None:
+            return
+        if agg.proc.alive():
+            view = aggregator_view(agg.url)
+            if view is not None:
+                recording.aggregator_view.append((round(now, 3), view))
+        kill_at = self.opts.kill_aggregator_at_s
+        if kill_at is not None and recording.aggregator_killed_at_s is None and now >= kill_at:
+            agg.proc.kill()
+            recording.aggregator_killed_at_s = round(now, 3)
+
+    def show_progress(self, phase: str, samples: list[analysis.Sample], now: float, seconds: float) -> None:
+        """The progress line: phase, seconds done, requests/s the backends served lately."""
+        if len(samples) >= 2:
+            (t_prev, c_prev), (_, c_now) = samples[-2], samples[-1]
+            rps = (sum(c_now) - sum(c_prev)) / max(now - t_prev, 1e-3)
+        else:
+            rps = 0.0
+        self.progress.update(f"[{self.opts.label} {self.policy}] {phase} {min(now, seconds):5.1f}/{seconds:g} s  "
+                             f"backends {rps:6.0f} rps")
+
+    def collect_stats(self) -> None:
+        """Stop the operator's controller (keeping its rounds) and read every Envoy's /stats,
+        kept as text next to the logs (where `make demo` points newcomers) and summarised."""
+        if self.controller is not None:
+            self.controller.stop()
+            self.result["operator"]["rounds"] = self.controller.rounds
+            self.result["operator"]["errors"] = self.controller.errors
         envoy_stats = []
-        for i, (e, _) in enumerate(envoys):
-            text = requests.get(f"{e.admin}/stats", timeout=5).text
-            (log_dir / f"envoy-{i}.stats.txt").write_text(text)
+        for c in self.clients:
+            e = c.envoy
+            (self.log_dir / f"envoy-{c.index}.stats.txt").write_text(requests.get(f"{e.admin}/stats", timeout=5).text)
             s = e.stats("cluster.backends.")
-            envoy_stats.append({k: s.get(f"cluster.backends.{k}", 0) for k in
-                                ("upstream_rq_total", "upstream_rq_5xx", "upstream_cx_connect_fail",
-                                 "upstream_rq_pending_overflow", "upstream_rq_timeout")})
-            wasm = {k: v for k, v in e.stats("wasmcustom.").items()}
+            entry = {k: s.get(f"cluster.backends.{k}", 0) for k in
+                     ("upstream_rq_total", "upstream_rq_5xx", "upstream_cx_connect_fail",
+                      "upstream_rq_pending_overflow", "upstream_rq_timeout")}
+            wasm = e.stats("wasmcustom.")
             if wasm:
-                envoy_stats[-1]["wasmcustom"] = wasm
-            if aggregator_port is not None:  # the filter's reports to the aggregator
+                entry["wasmcustom"] = wasm
+            if self.aggregator is not None:  # the filter's reports to the aggregator
                 a = e.stats("cluster.tailweight_aggregator.")
-                envoy_stats[-1]["aggregator_calls"] = {
-                    k: a.get(f"cluster.tailweight_aggregator.{k}", 0)
-                    for k in ("upstream_rq_total", "upstream_rq_2xx", "upstream_cx_connect_fail")}
-        result["envoy_stats"] = envoy_stats
+                entry["aggregator_calls"] = {k: a.get(f"cluster.tailweight_aggregator.{k}", 0) for k in
+                                             ("upstream_rq_total", "upstream_rq_2xx", "upstream_cx_connect_fail")}
+            envoy_stats.append(entry)
+        self.result["envoy_stats"] = envoy_stats
 
-    summary = fortio.summarise(clients)
-    result.update(summary)
-    if len(by_segment) > 1:
-        result["segments"] = [{"from_s": sum(segments[:k]), "to_s": sum(segments[:k + 1]), **fortio.summarise(seg)}
-                              for k, seg in enumerate(by_segment)]
-    result["clients"] = [{"qps": float(c.get("ActualQPS", 0.0)), "requests": fortio.counts(c)[0],
-                          "errors": fortio.counts(c)[1], **fortio.client_percentiles(c)} for c in clients]
-    used = cpu.used()
-    result["cpu_s"] = used
-    n = max(summary["requests"], 1)
-    envoy_s = sum(v for k, v in used.items() if k.startswith("envoy-"))
-    fortio_s = sum(v for k, v in used.items() if k.startswith("fortio-"))
-    result["cpu_us_per_request"] = {
-        "envoys": round(envoy_s / n * 1e6, 1), "fortio": round(fortio_s / n * 1e6, 1),
-        "emulator": round(used.get("emulator", 0.0) / n * 1e6, 1),
-        **({"aggregator": round(used["aggregator"] / n * 1e6, 1)} if "aggregator" in used else {}),
-        **({"prometheus": round(used["prometheus"] / n * 1e6, 1)} if "prometheus" in used else {}),
-    }
-    result["cpu_cores"] = round(sum(used.values()) / duration_s, 3)
-    derive(result)
-    progress.done(f"[{opts.label} {policy}] done: p50 {summary['p50_ms']:.1f} ms, p99 {summary['p99_ms']:.1f} ms, "
-                  f"p99.9 {summary['p99.9_ms']:.1f} ms, errors {summary['errors']}/{summary['requests']}")
-    return result
+    def summarise(self, by_segment: list[list[dict]], segments: list[float]) -> dict:
+        """Latency and errors over all clients (and per segment), per-client figures, CPU per
+        process and per request, then shares and settle times (derive)."""
+        result = self.result
+        clients = [c for seg in by_segment for c in seg]
+        summary = fortio.summarise(clients)
+        result.update(summary)
+        if len(by_segment) > 1:
+            result["segments"] = [{"from_s": sum(segments[:k]), "to_s": sum(segments[:k + 1]), **fortio.summarise(seg)}
+                                  for k, seg in enumerate(by_segment)]
+        result["clients"] = [{"qps": float(c.get("ActualQPS", 0.0)), "requests": fortio.counts(c)[0],
+                              "errors": fortio.counts(c)[1], **fortio.client_percentiles(c)} for c in clients]
+        used = self.cpu.used()
+        result["cpu_s"] = used
+        n = max(summary["requests"], 1)
+        envoy_s = sum(v for k, v in used.items() if k.startswith("envoy-"))
+        fortio_s = sum(v for k, v in used.items() if k.startswith("fortio-"))
+        result["cpu_us_per_request"] = {
+            "envoys": round(envoy_s / n * 1e6, 1), "fortio": round(fortio_s / n * 1e6, 1),
+            "emulator": round(used.get("emulator", 0.0) / n * 1e6, 1),
+            **({"aggregator": round(used["aggregator"] / n * 1e6, 1)} if "aggregator" in used else {}),
+            **({"prometheus": round(used["prometheus"] / n * 1e6, 1)} if "prometheus" in used else {}),
+        }
+        result["cpu_cores"] = round(sum(used.values()) / self.duration_s, 3)
+        derive(result)
+        self.progress.done(f"[{self.opts.label} {self.policy}] done: p50 {summary['p50_ms']:.1f} ms, "
+                           f"p99 {summary['p99_ms']:.1f} ms, p99.9 {summary['p99.9_ms']:.1f} ms, "
+                           f"errors {summary['errors']}/{summary['requests']}")
+        return result
+
+
+def read_fortio(p: Proc, json_path: Path) -> dict:
+    """A finished Fortio's JSON result; a failed run is an error naming it, with its log."""
+    if p.popen.wait(30) != 0 or not json_path.exists():
+        raise RuntimeError(f"{p.name} failed ({p.popen.returncode}):\n{p.log()[-2000:]}")
+    return fortio.read(json_path)
+
+
+def run_policy(scenario: Scenario, policy: str, opts: Options) -> dict:
+    """Run one policy of `scenario` (see PolicyRun) and return its entry of results.json."""
+    return PolicyRun(scenario, policy, opts).run()
