@@ -89,6 +89,19 @@ def test_fail_stop_and_recover(group, tmp_path):
         emu.event([7], "stop")
 
 
+def test_event_on_several_backends_reaches_each_of_them(group):
+    """A scenario event with `backends: [0, 2]` goes out as one query (backends=0%2C2 on the wire)
+    and acts on both backends, and on no other."""
+    emu = start(group, [BackendSettings(workers=1, base_ms=1)] * 3)
+    emu.event([0, 2], "fail")
+    assert [emu.metrics()["emulator_mode"][i] for i in range(3)] == [1, 0, 1]
+    assert [requests.get(f"http://{a}/", timeout=5).status_code for a in emu.addresses] == [503, 200, 503]
+    emu.event([2, 0], "recover")
+    assert [emu.metrics()["emulator_mode"][i] for i in range(3)] == [0, 0, 0]
+    emu.event([1, 2], "speed", 3.0)
+    assert [emu.metrics()["emulator_speed"][i] for i in range(3)] == [1.0, 3.0, 3.0]
+
+
 def test_speed_event_changes_service_time(group):
     emu = start(group, [BackendSettings(workers=1, base_ms=20)])
     before = emu.metrics()["emulator_busy_seconds_total"][0]
