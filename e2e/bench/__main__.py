@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tailweight_e2e import paths
 
-from . import report, runner
+from . import operator, report, runner
 from .scenario import ScenarioError, load
 
 
@@ -20,7 +20,7 @@ def main(argv=None) -> int:
     ap.add_argument("--policies", help="comma list overriding the scenario's policies")
     ap.add_argument("--warmup", type=float, help="override warmup_s")
     ap.add_argument("--duration", type=float, help="override duration_s")
-    ap.add_argument("--operator-period", type=float, default=30.0, help="operator controller period, s")
+    ap.add_argument("--operator-period", type=float, default=operator.PERIOD_S, help="operator controller period, s")
     ap.add_argument("--kill-aggregator-at", type=float,
                     help="kill the aggregator at this second of tailweight's recorded part")
     ap.add_argument("--rerender", action="store_true",
@@ -65,7 +65,8 @@ def main(argv=None) -> int:
             print(f"bench: policy {policy} failed: {type(e).__name__}: {e}", file=sys.stderr)
             results.append({"policy": policy, "error": f"{type(e).__name__}: {e}"})
     meta = {"elapsed_s": round(time.monotonic() - started, 1),
-            "note": "operator starts from its converged weights (capacity-proportional, 350/median)"
+            "note": "operator starts from its converged weights "
+                    f"(capacity-proportional, {operator.RULE.median_weight:g}/median)"
                     if "operator" in policies else ""}
     return finish(out_dir, log_dir, scenario, results, meta)
 

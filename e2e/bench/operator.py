@@ -1,54 +1,82 @@
-"""The seed operator (Istio-adaptive-least-request), emulated honestly: every 30 s it reads per-pod CPU
-from Prometheus, applies its published rule to the endpoint weights and rewrites them; Envoy runs
-weighted LEAST_REQUEST on those weights (here through a file-based EDS resource).
+"""The seed operator (Istio-adaptive-least-request), emulated honestly: every period it reads per-pod
+CPU from Prometheus, applies its published rule (step) to the endpoint weights and rewrites them;
+Envoy runs weighted LEAST_REQUEST on those weights (here through a file-based EDS resource).
 
-Published rule: mean = mean of the non-zero CPUs; distance_i = cpu_i - mean; if |distance_i|/mean < 5%
-keep w_i, else w_i <- clamp(w_i x (1 - 0.01 x distance_i/mean), 100, 600); then scale all weights by
-350 / median. New endpoints start at 1000 (then the scaling applies).
+The rule's numbers (period, dead band, step, clamp, median, new endpoints' weight) live in
+sim/operator-rule.json, which the simulator (sim/src/policy/operator.rs) reads too.
 """
+import json
 import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 
+from tailweight_e2e import paths
 from tailweight_e2e.envoy_configs import write_eds
 from tailweight_e2e.procs import wait_for
 from tailweight_e2e.prometheus import Prometheus
 
-PERIOD_S = 30.0
+RULE_FILE = paths.REPO / "sim" / "operator-rule.json"
+
+
+@dataclass(frozen=True)
+class OperatorRule:
+    """The rule's numbers; sim/operator-rule.json's description says what each does."""
+    period_s: float
+    dead_band: float
+    step: float
+    min_weight: float
+    max_weight: float
+    median_weight: float
+    new_endpoint_weight: float
+
+
+def load_rule(path: Path = RULE_FILE) -> OperatorRule:
+    doc = json.loads(Path(path).read_text())
+    try:
+        return OperatorRule(**{f.name: float(doc[f.name]) for f in fields(OperatorRule)})
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {type(e).__name__}: {e}") from e
+
+
+RULE = load_rule()
+PERIOD_S = RULE.period_s
 # The analogue of sum(rate(container_cpu_usage_seconds_total[1m])) by (pod): busy worker seconds.
 CPU_QUERY = "sum(rate(emulator_busy_seconds_total[1m])) by (address)"
-NEW_ENDPOINT_WEIGHT = 1000.0
 
 
-def scale_to_median(weights: dict[str, float]) -> dict[str, float]:
+def scale_to_median(weights: dict[str, float], rule: OperatorRule = RULE) -> dict[str, float]:
+    """w <- w x median_weight / median(w) (no change while the median is 0)."""
     median = statistics.median(weights.values())
-    return {k: w * 350.0 / median for k, w in weights.items()} if median > 0 else dict(weights)
+    return {k: w * rule.median_weight / median for k, w in weights.items()} if median > 0 else dict(weights)
 
 
-def step(weights: dict[str, float], cpu: dict[str, float]) -> dict[str, float]:
-    """One round of the operator's rule. Endpoints without a weight start at 1000; endpoints without
-    a CPU sample keep their weight."""
-    current = {k: weights.get(k, NEW_ENDPOINT_WEIGHT) for k in set(weights) | set(cpu)}
+def step(weights: dict[str, float], cpu: dict[str, float], rule: OperatorRule = RULE) -> dict[str, float]:
+    """One round of the operator's rule: mean = mean of the non-zero CPUs; an endpoint with
+    |cpu - mean| / mean >= dead_band moves w <- clamp(w x (1 - step x (cpu - mean) / mean),
+    min_weight, max_weight); then all scale to median_weight (scale_to_median). Endpoints without a
+    weight start at new_endpoint_weight; endpoints without a CPU sample keep their weight."""
+    current = {k: weights.get(k, rule.new_endpoint_weight) for k in set(weights) | set(cpu)}
     nonzero = [c for c in cpu.values() if c > 0]
     if not nonzero:
-        return scale_to_median(current)
+        return scale_to_median(current, rule)
     mean = sum(nonzero) / len(nonzero)
     out = {}
     for k, w in current.items():
         c = cpu.get(k)
-        if c is None or abs(c - mean) / mean < 0.05:
+        if c is None or abs(c - mean) / mean < rule.dead_band:
             out[k] = w
         else:
-            out[k] = min(600.0, max(100.0, w * (1.0 - 0.01 * (c - mean) / mean)))
-    return scale_to_median(out)
+            out[k] = min(rule.max_weight, max(rule.min_weight, w * (1.0 - rule.step * (c - mean) / mean)))
+    return scale_to_median(out, rule)
 
 
 def converged_weights(capacity: dict[str, float]) -> dict[str, float]:
     """The rule's fixed point of equal CPU per endpoint: weight proportional to capacity
-    (workers / mean service time), scaled by 350 / median. (The rule's 100..600 clamp would bind
-    for capacity ratios above 6 once it adjusts; at the fixed point it does not adjust.)"""
+    (workers / mean service time), scaled to the rule's median. (The min..max clamp would bind for
+    capacity ratios above max_weight / min_weight once it adjusts; at the fixed point it does not.)"""
     return scale_to_median(dict(capacity))
 
 

@@ -208,7 +208,8 @@ class PolicyRun:
                                                   log=lambda m: self.progress.update(m, force=True))
             self.result["operator"] = {"initial_weights": operator.integer_weights(initial),
                                        "period_s": self.opts.operator_period_s,
-                                       "start": "converged: weight proportional to capacity, scaled by 350/median"}
+                                       "start": "converged: weight proportional to capacity, scaled by "
+                                                f"{operator.RULE.median_weight:g}/median"}
         elif self.policy == "tailweight":
             self.aggregator = aggregator_mod.start(group)
             self.cpu.track("aggregator", self.aggregator.proc.pid)

@@ -6,6 +6,7 @@ import json
 import pytest
 import yaml
 
+from bench import operator
 from bench.__main__ import main
 
 pytestmark = pytest.mark.timeout(240)
@@ -49,9 +50,10 @@ def test_tiny_bench_run_writes_complete_results(tmp_path):
         assert sum(s["upstream_rq_total"] for s in p["envoy_stats"]) >= p["requests"]
     rr, op = doc["policies"]
     assert rr["share"][rr["backends"][1]] == pytest.approx(0.5, abs=0.06), "round robin splits evenly"
-    # The operator starts from capacity-proportional weights: backend 1 (4x slower) gets 1/5 of 350/median.
+    # The operator starts from capacity-proportional weights (4:1) scaled to the rule's median.
     weights = op["operator"]["initial_weights"]
-    assert sorted(weights.values()) == [140, 560]
+    m = operator.RULE.median_weight
+    assert sorted(weights.values()) == [round(m * 2 / 5), round(m * 8 / 5)]
     assert op["share"][op["backends"][1]] < 0.35
     assert len(op["operator"]["rounds"]) >= 1 and not op["operator"]["errors"]
     # Prometheus needs two scrapes before rate() answers; by the last round it has every backend.

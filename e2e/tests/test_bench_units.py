@@ -1,6 +1,8 @@
 """Pure parts of the benchmark harness: scenario checks, operator rule, histogram merge, settle time,
 Envoy config rendering (validated by the real Envoy)."""
+import json
 import math
+import re
 
 import pytest
 import yaml
@@ -79,32 +81,65 @@ def test_unreadable_scenario_is_one_line(tmp_path):
         load(tmp_path / "missing.yaml")
 
 
-# ---- operator rule (DESIGN.md "Peers") ----
+# ---- operator rule (DESIGN.md "Peers"; numbers from sim/operator-rule.json) ----
 
-def test_operator_rule_moves_hot_endpoints_down_one_percent_per_unit_distance():
-    w = {"a": 350.0, "b": 350.0, "c": 350.0}
-    out = operator.step(w, {"a": 2.0, "b": 1.0, "c": 0.0})  # mean of non-zero = 1.5
-    # a: 350 x (1 - 0.01 x 0.5/1.5); b: 350 x (1 + 0.01/3); c: zero CPU still counts as distance -1.
-    raw = {"a": 350 * (1 - 0.01 / 3), "b": 350 * (1 + 0.01 / 3), "c": 350 * 1.01}
+R = operator.RULE
+
+
+def test_operator_rule_is_the_file_the_simulator_compiles_in():
+    rust = paths.REPO / "sim" / "src" / "policy" / "operator.rs"
+    (included,) = re.findall(r'include_str!\("([^"]+)"\)', rust.read_text())
+    assert (rust.parent / included).resolve() == operator.RULE_FILE.resolve()
+    assert operator.load_rule(operator.RULE_FILE) == R
+    assert operator.PERIOD_S == R.period_s
+
+
+def test_operator_rule_file_missing_a_number_is_one_clear_error(tmp_path):
+    bad = tmp_path / "rule.json"
+    doc = json.loads(operator.RULE_FILE.read_text())
+    del doc["dead_band"]
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"rule\.json: KeyError: 'dead_band'"):
+        operator.load_rule(bad)
+
+
+def test_operator_rule_moves_hot_endpoints_down_one_step_per_unit_distance():
+    m = R.median_weight
+    out = operator.step({"a": m, "b": m, "c": m}, {"a": 2.0, "b": 1.0, "c": 0.0})  # mean of non-zero = 1.5
+    # a: distance +1/3; b: -1/3; c: zero CPU still counts as distance -1.
+    raw = {"a": m * (1 - R.step / 3), "b": m * (1 + R.step / 3), "c": m * (1 + R.step)}
     med = sorted(raw.values())[1]
-    assert out == pytest.approx({k: v * 350 / med for k, v in raw.items()})
+    assert out == pytest.approx({k: v * m / med for k, v in raw.items()})
 
 
 def test_operator_rule_ignores_small_distances_and_clamps():
-    assert operator.step({"a": 350, "b": 350}, {"a": 1.0, "b": 1.04}) == pytest.approx({"a": 350, "b": 350})
-    out = operator.step({"a": 900, "b": 50, "c": 350}, {"a": 1.0, "b": 3.0, "c": 2.0})
-    # a: 900 x 1.005 -> clamp 600; b: 50 x 0.995 -> clamp 100; c unchanged (distance 0); median 350.
-    assert out == pytest.approx({"a": 600, "b": 100, "c": 350})
+    m = R.median_weight
+    inside = 1.0 + 0.8 * R.dead_band
+    assert operator.step({"a": m, "b": m}, {"a": 1.0, "b": inside}) == pytest.approx({"a": m, "b": m})
+    out = operator.step({"a": 1.5 * R.max_weight, "b": 0.5 * R.min_weight, "c": m}, {"a": 1.0, "b": 3.0, "c": 2.0})
+    # a moves up, b down, both beyond the clamp; c unchanged (distance 0) is the median.
+    assert out == pytest.approx({"a": R.max_weight, "b": R.min_weight, "c": m})
 
 
-def test_operator_new_endpoints_start_at_1000():
-    out = operator.step({"a": 350, "b": 350}, {"a": 1.0, "b": 1.0, "c": 1.0})
-    assert out["c"] == pytest.approx(1000) and out["a"] == pytest.approx(350)
+def test_operator_rule_follows_its_numbers():
+    other = operator.OperatorRule(period_s=1, dead_band=0.5, step=0.1, min_weight=1, max_weight=1e6,
+                                  median_weight=10, new_endpoint_weight=7)
+    out = operator.step({"a": 10, "b": 10}, {"a": 1.0, "b": 1.3, "c": 0.9}, other)  # mean 1.0667
+    assert out["a"] == pytest.approx(10) and out["b"] == pytest.approx(10)  # inside the 50% band
+    assert out["c"] == pytest.approx(7 * 10 / 10)  # new, then the median (10) scales by 1
+    out = operator.step({"a": 10, "b": 10, "c": 10}, {"a": 4.0, "b": 1.0, "c": 1.0}, other)  # mean 2
+    assert out == pytest.approx({"a": 9 * 10 / 10.5, "b": 10.5 * 10 / 10.5, "c": 10.5 * 10 / 10.5})
 
 
-def test_operator_converged_weights_are_capacity_proportional_with_median_350():
+def test_operator_new_endpoints_start_at_the_new_endpoint_weight():
+    m = R.median_weight
+    out = operator.step({"a": m, "b": m}, {"a": 1.0, "b": 1.0, "c": 1.0})
+    assert out["c"] == pytest.approx(R.new_endpoint_weight) and out["a"] == pytest.approx(m)
+
+
+def test_operator_converged_weights_are_capacity_proportional_with_the_rule_median():
     w = operator.converged_weights({"f25": 200.0, "f27": 76.4, "f27b": 76.4, "f29": 29.2})
-    assert statistics_median(w.values()) == pytest.approx(350)
+    assert statistics_median(w.values()) == pytest.approx(R.median_weight)
     assert w["f25"] / w["f29"] == pytest.approx(200 / 29.2)
 
 
