@@ -1,5 +1,6 @@
-# Istio e2e: a real control plane (etcd, kube-apiserver, istiod, pilot-agent) built from pinned Go
-# modules through the module proxy and cached in $(TW_CACHE)/istio (~20 min cold, instant after).
+# Istio e2e: a real control plane (etcd, kube-apiserver, istiod, pilot-agent), and istioctl for
+# `istioctl analyze` of wasmplugin/, built from pinned Go modules through the module proxy and cached
+# in $(TW_CACHE)/istio (~20 min cold, instant after).
 .PHONY: istio-bins test-istio
 
 istio-bins: deps

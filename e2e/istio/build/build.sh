@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the Istio e2e control plane (etcd, kube-apiserver, pilot-discovery, pilot-agent) from the
-# pinned wrapper modules beside this script, through the Go module proxy only, into
+# Builds the Istio e2e control plane (etcd, kube-apiserver, pilot-discovery, pilot-agent), and istioctl
+# (for `istioctl analyze` of wasmplugin/), from the pinned wrapper modules beside this script, through the Go module proxy only, into
 # $TW_CACHE/istio/bin/<name>-<version>. Binaries already there are skipped, so reruns are instant and
 # a version bump in versions.env (+ go.mod/go.sum) rebuilds just that binary. Also extracts the Istio
 # CRDs (istio.io/api) and pilot-agent's Envoy bootstrap template (istio.io/istio) to $TW_CACHE/istio/.
@@ -49,7 +49,7 @@ extract() {
   log "$name $version: $out"
 }
 
-targets=${*:-etcd kube-apiserver pilot-discovery pilot-agent crds bootstrap registry}
+targets=${*:-etcd kube-apiserver pilot-discovery pilot-agent istioctl crds bootstrap registry}
 total=$SECONDS
 for t in $targets; do
   case $t in
@@ -65,6 +65,9 @@ for t in $targets; do
     pilot-agent)
       require_version istio istio.io/istio "$ISTIO_VERSION"
       build pilot-agent "$ISTIO_VERSION" istio istio.io/istio/pilot/cmd/pilot-agent ;;
+    istioctl)  # same module and version as istiod: its analyzers match the control plane under test
+      require_version istio istio.io/istio "$ISTIO_VERSION"
+      build istioctl "$ISTIO_VERSION" istio istio.io/istio/istioctl/cmd/istioctl ;;
     crds)  # Istio's CRDs ship inside the istio.io/api module
       require_version istio istio.io/api "$ISTIO_API_VERSION"
       extract "istio CRDs" istio.io/api "$ISTIO_API_VERSION" \
@@ -76,7 +79,7 @@ for t in $targets; do
     registry)  # a loopback OCI registry (go-containerregistry) for the oci:// WasmPlugin test
       require_version registry github.com/google/go-containerregistry "$GGCR_VERSION"
       build registry "$GGCR_VERSION" registry tailweight.local/e2e/istio/build/registry ;;
-    *) log "unknown target $t (etcd kube-apiserver pilot-discovery pilot-agent crds bootstrap registry)"; exit 2 ;;
+    *) log "unknown target $t (etcd kube-apiserver pilot-discovery pilot-agent istioctl crds bootstrap registry)"; exit 2 ;;
   esac
 done
 log "done in $((SECONDS - total)) s: $BIN"
