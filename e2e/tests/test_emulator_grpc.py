@@ -17,7 +17,7 @@ from bench import fortio
 from bench.emulator import BackendSettings, start
 from tailweight_e2e import envoy
 from tailweight_e2e.envoy_configs import CLUSTER, render_client_envoy
-from tailweight_e2e.procs import ProcGroup, free_port, wait_for
+from tailweight_e2e.procs import ProcGroup, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -233,15 +233,14 @@ def test_envoy_client_side_wrr_follows_orca_in_grpc_trailers(group, tmp_path):
     clearly less than round robin's half."""
     emu = start(group, [BackendSettings(workers=2, base_ms=10, protocol="grpc"),
                         BackendSettings(workers=2, base_ms=10, speed=4.0, protocol="grpc")])
-    listen, admin = free_port(), free_port()
-    config = http2_upstream(render_client_envoy(listen, admin, emu.addresses, "cswrr_orca"))
-    proxy = envoy.start(group, "envoy", config, admin, log_level="warn")
-    destination = f"127.0.0.1:{listen}"
+    config = http2_upstream(render_client_envoy(emu.addresses, "cswrr_orca"))
+    proxy = envoy.start(group, "envoy", config, log_level="warn")
+    destination = f"127.0.0.1:{proxy.port()}"
     run_fortio_grpc(group, tmp_path, destination, qps=60, connections=4, streams=1, seconds=3, name="warm")
     wait_for(lambda: proxy.stat(f"cluster.{CLUSTER}.upstream_cx_http2_total") >= 2, 10, "HTTP/2 upstream connections")
     before = emu.requests_total()
     result = run_fortio_grpc(group, tmp_path, destination, qps=60, connections=4, streams=1, seconds=4, name="cswrr")
     after = emu.requests_total()
     assert result["RetCodes"] == {"SERVING": result["DurationHistogram"]["Count"]}
-    fast, slow = (a - b for a, b in zip(after, before))
+    fast, slow = (a - b for a, b in zip(after, before, strict=True))
     assert slow / (fast + slow) < 0.35, (fast, slow)
