@@ -30,6 +30,7 @@ fn endpoint() -> impl Strategy<Value = EndpointReport> {
                     latency_age_ms,
                     cpu,
                     cpu_age_ms,
+                    seen_age_ms: latency_ewma_us.checked_rem(7),
                 }
             },
         )

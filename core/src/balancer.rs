@@ -2,18 +2,28 @@
 //! that folds in what siblings and the aggregator know. Everything the filter glue calls is here.
 //!
 //! The pick (weighted power of two choices scored by expected wait):
-//! 1. With probability max(explore_ratio, novelty / 2) leave the request to the fallback LB: it
+//! 1. A cluster whose picks Envoy mostly refuses is not steered for a while (see `steering`).
+//! 2. With probability max(explore_ratio, novelty / 2) leave the request to the fallback LB: it
 //!    discovers endpoints we do not know and refreshes the samples of those we avoid.
-//! 2. Draw two distinct endpoints, each with probability proportional to its aggregator weight
-//!    (uniform without a fresh view; ejected endpoints never).
-//! 3. Keep the one with the lower score (in flight + 1) x expected latency x (1 + penalty x failures),
-//!    from this proxy's own counts and samples only (see `endpoint`); the other becomes the retry
-//!    choice.
+//! 3. A suspended endpoint whose probe is due gets this request (see `health`).
+//! 4. Else draw two distinct endpoints, each with probability proportional to its sampling weight
+//!    (the aggregator's weight while the view is fresh, times its health's factor: suspended and
+//!    absent endpoints never, ramping ones less), and keep the one with the lower score
+//!    (in flight + 1) x (latency + failure cost) x (1 + penalty x failures), from this proxy's own
+//!    counts and samples only (see `endpoint`); the other becomes the retry choice.
+//!
+//! Accounting: a request counts as in flight to the chosen endpoint until its first response
+//! headers (`release`, see `inflight`); when it ends (`complete`) the endpoint that served it is
+//! learned (a good answer) or charged (a failure). If Envoy used another endpoint than the first
+//! choice, it either never tried ours (one attempt: a refused pick, counted apart, and the endpoint
+//! is absent from the cluster) or tried it and retried elsewhere (more attempts: a failure of ours).
 
 use crate::cluster::Cluster;
 use crate::config::{FilterConfig, PickParams};
-use crate::endpoint::{RequestOutcome, SiblingStats};
+use crate::endpoint::SiblingStats;
 use crate::hash::FastMap;
+use crate::health::HealthChange;
+use crate::outcome::RequestOutcome;
 use crate::rng::Rng;
 use crate::snapshot::Part;
 use crate::wire::{ClusterReport, ClusterView};
@@ -25,6 +35,8 @@ pub struct Settings {
     pub endpoint_ttl_us: u64,
     pub max_clusters: usize,
     pub max_endpoints_per_cluster: usize,
+    /// Half the in-flight bound: the length of an in-flight epoch (see `inflight`).
+    pub inflight_epoch_us: u64,
 }
 
 impl From<&FilterConfig> for Settings {
@@ -35,6 +47,7 @@ impl From<&FilterConfig> for Settings {
             endpoint_ttl_us: c.endpoint_ttl_ms * 1_000,
             max_clusters: c.max_clusters,
             max_endpoints_per_cluster: c.max_endpoints_per_cluster,
+            inflight_epoch_us: (c.inflight_bound_ms * 1_000 / 2).max(1),
         }
     }
 }
@@ -48,20 +61,22 @@ impl Default for Settings {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Pick {
     /// Write `header` (first choice, then retry choices, comma-separated). The first choice is
-    /// `header[..first_len]`; its in-flight count has been raised.
-    Steer { header: String, first_len: usize },
+    /// `header[..first_len]`; it counts as in flight in `epoch` until `release`.
+    Steer { header: String, first_len: usize, epoch: u64 },
     /// Left to the fallback LB on purpose (exploration).
     Explore,
-    /// Nothing to choose from yet (no endpoint known, or all ejected): the fallback LB decides.
+    /// Nothing to choose from yet (no endpoint known, or none pickable): the fallback LB decides.
     NoCandidate,
     /// The cluster is not tracked: the cluster limit is reached.
     Untracked,
+    /// Envoy refused most recent picks of this cluster: left to it for a while (see `steering`).
+    Paused,
 }
 
 impl Pick {
     pub fn first_choice(&self) -> Option<&str> {
         match self {
-            Pick::Steer { header, first_len } => Some(&header[..*first_len]),
+            Pick::Steer { header, first_len, .. } => Some(&header[..*first_len]),
             _ => None,
         }
     }
@@ -71,8 +86,15 @@ impl Pick {
 pub struct Completion {
     /// Did the endpoint we chose serve? None when we chose none or no upstream was reached.
     pub honoured: Option<bool>,
+    /// Envoy never tried the endpoint we chose (not a failure of it; see the module docs).
+    pub refused: bool,
     /// The serving endpoint was new to this worker.
     pub learned: bool,
+    /// This request suspended an endpoint (a run of failures) or ended a suspension (a good probe).
+    pub suspended: bool,
+    pub recovered: bool,
+    /// This request paused steering of its cluster for this long (refused picks).
+    pub paused_for_us: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -80,13 +102,15 @@ pub struct Balancer {
     settings: Settings,
     clusters: FastMap<Cluster>,
     rng: Rng,
+    /// The in-flight epoch, moved by `tick` (None before the first pick or tick).
+    epoch: Option<u64>,
     /// Slots drawn for the current pick (kept to reuse its allocation).
     chosen: Vec<usize>,
 }
 
 impl Balancer {
     pub fn new(settings: Settings, seed: u64) -> Self {
-        Balancer { settings, clusters: FastMap::default(), rng: Rng::new(seed), chosen: Vec::new() }
+        Balancer { settings, clusters: FastMap::default(), rng: Rng::new(seed), epoch: None, chosen: Vec::new() }
     }
 
     pub fn settings(&self) -> &Settings {
@@ -105,8 +129,14 @@ impl Balancer {
         self.clusters.values().map(Cluster::len).sum()
     }
 
+    /// Clusters whose steering is paused now.
+    pub fn clusters_paused(&self, now_us: u64) -> usize {
+        self.clusters.values().filter(|c| c.steering.paused(now_us)).count()
+    }
+
     pub fn pick(&mut self, cluster_name: &str, now_us: u64) -> Pick {
-        let Balancer { settings, clusters, rng, chosen } = self;
+        let epoch = *self.epoch.get_or_insert(now_us / self.settings.inflight_epoch_us);
+        let Balancer { settings, clusters, rng, chosen, .. } = self;
         let (p, retry_choices) = (&settings.pick, settings.retry_choices);
         let Some(cluster) = cluster_entry(clusters, settings, cluster_name, now_us) else {
             return Pick::Untracked;
@@ -115,18 +145,26 @@ impl Balancer {
         if cluster.is_empty() {
             return Pick::NoCandidate;
         }
+        if cluster.steering.paused(now_us) {
+            return Pick::Paused;
+        }
         if rng.chance(p.explore_ratio.max(cluster.novelty() / 2.0)) {
             return Pick::Explore;
         }
-        let Some(a) = cluster.sample(rng, now_us) else {
-            return Pick::NoCandidate;
-        };
-        let b = draw_distinct(cluster, rng, now_us, &[a]);
-        let prior = cluster.prior_latency_us();
-        let score = |slot: usize| cluster.endpoints()[slot].score(now_us, p, prior);
-        let (first, second) = match b {
-            Some(b) if score(b) < score(a) => (b, Some(a)),
-            _ => (a, b),
+        let (first, second) = match cluster.take_due_probe(now_us, p) {
+            Some(probe) => (probe, draw_distinct(cluster, rng, now_us, &[probe])),
+            None => {
+                let Some(a) = cluster.sample(rng, now_us) else {
+                    return Pick::NoCandidate;
+                };
+                let b = draw_distinct(cluster, rng, now_us, &[a]);
+                let prior = cluster.prior_latency_us();
+                let score = |slot: usize| cluster.endpoints()[slot].score(now_us, p, prior);
+                match b {
+                    Some(b) if score(b) < score(a) => (b, Some(a)),
+                    _ => (a, b),
+                }
+            }
         };
         chosen.clear();
         chosen.push(first);
@@ -146,11 +184,21 @@ impl Balancer {
             }
             header.push_str(&cluster.endpoints()[*slot].address);
         }
-        cluster.endpoint_mut(first).local.inflight += 1;
-        Pick::Steer { header, first_len }
+        cluster.endpoint_mut(first).local.inflight.add(epoch);
+        Pick::Steer { header, first_len, epoch }
     }
 
-    /// Account a finished request. `chosen` is the first choice the pick returned (if it steered).
+    /// The request steered to `chosen` in `epoch` got its first response headers (or ended without):
+    /// it no longer counts as in flight there.
+    pub fn release(&mut self, cluster_name: &str, chosen: &str, epoch: u64) {
+        let current = self.epoch.unwrap_or(epoch);
+        if let Some(e) = self.clusters.get_mut(cluster_name).and_then(|c| c.get_mut(chosen)) {
+            e.local.inflight.release(epoch, current);
+        }
+    }
+
+    /// Account a finished request. `chosen` is the first choice the pick returned (if it steered);
+    /// its in-flight count is `release`d separately.
     pub fn complete(
         &mut self,
         cluster_name: &str,
@@ -164,61 +212,86 @@ impl Balancer {
             return Completion::default();
         };
         cluster.last_used_us = now_us;
-        if let Some(e) = chosen.and_then(|c| cluster.get_mut(c)) {
-            e.local.inflight = e.local.inflight.saturating_sub(1);
-        }
-        let mut learned = false;
+        let mut done = Completion::default();
+        let mut changes = [HealthChange::None; 2];
         if let Some(served) = outcome.served {
-            if let Some((slot, new)) = cluster.learn(served, now_us, max_endpoints) {
-                learned = new;
-                cluster.endpoint_mut(slot).record(outcome.latency_us, outcome.failed, outcome.load, now_us, p);
+            // Only a good answer teaches an endpoint; a failure is charged to one already known.
+            let slot = if outcome.class.is_success() {
+                cluster.learn(served, now_us, max_endpoints, p.slow_start_us).map(|(slot, new)| {
+                    done.learned = new;
+                    slot
+                })
+            } else {
+                cluster.slot_of(served)
+            };
+            if let Some(slot) = slot {
+                changes[0] =
+                    cluster.endpoint_mut(slot).record(outcome.class, outcome.latency_us, outcome.load, now_us, p);
             }
         }
-        let honoured = match (chosen, outcome.served) {
+        done.honoured = match (chosen, outcome.served) {
             (Some(c), Some(s)) => Some(c == s),
             _ => None,
         };
-        if honoured == Some(false) {
-            // The endpoint we chose did not serve (gone, refused, ejected by Envoy): a failed attempt.
-            if let Some(e) = chosen.and_then(|c| cluster.get_mut(c)) {
-                e.record(0, true, None, now_us, p);
+        if let (Some(false), Some(slot)) = (done.honoured, chosen.and_then(|c| cluster.slot_of(c))) {
+            if outcome.attempts > 1 {
+                // Envoy tried our choice, it failed, and a retry went elsewhere.
+                let failure = crate::outcome::ResponseClass::Failure;
+                changes[1] = cluster.endpoint_mut(slot).record(failure, 0, None, now_us, p);
+            } else {
+                done.refused = true;
+                cluster.mark_absent(slot);
             }
         }
-        if chosen.is_none() {
-            cluster.note_discovery(learned);
+        if done.honoured.is_some() {
+            done.paused_for_us = cluster.steering.note(done.refused, now_us);
         }
-        Completion { honoured, learned }
+        for change in changes {
+            done.suspended |= change == HealthChange::Suspended;
+            done.recovered |= change == HealthChange::Recovered;
+            cluster.health_changed(change);
+        }
+        if chosen.is_none() {
+            cluster.note_discovery(done.learned);
+        }
+        done
     }
 
-    /// Once per tick: forget what is unseen, refresh priors.
+    /// Once per tick: forget what is unseen, move ramps and in-flight epochs, refresh priors.
     /// Returns the number of endpoints forgotten.
     pub fn tick(&mut self, now_us: u64) -> usize {
         let (ttl, p) = (self.settings.endpoint_ttl_us, &self.settings.pick);
+        let epoch = now_us / self.settings.inflight_epoch_us;
+        let old_epoch = self.epoch.unwrap_or(epoch);
         let mut forgotten = 0;
         for cluster in self.clusters.values_mut() {
             forgotten += cluster.expire(now_us, ttl);
+            cluster.tick(now_us, old_epoch, epoch);
             cluster.refresh_prior(now_us, p);
         }
+        self.epoch = Some(epoch);
         self.clusters.retain(|_, c| !c.is_empty() || now_us.saturating_sub(c.last_used_us) < ttl);
         forgotten
     }
 
     /// Use the aggregator's view of one cluster until `received_us + ttl_us` (unless the global
-    /// view is switched off: then it is reported to, never listened to).
+    /// view is switched off: then it is reported to, never listened to). Only clusters and
+    /// endpoints known here take it (see `cluster`).
     pub fn apply_view(&mut self, view: &ClusterView, received_us: u64, ttl_us: u64) {
         if !self.settings.pick.use_global_view {
             return;
         }
-        let max_endpoints = self.settings.max_endpoints_per_cluster;
-        if let Some(cluster) = cluster_entry(&mut self.clusters, &self.settings, &view.name, received_us) {
-            cluster.apply_view(view, received_us.saturating_add(ttl_us), received_us, max_endpoints);
+        if let Some(cluster) = self.clusters.get_mut(&view.name) {
+            cluster.apply_view(view, received_us.saturating_add(ttl_us));
         }
     }
 
-    /// Replace what we know of the other workers with their latest snapshots.
+    /// Replace what we know of the other workers with their latest snapshots. A sibling's recent
+    /// good answer from an endpoint is a sighting (it teaches or keeps the endpoint here too).
     pub fn apply_siblings(&mut self, siblings: &[Part], now_us: u64) {
         let Balancer { settings, clusters, .. } = self;
-        let (max_endpoints, ttl) = (settings.max_endpoints_per_cluster, settings.endpoint_ttl_us);
+        let (max_endpoints, ttl, slow_start) =
+            (settings.max_endpoints_per_cluster, settings.endpoint_ttl_us, settings.pick.slow_start_us);
         for cluster in clusters.values_mut() {
             for slot in 0..cluster.len() {
                 cluster.endpoint_mut(slot).siblings = SiblingStats::default();
@@ -228,12 +301,10 @@ impl Balancer {
             for report in sibling.clusters {
                 let Some(cluster) = cluster_entry(clusters, settings, &report.name, now_us) else { continue };
                 for e in &report.endpoints {
-                    let sampled_us = (e.latency_ewma_us > 0)
-                        .then(|| sibling.written_us.saturating_sub(e.latency_age_ms.saturating_mul(1_000)));
-                    // A sibling's recent sample is a sighting (learn from it); its stale knowledge is not.
-                    let recent = sampled_us.filter(|t| now_us.saturating_sub(*t) < ttl);
-                    let slot = match recent {
-                        Some(seen) => cluster.learn(&e.address, seen, max_endpoints).map(|(slot, _)| slot),
+                    let age_us = |age_ms: u64| sibling.written_us.saturating_sub(age_ms.saturating_mul(1_000));
+                    let seen_us = e.seen_age_ms.map(age_us).filter(|t| now_us.saturating_sub(*t) < ttl);
+                    let slot = match seen_us {
+                        Some(seen) => cluster.learn(&e.address, seen, max_endpoints, slow_start).map(|(slot, _)| slot),
                         None => cluster.slot_of(&e.address),
                     };
                     let Some(slot) = slot else { continue };
@@ -241,22 +312,23 @@ impl Balancer {
                     if sibling.live {
                         endpoint.siblings.inflight += e.inflight;
                     }
-                    if let Some(t) = sampled_us {
-                        if endpoint.siblings.latency.is_none_or(|(_, known)| t > known) {
-                            endpoint.siblings.latency = Some((e.latency_ewma_us as f64, t));
+                    if e.latency_ewma_us > 0 {
+                        let sampled_us = age_us(e.latency_age_ms);
+                        if endpoint.siblings.latency.is_none_or(|(_, known)| sampled_us > known) {
+                            endpoint.siblings.latency = Some((e.latency_ewma_us as f64, sampled_us));
                         }
                     }
-                    if let Some(seen) = recent {
-                        endpoint.last_seen_us = endpoint.last_seen_us.max(seen);
+                    if let Some(seen) = seen_us {
+                        endpoint.last_success_us = endpoint.last_success_us.max(seen);
                     }
                 }
             }
         }
     }
 
-    /// This worker's observations, for its siblings and for the report.
+    /// This worker's recent observations, for its siblings and for the report (see `snapshot`).
     pub fn snapshot(&self, now_us: u64) -> Vec<ClusterReport> {
-        crate::snapshot::of_clusters(self.clusters.iter(), now_us)
+        crate::snapshot::of_clusters(self.clusters.iter(), now_us, self.settings.pick.stale_after_us)
     }
 }
 

@@ -1,11 +1,20 @@
-//! One cluster as one worker sees it: the endpoint set (learned from responses, siblings and the
-//! aggregator; forgotten when unseen), the aggregator's view with its expiry, and the sampler.
+//! One cluster as one worker sees it: the endpoint set, the aggregator's view with its expiry, the
+//! sampler, the probes of suspended endpoints, and whether Envoy honours our picks (`steering`).
+//!
+//! Endpoint lifecycle: only this proxy's own evidence keeps an endpoint. It is learned when it
+//! answers a request well here (a steered one, or one the fallback load balancer sent there, which
+//! proves it is in Envoy's cluster) or a sibling worker saw it do so, and forgotten `ttl` after its
+//! last such answer (unless requests to it are in flight). The aggregator's view never teaches nor
+//! refreshes an endpoint: it only weighs the ones known here (a view listing a deleted pod must not
+//! keep it alive in every proxy that reports to the aggregator).
 
 use crate::config::PickParams;
 use crate::endpoint::{Endpoint, GlobalStats};
 use crate::hash::FastMap;
+use crate::health::HealthChange;
 use crate::rng::Rng;
 use crate::stats::median;
+use crate::steering::Steering;
 use crate::wire::{is_endpoint_address, ClusterView};
 
 /// How quickly the discovery rate follows what exploration finds: novelty <- (1-a) novelty + a [new].
@@ -26,6 +35,14 @@ pub struct Cluster {
     prior_latency_us: f64,
     /// Recent share of exploration picks that found an endpoint not known before (starts at 1).
     novelty: f64,
+    /// When this worker first saw the cluster: endpoints joining after the slow-start window ramp up.
+    created_us: u64,
+    /// The earliest probe due among suspended endpoints (u64::MAX: none).
+    next_probe_us: u64,
+    /// Some endpoint's ramp is running: its sampling weight changes with time.
+    ramping: bool,
+    /// Whether Envoy honours our picks here.
+    pub steering: Steering,
     pub last_used_us: u64,
 }
 
@@ -40,6 +57,10 @@ impl Cluster {
             view_expires_us: 0,
             prior_latency_us: default_latency_us,
             novelty: 1.0,
+            created_us: now_us,
+            next_probe_us: u64::MAX,
+            ramping: false,
+            steering: Steering::default(),
             last_used_us: now_us,
         }
     }
@@ -80,19 +101,73 @@ impl Cluster {
         self.novelty
     }
 
-    /// The endpoint at `address`, added if new and there is room (as last seen at `seen_us`).
-    /// Returns its slot and whether it was added.
-    pub fn learn(&mut self, address: &str, seen_us: u64, max_endpoints: usize) -> Option<(usize, bool)> {
+    /// The endpoint at `address`, added if new and there is room (as having answered well at
+    /// `seen_us`). One joining a cluster known here for longer than `slow_start_us` starts a ramp
+    /// (a new pod, likely cold); the endpoints found in the cluster's first window do not (they are
+    /// this proxy discovering an established set). Returns its slot and whether it was added.
+    pub fn learn(
+        &mut self,
+        address: &str,
+        seen_us: u64,
+        max_endpoints: usize,
+        slow_start_us: u64,
+    ) -> Option<(usize, bool)> {
         if let Some(&i) = self.index.get(address) {
             return Some((i, false));
         }
         if self.endpoints.len() >= max_endpoints || !is_endpoint_address(address) {
             return None;
         }
-        self.endpoints.push(Endpoint::new(address, seen_us));
+        let mut endpoint = Endpoint::new(address, seen_us);
+        if slow_start_us > 0 && seen_us.saturating_sub(self.created_us) >= slow_start_us {
+            endpoint.health.start_ramp(seen_us, slow_start_us);
+            self.ramping = true;
+        }
+        self.endpoints.push(endpoint);
         self.index.insert(address.to_string(), self.endpoints.len() - 1);
         self.sampler_stale = true;
         Some((self.endpoints.len() - 1, true))
+    }
+
+    /// A response changed an endpoint's health: the sampler's weights and the probe schedule follow.
+    pub fn health_changed(&mut self, change: HealthChange) {
+        match change {
+            HealthChange::None => {}
+            HealthChange::Recovered => {
+                self.ramping = true;
+                self.sampler_stale = true;
+                self.schedule_probes();
+            }
+            HealthChange::Suspended | HealthChange::Returned => {
+                self.sampler_stale = true;
+                self.schedule_probes();
+            }
+        }
+    }
+
+    /// Envoy did not try the endpoint in `slot` when we picked it: not in the cluster now.
+    pub fn mark_absent(&mut self, slot: usize) {
+        self.endpoints[slot].health.mark_absent();
+        self.sampler_stale = true;
+        self.schedule_probes();
+    }
+
+    /// A suspended endpoint whose probe is due, marked as probed (None: none due). O(1) unless one is
+    /// due: then one scan of the endpoints.
+    pub fn take_due_probe(&mut self, now_us: u64, p: &PickParams) -> Option<usize> {
+        if now_us < self.next_probe_us {
+            return None;
+        }
+        let slot = self.endpoints.iter().position(|e| e.health.probe_due_us().is_some_and(|at| at <= now_us));
+        if let Some(slot) = slot {
+            self.endpoints[slot].health.probe_sent(now_us, &p.health_times());
+        }
+        self.schedule_probes();
+        slot
+    }
+
+    fn schedule_probes(&mut self) {
+        self.next_probe_us = self.endpoints.iter().filter_map(|e| e.health.probe_due_us()).min().unwrap_or(u64::MAX);
     }
 
     pub fn endpoint_mut(&mut self, slot: usize) -> &mut Endpoint {
@@ -105,32 +180,53 @@ impl Cluster {
         self.novelty = (1.0 - NOVELTY_STEP) * self.novelty + NOVELTY_STEP * x;
     }
 
-    /// Take the aggregator's view of this cluster: learn its endpoints, replace global stats.
-    pub fn apply_view(&mut self, view: &ClusterView, expires_us: u64, now_us: u64, max_endpoints: usize) {
+    /// Take the aggregator's view of this cluster: replace the global stats of the endpoints known
+    /// here. Endpoints only the view names are ignored (see the module docs).
+    pub fn apply_view(&mut self, view: &ClusterView, expires_us: u64) {
         for e in &mut self.endpoints {
             e.global = None;
         }
         for v in &view.endpoints {
-            if let Some((slot, _)) = self.learn(&v.address, now_us, max_endpoints) {
-                let e = &mut self.endpoints[slot];
-                e.global = Some(GlobalStats { weight: v.weight, latency_us: v.latency_us as f64, ejected: v.ejected });
-                e.last_seen_us = e.last_seen_us.max(now_us);
+            if let Some(&slot) = self.index.get(v.address.as_str()) {
+                self.endpoints[slot].global =
+                    Some(GlobalStats { weight: v.weight, latency_us: v.latency_us as f64, ejected: v.ejected });
             }
         }
         self.view_expires_us = expires_us;
         self.sampler_stale = true;
     }
 
-    /// Forget endpoints unseen for `ttl` (unless requests are in flight to them). Returns how many.
+    /// Forget endpoints without a good answer for `ttl` (unless requests are in flight to them).
+    /// Returns how many.
     pub fn expire(&mut self, now_us: u64, ttl_us: u64) -> usize {
         let before = self.endpoints.len();
-        self.endpoints.retain(|e| e.local.inflight > 0 || now_us.saturating_sub(e.last_seen_us) < ttl_us);
+        self.endpoints.retain(|e| e.local.inflight.count() > 0 || now_us.saturating_sub(e.last_success_us) < ttl_us);
         let removed = before - self.endpoints.len();
         if removed > 0 {
             self.index = self.endpoints.iter().enumerate().map(|(i, e)| (e.address.clone(), i)).collect();
             self.sampler_stale = true;
+            self.schedule_probes();
         }
         removed
+    }
+
+    /// Once per tick: finished ramps end, running ones move the sampler's weights, and requests sent
+    /// two in-flight epochs ago stop counting (see `inflight`).
+    pub fn tick(&mut self, now_us: u64, old_epoch: u64, epoch: u64) {
+        if self.ramping {
+            let mut running = false;
+            for e in &mut self.endpoints {
+                e.health.settle_ramp(now_us);
+                running |= e.health.ramp().is_some();
+            }
+            self.ramping = running;
+            self.sampler_stale = true;
+        }
+        if epoch != old_epoch {
+            for e in &mut self.endpoints {
+                e.local.inflight.advance(old_epoch, epoch);
+            }
+        }
     }
 
     /// Once per tick: the prior is the median of the fresh latency estimates (like client-side WRR
@@ -151,7 +247,7 @@ impl Cluster {
         }
         let fresh = self.view_fresh(now_us);
         if self.sampler_stale || fresh != self.sampled_with_view {
-            self.rebuild_sampler(fresh);
+            self.rebuild_sampler(fresh, now_us);
         }
         match &self.cumulative {
             None => Some(rng.below(self.endpoints.len())),
@@ -168,8 +264,8 @@ impl Cluster {
         }
     }
 
-    fn rebuild_sampler(&mut self, fresh: bool) {
-        let weights: Vec<f64> = self.endpoints.iter().map(|e| e.sampling_weight(fresh)).collect();
+    fn rebuild_sampler(&mut self, fresh: bool, now_us: u64) {
+        let weights: Vec<f64> = self.endpoints.iter().map(|e| e.sampling_weight(fresh, now_us)).collect();
         let uniform = weights.iter().all(|w| *w == weights[0]) && weights[0] > 0.0;
         self.cumulative = if uniform {
             None
@@ -211,23 +307,29 @@ mod tests {
         }
     }
 
-    #[test]
-    fn learns_once_within_the_limit_and_only_addresses() {
+    fn known(addresses: &[&str]) -> Cluster {
         let mut c = Cluster::new(0, 30_000.0);
-        assert_eq!(c.learn("10.0.0.1:80", 0, 2), Some((0, true)));
-        assert_eq!(c.learn("10.0.0.1:80", 0, 2), Some((0, false)));
-        assert_eq!(c.learn("not-an-address", 0, 2), None);
-        assert_eq!(c.learn("10.0.0.2:80", 0, 2), Some((1, true)));
-        assert_eq!(c.learn("10.0.0.3:80", 0, 2), None, "full");
+        for a in addresses {
+            c.learn(a, 0, 10, 0);
+        }
+        c
     }
 
     #[test]
-    fn expiry_forgets_unseen_endpoints_but_not_busy_ones() {
+    fn learns_once_within_the_limit_and_only_addresses() {
         let mut c = Cluster::new(0, 30_000.0);
-        c.learn("10.0.0.1:80", 0, 10);
-        c.learn("10.0.0.2:80", 0, 10);
-        c.learn("10.0.0.3:80", 500, 10);
-        c.get_mut("10.0.0.2:80").unwrap().local.inflight = 1;
+        assert_eq!(c.learn("10.0.0.1:80", 0, 2, 0), Some((0, true)));
+        assert_eq!(c.learn("10.0.0.1:80", 0, 2, 0), Some((0, false)));
+        assert_eq!(c.learn("not-an-address", 0, 2, 0), None);
+        assert_eq!(c.learn("10.0.0.2:80", 0, 2, 0), Some((1, true)));
+        assert_eq!(c.learn("10.0.0.3:80", 0, 2, 0), None, "full");
+    }
+
+    #[test]
+    fn expiry_forgets_endpoints_without_a_good_answer_but_not_busy_ones() {
+        let mut c = known(&["10.0.0.1:80", "10.0.0.2:80"]);
+        c.learn("10.0.0.3:80", 500, 10, 0);
+        c.get_mut("10.0.0.2:80").unwrap().local.inflight.add(0);
         assert_eq!(c.expire(1_000, 1_000), 1);
         assert!(c.get("10.0.0.1:80").is_none());
         assert!(c.get("10.0.0.2:80").is_some(), "requests in flight keep it");
@@ -235,10 +337,12 @@ mod tests {
     }
 
     #[test]
-    fn view_teaches_endpoints_and_weights_until_it_expires() {
-        let mut c = Cluster::new(0, 30_000.0);
-        c.apply_view(&view(&[("10.0.0.1:80", 3.0, false), ("10.0.0.2:80", 1.0, false)]), 1_000, 0, 10);
-        assert_eq!(c.len(), 2);
+    fn view_weights_known_endpoints_until_it_expires_and_never_teaches_nor_refreshes() {
+        let mut c = known(&["10.0.0.1:80", "10.0.0.2:80"]);
+        let listed = [("10.0.0.1:80", 3.0, false), ("10.0.0.2:80", 1.0, false), ("10.0.0.9:80", 5.0, false)];
+        c.apply_view(&view(&listed), 1_000);
+        assert_eq!(c.len(), 2, "an endpoint only the view names is not learned");
+        assert_eq!(c.get("10.0.0.1:80").unwrap().last_success_us, 0, "nor does the view refresh one");
         assert!(c.view_fresh(999) && !c.view_fresh(1_000));
         let mut rng = Rng::new(9);
         let mut hits = [0u32; 2];
@@ -254,29 +358,93 @@ mod tests {
         }
         let share = hits[0] as f64 / 40_000.0;
         assert!((share - 0.5).abs() < 0.02, "uniform, got {share}");
+        // Expiry goes by this proxy's evidence, whatever the views say.
+        c.apply_view(&view(&listed), 200_000);
+        assert_eq!(c.expire(100_000, 50_000), 2);
     }
 
     #[test]
     fn ejected_endpoints_are_never_sampled() {
-        let mut c = Cluster::new(0, 30_000.0);
-        c.apply_view(&view(&[("10.0.0.1:80", 1.0, true), ("10.0.0.2:80", 1.0, false)]), 1_000, 0, 10);
+        let mut c = known(&["10.0.0.1:80", "10.0.0.2:80"]);
+        c.apply_view(&view(&[("10.0.0.1:80", 1.0, true), ("10.0.0.2:80", 1.0, false)]), 1_000);
         let mut rng = Rng::new(1);
         for _ in 0..1_000 {
             assert_eq!(c.sample(&mut rng, 0), Some(1));
         }
         // Known here but absent from the view: the mean weight (1), not excluded.
-        c.apply_view(&view(&[("10.0.0.1:80", 1.0, true)]), 1_000, 0, 10);
+        c.apply_view(&view(&[("10.0.0.1:80", 1.0, true)]), 1_000);
         assert_eq!(c.sample(&mut rng, 0), Some(1));
-        c.apply_view(&view(&[("10.0.0.1:80", 1.0, true), ("10.0.0.2:80", 1.0, true)]), 1_000, 0, 10);
+        c.apply_view(&view(&[("10.0.0.1:80", 1.0, true), ("10.0.0.2:80", 1.0, true)]), 1_000);
         assert_eq!(c.sample(&mut rng, 0), None, "all ejected: nothing to sample");
     }
 
     #[test]
     fn a_new_view_clears_global_stats_of_endpoints_it_omits() {
-        let mut c = Cluster::new(0, 30_000.0);
-        c.apply_view(&view(&[("10.0.0.1:80", 2.0, false), ("10.0.0.2:80", 1.0, false)]), 1_000, 0, 10);
-        c.apply_view(&view(&[("10.0.0.1:80", 2.0, false)]), 1_000, 0, 10);
+        let mut c = known(&["10.0.0.1:80", "10.0.0.2:80"]);
+        c.apply_view(&view(&[("10.0.0.1:80", 2.0, false), ("10.0.0.2:80", 1.0, false)]), 1_000);
+        c.apply_view(&view(&[("10.0.0.1:80", 2.0, false)]), 1_000);
         assert!(c.get("10.0.0.2:80").unwrap().global.is_none());
+    }
+
+    #[test]
+    fn endpoints_joining_an_established_cluster_ramp_up_the_first_ones_do_not() {
+        let p = PickParams::default();
+        let slow = p.slow_start_us;
+        let mut c = Cluster::new(0, 30_000.0);
+        c.learn("10.0.0.1:80", slow / 2, 10, slow);
+        assert!(c.get("10.0.0.1:80").unwrap().health.ramp().is_none(), "discovering an established set");
+        let (late, _) = c.learn("10.0.0.2:80", slow, 10, slow).unwrap();
+        let mut rng = Rng::new(3);
+        let share_at = |c: &mut Cluster, rng: &mut Rng, now: u64| {
+            c.tick(now, 0, 0);
+            let hits = (0..20_000).filter(|_| c.sample(rng, now) == Some(late)).count();
+            hits as f64 / 20_000.0
+        };
+        // Weight 0.1 against 1, then 0.55 against 1 half way, then even.
+        assert!((share_at(&mut c, &mut rng, slow) - 0.1 / 1.1).abs() < 0.02);
+        assert!((share_at(&mut c, &mut rng, slow + slow / 2) - 0.55 / 1.55).abs() < 0.02);
+        assert!((share_at(&mut c, &mut rng, 2 * slow) - 0.5).abs() < 0.02);
+        assert!(c.get("10.0.0.2:80").unwrap().health.ramp().is_none(), "the ramp ended");
+    }
+
+    #[test]
+    fn suspended_endpoints_are_not_drawn_and_are_probed_when_due() {
+        use crate::outcome::ResponseClass;
+        let p = PickParams::default();
+        let mut c = known(&["10.0.0.1:80", "10.0.0.2:80"]);
+        for t in [10, 20] {
+            let change = c.endpoint_mut(0).record(ResponseClass::Failure, 0, None, t, &p);
+            c.health_changed(change);
+        }
+        let mut rng = Rng::new(5);
+        assert!((0..1_000).all(|_| c.sample(&mut rng, 30) == Some(1)));
+        assert_eq!(c.take_due_probe(30, &p), None);
+        let due = 20 + p.probe_interval_us;
+        assert_eq!(c.take_due_probe(due, &p), Some(0));
+        assert_eq!(c.take_due_probe(due, &p), None, "one probe at a time");
+        let change = c.endpoint_mut(0).record(ResponseClass::Success, 1_000, None, due + 5, &p);
+        c.health_changed(change);
+        assert!((0..1_000).any(|_| c.sample(&mut rng, due + 5) == Some(0)), "back, ramping");
+    }
+
+    #[test]
+    fn an_absent_endpoint_is_not_drawn() {
+        let mut c = known(&["10.0.0.1:80", "10.0.0.2:80"]);
+        c.mark_absent(1);
+        let mut rng = Rng::new(5);
+        assert!((0..1_000).all(|_| c.sample(&mut rng, 0) == Some(0)));
+        c.mark_absent(0);
+        assert_eq!(c.sample(&mut rng, 0), None);
+    }
+
+    #[test]
+    fn tick_advances_in_flight_epochs() {
+        let mut c = known(&["10.0.0.1:80"]);
+        c.endpoint_mut(0).local.inflight.add(3);
+        c.tick(0, 3, 4);
+        assert_eq!(c.endpoints()[0].local.inflight.count(), 1);
+        c.tick(0, 4, 5);
+        assert_eq!(c.endpoints()[0].local.inflight.count(), 0);
     }
 
     #[test]
@@ -284,8 +452,8 @@ mod tests {
         let p = PickParams::default();
         let mut c = Cluster::new(0, 30_000.0);
         for (i, lat) in [1_000u64, 2_000, 9_000].iter().enumerate() {
-            let (slot, _) = c.learn(&format!("10.0.0.{}:80", i + 1), 0, 10).unwrap();
-            c.endpoint_mut(slot).record(*lat, false, None, 0, &p);
+            let (slot, _) = c.learn(&format!("10.0.0.{}:80", i + 1), 0, 10, 0).unwrap();
+            c.endpoint_mut(slot).record(crate::outcome::ResponseClass::Success, *lat, None, 0, &p);
         }
         c.refresh_prior(0, &p);
         assert_eq!(c.prior_latency_us(), 2_000.0);

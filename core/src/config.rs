@@ -1,6 +1,7 @@
 //! The filter's plugin configuration (JSON), parsed and checked field by field so that a mistake is
 //! reported as `field \`x\`: expected ..., got ...`. Every field is optional; see README for the list.
 
+use crate::health::HealthTimes;
 use crate::wire::{is_endpoint_address, REPORT_PATH, SHARD_HEADER};
 use serde_json::{Map, Value};
 
@@ -24,6 +25,10 @@ pub struct FilterConfig {
     pub aggregator: Option<AggregatorConfig>,
     /// Overrides the reporter id (default: POD_NAME.POD_NAMESPACE from the VM env, else the node id).
     pub reporter_id: Option<String>,
+    /// gRPC statuses that count against the endpoint (see `outcome::classify`).
+    pub grpc_failure_codes: Vec<u32>,
+    /// A request without response headers stops counting as in flight after at most this long.
+    pub inflight_bound_ms: u64,
     /// One counter per endpoint (cardinality grows with endpoints; Envoy cannot delete metrics).
     pub per_endpoint_metrics: bool,
 }
@@ -40,8 +45,17 @@ pub struct PickParams {
     pub stale_after_us: u64,
     /// Score multiplier per unit of recent failure ratio: score x (1 + error_penalty x ratio).
     pub error_penalty: f64,
-    /// A failure counts as a latency sample of at least this much, so failing fast never looks fast.
+    /// Expected wait one unit of recent failure ratio adds (see `Endpoint::score`): failing fast never
+    /// looks fast.
     pub failure_latency_us: f64,
+    /// Time constant over which failure evidence fades (see `health`).
+    pub failure_decay_us: f64,
+    /// A suspended endpoint's first probe comes this long after the suspension (then backs off).
+    pub probe_interval_us: u64,
+    /// After a successful probe its share ramps up over this long (longer when it flaps).
+    pub recovery_ramp_us: u64,
+    /// An endpoint joining a cluster known for longer than this ramps up over this long (0: off).
+    pub slow_start_us: u64,
     /// Use the aggregator's view; when false it is reported to but not used (for comparisons).
     pub use_global_view: bool,
 }
@@ -66,6 +80,10 @@ impl Default for PickParams {
             stale_after_us: 5_000_000,
             error_penalty: 8.0,
             failure_latency_us: 1_000_000.0,
+            failure_decay_us: 1_000_000.0,
+            probe_interval_us: 250_000,
+            recovery_ramp_us: 1_000_000,
+            slow_start_us: 10_000_000,
             use_global_view: true,
         }
     }
@@ -86,6 +104,24 @@ impl Default for FilterConfig {
             aggregator: None,
             reporter_id: None,
             per_endpoint_metrics: false,
+            grpc_failure_codes: DEFAULT_GRPC_FAILURE_CODES.to_vec(),
+            inflight_bound_ms: 30_000,
+        }
+    }
+}
+
+/// UNKNOWN (2), DEADLINE_EXCEEDED (4), RESOURCE_EXHAUSTED (8, overload), INTERNAL (13),
+/// UNAVAILABLE (14): what a broken or overloaded server answers. Others (NOT_FOUND,
+/// INVALID_ARGUMENT, PERMISSION_DENIED...) are the application's answers, not the endpoint's health.
+pub const DEFAULT_GRPC_FAILURE_CODES: [u32; 5] = [2, 4, 8, 13, 14];
+
+impl PickParams {
+    /// The time constants of endpoint health (see `health`).
+    pub fn health_times(&self) -> HealthTimes {
+        HealthTimes {
+            failure_decay_us: self.failure_decay_us,
+            probe_interval_us: self.probe_interval_us,
+            recovery_ramp_us: self.recovery_ramp_us,
         }
     }
 }
@@ -120,6 +156,12 @@ impl FilterConfig {
                 stale_after_us: f.integer("stale_after_ms", p.stale_after_us / 1_000, 100..=3_600_000)? * 1_000,
                 error_penalty: f.number("error_penalty", p.error_penalty, 0.0, 1_000.0)?,
                 failure_latency_us: f.number("failure_latency_ms", p.failure_latency_us / 1e3, 0.0, 600_000.0)? * 1e3,
+                failure_decay_us: f.integer("failure_decay_ms", (p.failure_decay_us / 1e3) as u64, 10..=600_000)?
+                    as f64
+                    * 1e3,
+                probe_interval_us: f.integer("probe_interval_ms", p.probe_interval_us / 1_000, 10..=600_000)? * 1_000,
+                recovery_ramp_us: f.integer("recovery_ramp_ms", p.recovery_ramp_us / 1_000, 0..=600_000)? * 1_000,
+                slow_start_us: f.integer("slow_start_ms", p.slow_start_us / 1_000, 0..=3_600_000)? * 1_000,
                 use_global_view: f.boolean("use_global_view", p.use_global_view)?,
             },
             endpoint_ttl_ms: f.integer("endpoint_ttl_ms", d.endpoint_ttl_ms, 1_000..=86_400_000)?,
@@ -136,6 +178,8 @@ impl FilterConfig {
             },
             reporter_id: f.optional_string("reporter_id", 253)?,
             per_endpoint_metrics: f.boolean("per_endpoint_metrics", d.per_endpoint_metrics)?,
+            grpc_failure_codes: f.code_list("grpc_failure_codes", &d.grpc_failure_codes)?,
+            inflight_bound_ms: f.integer("inflight_bound_ms", d.inflight_bound_ms, 1_000..=86_400_000)?,
         };
         f.reject_unknown()?;
         Ok(config)
@@ -304,6 +348,25 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// A list of gRPC status codes (0..=16), each at most once.
+    fn code_list(&mut self, key: &'static str, default: &[u32]) -> Result<Vec<u32>, ConfigError> {
+        let expected = "a list of distinct gRPC status codes (integers 0..=16)";
+        match self.get(key) {
+            None => Ok(default.to_vec()),
+            Some(Value::Array(items)) => {
+                let mut codes = Vec::with_capacity(items.len());
+                for item in items {
+                    match item.as_u64() {
+                        Some(c) if c <= 16 && !codes.contains(&(c as u32)) => codes.push(c as u32),
+                        _ => return Err(self.unexpected(key, expected, item)),
+                    }
+                }
+                Ok(codes)
+            }
+            Some(other) => Err(self.unexpected(key, expected, other)),
+        }
+    }
+
     fn object(&mut self, key: &'static str) -> Result<Option<&'a Map<String, Value>>, ConfigError> {
         match self.get(key) {
             None => Ok(None),
@@ -362,6 +425,8 @@ mod tests {
               "failure_latency_ms": 250, "use_global_view": false, "endpoint_ttl_ms": 30000,
               "max_clusters": 8, "max_endpoints_per_cluster": 100, "sync_interval_ms": 100,
               "reporter_id": "pod-1.ns", "per_endpoint_metrics": true,
+              "grpc_failure_codes": [14, 13], "inflight_bound_ms": 5000, "failure_decay_ms": 500,
+              "probe_interval_ms": 100, "recovery_ramp_ms": 2000, "slow_start_ms": 0,
               "aggregator": {"cluster": "agg", "authority": "agg.local", "path": "/r",
                              "timeout_ms": 200, "report_interval_ms": 500, "shard_header": "x-s"}
             }"#,
@@ -378,6 +443,9 @@ mod tests {
         assert_eq!(c.pick.failure_latency_us, 250_000.0);
         assert!(!c.pick.use_global_view);
         assert_eq!(c.sync_interval_ms, 100);
+        assert_eq!((c.grpc_failure_codes.as_slice(), c.inflight_bound_ms), (&[14, 13][..], 5_000));
+        assert_eq!((c.pick.failure_decay_us, c.pick.probe_interval_us), (500_000.0, 100_000));
+        assert_eq!((c.pick.recovery_ramp_us, c.pick.slow_start_us), (2_000_000, 0));
         let a = c.aggregator.unwrap();
         assert_eq!((a.cluster.as_str(), a.authority.as_str(), a.path.as_str()), ("agg", "agg.local", "/r"));
         assert_eq!((a.timeout_ms, a.report_interval_ms, a.shard_header.as_str()), (200, 500, "x-s"));
@@ -416,6 +484,16 @@ mod tests {
             ),
             (r#"{"aggregator": {"cluster": "a", "clutser": 1}}"#, "field `aggregator.clutser`: unknown field"),
             (r#"{"explore_ration": 0.1}"#, "field `explore_ration`: unknown field (known: "),
+            (
+                r#"{"grpc_failure_codes": [14, 17]}"#,
+                "field `grpc_failure_codes`: expected a list of distinct gRPC status codes (integers 0..=16), got 17",
+            ),
+            (
+                r#"{"grpc_failure_codes": [14, 14]}"#,
+                "field `grpc_failure_codes`: expected a list of distinct gRPC status codes",
+            ),
+            (r#"{"grpc_failure_codes": "14"}"#, "field `grpc_failure_codes`: expected a list"),
+            (r#"{"inflight_bound_ms": 10}"#, "field `inflight_bound_ms`: expected an integer in 1000..=86400000"),
         ] {
             let err = FilterConfig::parse(input.as_bytes()).unwrap_err().to_string();
             assert!(err.contains(message), "{input}: expected {message:?} in {err:?}");

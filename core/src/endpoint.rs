@@ -8,13 +8,14 @@
 //! information; measured in sim/README.md). It steers through the sampling weights instead.
 
 use crate::config::PickParams;
-use crate::ewma::{DecayingRatio, PeakEwma};
+use crate::ewma::PeakEwma;
+use crate::health::{Health, HealthChange};
+use crate::inflight::Inflight;
 use crate::orca::OrcaLoad;
+use crate::outcome::ResponseClass;
 
 /// Weight given to an endpoint whose aggregator weight is zero or missing in sampling.
 const MIN_SAMPLING_WEIGHT: f64 = 1e-3;
-/// Each failure moves the failure ratio by at least this much, however busy the endpoint.
-const FAILURE_MIN_STEP: f64 = 0.1;
 
 #[derive(Debug, Clone)]
 pub struct Endpoint {
@@ -23,19 +24,25 @@ pub struct Endpoint {
     pub siblings: SiblingStats,
     /// From the aggregator; only used while the cluster's view is fresh.
     pub global: Option<GlobalStats>,
-    /// Last time it served a request here or appeared in a view.
-    pub last_seen_us: u64,
+    /// Whether it answers (failures, suspension, absence, ramps): see `health`.
+    pub health: Health,
+    /// Last time it answered a request well here (or a sibling worker saw it do so): the only
+    /// evidence that keeps it tracked. A view from the aggregator never refreshes it.
+    pub last_success_us: u64,
+    /// Last time any response here was attributed to it: reports carry endpoints with recent ones.
+    pub last_response_us: u64,
 }
 
 /// Observations of this worker. Counters are cumulative (reports carry them as they are).
 #[derive(Debug, Clone, Default)]
 pub struct LocalStats {
-    pub inflight: u32,
+    /// Requests waiting for their first response headers (see `inflight`).
+    pub inflight: Inflight,
     pub requests: u64,
     pub errors: u64,
     pub latency_sum_us: u64,
+    /// Peak-EWMA of the time to first response headers of successful requests.
     pub latency: Option<PeakEwma>,
-    pub failures: DecayingRatio,
     /// ORCA utilisation and when it was received.
     pub cpu: Option<(f64, u64)>,
 }
@@ -56,51 +63,47 @@ pub struct GlobalStats {
     pub ejected: bool,
 }
 
-/// How a request ended, as far as the endpoint that served it is concerned.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RequestOutcome<'a> {
-    /// `upstream.address`: the endpoint that actually served (None: no upstream was reached).
-    pub served: Option<&'a str>,
-    pub latency_us: u64,
-    /// 5xx, reset or timeout.
-    pub failed: bool,
-    pub load: Option<OrcaLoad>,
-}
-
 impl Endpoint {
+    /// An endpoint that just served a request well (the only way one is learned).
     pub fn new(address: &str, now_us: u64) -> Self {
         Endpoint {
             address: address.to_string(),
             local: LocalStats::default(),
             siblings: SiblingStats::default(),
             global: None,
-            last_seen_us: now_us,
+            health: Health::default(),
+            last_success_us: now_us,
+            last_response_us: now_us,
         }
     }
 
-    /// Record a completed request this endpoint served (or failed to serve).
-    pub fn record(&mut self, latency_us: u64, failed: bool, load: Option<OrcaLoad>, now_us: u64, p: &PickParams) {
+    /// Record a response this endpoint gave (or a failed attempt on it). Failures never enter the
+    /// latency estimate: they count through the failure ratio (see `score`).
+    pub fn record(
+        &mut self,
+        class: ResponseClass,
+        latency_us: u64,
+        load: Option<OrcaLoad>,
+        now_us: u64,
+        p: &PickParams,
+    ) -> HealthChange {
         let l = &mut self.local;
         l.requests += 1;
-        let sample = if failed {
-            l.errors += 1;
-            // A failure is never cheap: it weighs at least failure_latency, so fast 503s repel.
-            (latency_us as f64).max(p.failure_latency_us)
-        } else {
+        if class.is_success() {
             l.latency_sum_us = l.latency_sum_us.saturating_add(latency_us);
-            latency_us as f64
-        };
-        match &mut l.latency {
-            Some(ewma) => ewma.observe(sample, now_us, p.latency_decay_us),
-            None => l.latency = Some(PeakEwma::new(sample, now_us)),
+            match &mut l.latency {
+                Some(ewma) => ewma.observe(latency_us as f64, now_us, p.latency_decay_us),
+                None => l.latency = Some(PeakEwma::new(latency_us as f64, now_us)),
+            }
+            self.last_success_us = self.last_success_us.max(now_us);
+        } else {
+            l.errors += 1;
         }
-        l.failures.observe(failed, now_us, p.latency_decay_us, FAILURE_MIN_STEP);
         if let Some(cpu) = load.and_then(|o| o.utilization()) {
             l.cpu = Some((cpu, now_us));
         }
-        if !failed {
-            self.last_seen_us = self.last_seen_us.max(now_us);
-        }
+        self.last_response_us = self.last_response_us.max(now_us);
+        self.health.record(class, now_us, &p.health_times())
     }
 
     /// Latency to expect: the freshest of this worker's and its siblings' estimates while fresh,
@@ -111,18 +114,24 @@ impl Endpoint {
 
     /// Requests in flight from this proxy: this worker's and its siblings'.
     pub fn load(&self) -> f64 {
-        self.local.inflight as f64 + self.siblings.inflight as f64
+        f64::from(self.local.inflight.count()) + f64::from(self.siblings.inflight)
     }
 
-    /// Expected cost of sending one more request here: (in flight + 1) x latency, inflated by recent
-    /// failures. Lower is better.
+    /// Expected cost of sending one more request here, lower is better:
+    /// `(in flight + 1) x (latency + failure_latency x f) x (1 + error_penalty x f)`, with `f` the
+    /// recent failure ratio (see `health`). A failure costs at least `failure_latency` of expected
+    /// wait, so failing fast never looks fast, and the cost fades as the failures do.
     pub fn score(&self, now_us: u64, p: &PickParams, prior_us: f64) -> f64 {
-        let failure_ratio = self.local.failures.value_at(now_us, p.stale_after_us as f64);
-        (self.load() + 1.0) * self.expected_latency_us(now_us, p, prior_us) * (1.0 + p.error_penalty * failure_ratio)
+        let f = self.health.failure_ratio(now_us, &p.health_times());
+        (self.load() + 1.0)
+            * (self.expected_latency_us(now_us, p, prior_us) + p.failure_latency_us * f)
+            * (1.0 + p.error_penalty * f)
     }
 
-    pub fn sampling_weight(&self, global_fresh: bool) -> f64 {
-        match self.global {
+    /// Its weight in the draw of candidates: the aggregator's while the view is fresh (an ejected
+    /// endpoint 0), else 1; times its health's factor (0 while suspended or absent, a ramp's share).
+    pub fn sampling_weight(&self, global_fresh: bool, now_us: u64) -> f64 {
+        let base = match self.global {
             Some(g) if global_fresh => {
                 if g.ejected {
                     0.0
@@ -131,7 +140,8 @@ impl Endpoint {
                 }
             }
             _ => 1.0,
-        }
+        };
+        base * self.health.weight_factor(now_us)
     }
 
     /// The freshest of this worker's and its siblings' latency estimates, if sampled within
@@ -149,37 +159,45 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::health::Availability;
+
+    const OK: ResponseClass = ResponseClass::Success;
+    const FAIL: ResponseClass = ResponseClass::Failure;
 
     fn params() -> PickParams {
         PickParams { failure_latency_us: 100_000.0, stale_after_us: 1_000_000, ..PickParams::default() }
     }
 
     #[test]
-    fn success_updates_counters_latency_and_last_seen() {
+    fn success_updates_counters_latency_and_last_success() {
         let mut e = Endpoint::new("10.0.0.1:80", 0);
-        e.record(2_000, false, None, 10, &params());
-        e.record(4_000, false, None, 20, &params());
+        e.record(OK, 2_000, None, 10, &params());
+        e.record(OK, 4_000, None, 20, &params());
         assert_eq!((e.local.requests, e.local.errors, e.local.latency_sum_us), (2, 0, 6_000));
         assert_eq!(e.local.latency.unwrap().value_us(), 4_000.0, "peak rises at once");
-        assert_eq!(e.last_seen_us, 20);
+        assert_eq!((e.last_success_us, e.last_response_us), (20, 20));
     }
 
     #[test]
-    fn a_fast_failure_counts_as_a_slow_sample_and_is_kept_out_of_the_latency_sum() {
+    fn a_failure_is_counted_but_stays_out_of_the_latency_estimate_and_keeps_nothing_alive() {
         let mut e = Endpoint::new("10.0.0.1:80", 0);
-        e.record(50, true, None, 10, &params());
-        assert_eq!((e.local.requests, e.local.errors, e.local.latency_sum_us), (1, 1, 0));
-        assert_eq!(e.local.latency.unwrap().value_us(), 100_000.0);
-        assert!(e.local.failures.value() > 0.0);
-        assert_eq!(e.last_seen_us, 0, "a failure does not keep an endpoint alive");
+        e.record(OK, 2_000, None, 5, &params());
+        e.record(FAIL, 50, None, 10, &params());
+        assert_eq!((e.local.requests, e.local.errors, e.local.latency_sum_us), (2, 1, 2_000));
+        assert_eq!(e.local.latency.unwrap().value_us(), 2_000.0);
+        assert!(e.health.failure_ratio(10, &params().health_times()) > 0.0);
+        assert_eq!(e.last_success_us, 5, "a failure does not keep an endpoint alive");
+        assert_eq!(e.last_response_us, 10, "but it is reported");
     }
 
     #[test]
     fn score_is_inflight_plus_one_times_latency() {
         let p = params();
         let mut e = Endpoint::new("10.0.0.1:80", 0);
-        e.record(1_000, false, None, 0, &p);
-        e.local.inflight = 3;
+        e.record(OK, 1_000, None, 0, &p);
+        for _ in 0..3 {
+            e.local.inflight.add(0);
+        }
         assert_eq!(e.score(0, &p, 5_000.0), 4.0 * 1_000.0);
         e.siblings.inflight = 2;
         assert_eq!(e.score(0, &p, 5_000.0), 6.0 * 1_000.0);
@@ -189,7 +207,7 @@ mod tests {
     fn the_aggregators_counts_and_latency_never_enter_the_score() {
         let p = params();
         let mut e = Endpoint::new("10.0.0.1:80", 0);
-        e.record(1_000, false, None, 0, &p);
+        e.record(OK, 1_000, None, 0, &p);
         let own = e.score(0, &p, 5_000.0);
         e.global = Some(GlobalStats { weight: 3.0, latency_us: 70_000.0, ejected: false });
         assert_eq!(e.score(0, &p, 5_000.0), own);
@@ -200,7 +218,7 @@ mod tests {
     fn stale_local_latency_yields_to_the_prior() {
         let p = params();
         let mut e = Endpoint::new("10.0.0.1:80", 0);
-        e.record(1_000, false, None, 0, &p);
+        e.record(OK, 1_000, None, 0, &p);
         e.global = Some(GlobalStats { weight: 1.0, latency_us: 7_000.0, ejected: false });
         let later = p.stale_after_us + 1;
         assert_eq!(e.expected_latency_us(later, &p, 5_000.0), 5_000.0);
@@ -211,45 +229,54 @@ mod tests {
     fn fresher_sibling_estimate_wins() {
         let p = params();
         let mut e = Endpoint::new("10.0.0.1:80", 0);
-        e.record(1_000, false, None, 0, &p);
+        e.record(OK, 1_000, None, 0, &p);
         e.siblings.latency = Some((3_000.0, 500));
         assert_eq!(e.expected_latency_us(600, &p, 0.0), 3_000.0);
         assert_eq!(e.fresh_latency_us(600, &p), Some(3_000.0));
     }
 
     #[test]
-    fn failures_inflate_the_score_and_fade_when_idle() {
+    fn failures_add_their_cost_and_fade_when_idle() {
         let p = params();
         let mut e = Endpoint::new("10.0.0.1:80", 0);
-        e.record(1_000, false, None, 0, &p);
+        e.record(OK, 1_000, None, 0, &p);
         let healthy = e.score(0, &p, 0.0);
         let mut bad = e.clone();
-        bad.local.failures.observe(true, 0, 1.0, 1.0);
-        // Same latency, full failure ratio: x (1 + penalty).
-        assert_eq!(bad.score(0, &p, 0.0), healthy * (1.0 + p.error_penalty));
-        let faded = bad.local.failures.value_at(10 * p.stale_after_us, p.stale_after_us as f64);
-        assert!(faded < 1e-4);
+        bad.record(ResponseClass::Overload, 10, None, 0, &p);
+        let f = bad.health.failure_ratio(0, &p.health_times());
+        assert!((f - crate::health::FAILURE_MIN_STEP).abs() < 1e-12);
+        assert_eq!(bad.score(0, &p, 0.0), (1_000.0 + p.failure_latency_us * f) * (1.0 + p.error_penalty * f));
+        assert!(bad.score(0, &p, 0.0) > 10.0 * healthy, "a fast failure is expensive");
+        // Ten failure time constants later the cost is all but gone.
+        let later = 10 * p.failure_decay_us as u64;
+        assert!(bad.score(later, &p, 1_000.0) < 1.01 * 1_000.0);
     }
 
     #[test]
     fn orca_cpu_is_kept_with_its_time() {
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         let load = OrcaLoad { cpu_utilization: Some(0.7), ..Default::default() };
-        e.record(1_000, false, Some(load), 42, &params());
+        e.record(OK, 1_000, Some(load), 42, &params());
         assert_eq!(e.local.cpu, Some((0.7, 42)));
     }
 
     #[test]
-    fn ejected_endpoints_are_not_sampled_while_the_view_is_fresh() {
+    fn sampling_weight_is_the_fresh_view_times_health() {
+        let p = params();
         let mut e = Endpoint::new("10.0.0.1:80", 0);
-        assert_eq!(e.sampling_weight(true), 1.0);
+        assert_eq!(e.sampling_weight(true, 0), 1.0);
         e.global = Some(GlobalStats { weight: 2.0, latency_us: 0.0, ejected: false });
-        assert_eq!(e.sampling_weight(true), 2.0);
-        assert_eq!(e.sampling_weight(false), 1.0);
+        assert_eq!(e.sampling_weight(true, 0), 2.0);
+        assert_eq!(e.sampling_weight(false, 0), 1.0);
         e.global.as_mut().unwrap().ejected = true;
-        assert_eq!(e.sampling_weight(true), 0.0);
+        assert_eq!(e.sampling_weight(true, 0), 0.0);
         e.global.as_mut().unwrap().weight = 0.0;
         e.global.as_mut().unwrap().ejected = false;
-        assert_eq!(e.sampling_weight(true), 1e-3);
+        assert_eq!(e.sampling_weight(true, 0), 1e-3);
+        // Suspended after a run of failures: not drawn at all.
+        e.record(FAIL, 0, None, 1, &p);
+        e.record(FAIL, 0, None, 2, &p);
+        assert!(matches!(e.health.availability(), Availability::Suspended { .. }));
+        assert_eq!(e.sampling_weight(false, 2), 0.0);
     }
 }

@@ -8,13 +8,17 @@ pub mod config;
 pub mod endpoint;
 pub mod ewma;
 pub mod hash;
+pub mod health;
+pub mod inflight;
 pub mod orca;
+pub mod outcome;
 pub mod rng;
 pub mod snapshot;
 pub mod stats;
+pub mod steering;
 pub mod weights;
 pub mod wire;
 
 pub use balancer::{Balancer, Completion, Pick, Settings};
 pub use config::FilterConfig;
-pub use endpoint::RequestOutcome;
+pub use outcome::{RequestOutcome, ResponseClass};

@@ -1,9 +1,13 @@
-//! ORCA load reports carried in the `endpoint-load-metrics` response header (the form Envoy's
-//! client-side WRR reads): `TEXT cpu_utilization=0.3, rps_fractional=10, eps=0` or
-//! `JSON {"cpu_utilization": 0.3, ...}`. Unknown keys are ignored; bad values reject the report.
-//! (The binary `BIN`/`-bin` form is not parsed.)
+//! ORCA load reports in the two forms Envoy's client-side WRR reads:
+//! - the `endpoint-load-metrics` response header of HTTP backends: `TEXT cpu_utilization=0.3,
+//!   rps_fractional=10, eps=0` or `JSON {"cpu_utilization": 0.3, ...}`;
+//! - `endpoint-load-metrics-bin`, what gRPC servers send in their trailers (grpc-go's orca package):
+//!   standard base64 of a serialized `xds.data.orca.v3.OrcaLoadReport`.
+//!
+//! Unknown keys and fields are ignored; bad values reject the report.
 
 pub const HEADER: &str = "endpoint-load-metrics";
+pub const BIN_HEADER: &str = "endpoint-load-metrics-bin";
 
 /// Upper bound for utilisation values: ORCA allows values above 1 (several CPUs), not absurd ones.
 const MAX_UTILIZATION: f64 = 1_000.0;
@@ -41,6 +45,14 @@ pub enum OrcaError {
         key: String,
         value: f64,
     },
+    /// The binary form: not base64, cut short, a varint over 10 bytes, an unknown wire type.
+    NotBase64,
+    Truncated,
+    LongVarint,
+    WireType {
+        field: u64,
+        wire_type: u64,
+    },
 }
 
 impl std::fmt::Display for OrcaError {
@@ -52,6 +64,12 @@ impl std::fmt::Display for OrcaError {
             OrcaError::BadJson(reason) => write!(f, "{HEADER}: bad JSON: {reason}"),
             OrcaError::NotAnObject => write!(f, "{HEADER}: JSON report is not an object"),
             OrcaError::OutOfRange { key, value } => write!(f, "{HEADER}: {key}={value} is out of range"),
+            OrcaError::NotBase64 => write!(f, "{BIN_HEADER}: not base64"),
+            OrcaError::Truncated => write!(f, "{BIN_HEADER}: the report is cut short"),
+            OrcaError::LongVarint => write!(f, "{BIN_HEADER}: a varint longer than 10 bytes"),
+            OrcaError::WireType { field, wire_type } => {
+                write!(f, "{BIN_HEADER}: field {field} has wire type {wire_type}, not one of 0, 1, 2, 5")
+            }
         }
     }
 }
@@ -89,6 +107,91 @@ fn parse_json(body: &str) -> Result<OrcaLoad, OrcaError> {
         }
     }
     Ok(load)
+}
+
+/// The binary form: base64 (padded or not), then the protobuf fields we use. Hand-written rather than
+/// with a base64 and a protobuf crate: four `double` fields are all we read, and every sidecar pays
+/// for the filter's code size at start-up (V8 compiles the whole module before the listener is ready).
+pub fn parse_bin(value: &str) -> Result<OrcaLoad, OrcaError> {
+    let bytes = decode_base64(value.trim()).ok_or(OrcaError::NotBase64)?;
+    let mut load = OrcaLoad::default();
+    let mut at = 0;
+    while at < bytes.len() {
+        let key = varint(&bytes, &mut at)?;
+        let (field, wire_type) = (key >> 3, key & 7);
+        match wire_type {
+            0 => {
+                varint(&bytes, &mut at)?;
+            }
+            1 => {
+                let raw: [u8; 8] = take(&bytes, &mut at, 8)?.try_into().map_err(|_| OrcaError::Truncated)?;
+                let name = match field {
+                    1 => "cpu_utilization",
+                    6 => "rps_fractional",
+                    7 => "eps",
+                    9 => "application_utilization",
+                    _ => continue,
+                };
+                set(&mut load, name, f64::from_le_bytes(raw))?;
+            }
+            2 => {
+                let len = usize::try_from(varint(&bytes, &mut at)?).map_err(|_| OrcaError::Truncated)?;
+                take(&bytes, &mut at, len)?;
+            }
+            5 => {
+                take(&bytes, &mut at, 4)?;
+            }
+            other => return Err(OrcaError::WireType { field, wire_type: other }),
+        }
+    }
+    Ok(load)
+}
+
+/// `len` bytes at `at`, moving past them.
+fn take<'a>(bytes: &'a [u8], at: &mut usize, len: usize) -> Result<&'a [u8], OrcaError> {
+    let end = at.checked_add(len).filter(|end| *end <= bytes.len()).ok_or(OrcaError::Truncated)?;
+    let out = &bytes[*at..end];
+    *at = end;
+    Ok(out)
+}
+
+/// A protobuf base-128 varint at `at` (at most 10 bytes), moving past it.
+fn varint(bytes: &[u8], at: &mut usize) -> Result<u64, OrcaError> {
+    let mut value = 0u64;
+    for shift in (0..70).step_by(7) {
+        let b = *bytes.get(*at).ok_or(OrcaError::Truncated)?;
+        *at += 1;
+        value |= u64::from(b & 0x7f).checked_shl(shift).unwrap_or(0);
+        if b < 0x80 {
+            return Ok(value);
+        }
+    }
+    Err(OrcaError::LongVarint)
+}
+
+/// Standard base64 (RFC 4648 alphabet), with or without `=` padding; None on anything else.
+fn decode_base64(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim_end_matches('=');
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    // A lone sixth character cannot end a valid encoding.
+    (bits < 6).then_some(out)
 }
 
 fn set(load: &mut OrcaLoad, key: &str, value: f64) -> Result<(), OrcaError> {
@@ -173,6 +276,60 @@ mod tests {
     #[test]
     fn empty_text_report_is_empty() {
         assert_eq!(parse("TEXT "), Ok(OrcaLoad::default()));
+    }
+
+    /// The protobuf encoding of an OrcaLoadReport with cpu 0.5 (field 1), rps_fractional 120
+    /// (field 6), eps 2 (field 7), a mem_utilization (2) and a named_metrics map entry (8) to skip.
+    fn orca_bytes() -> Vec<u8> {
+        let mut b = vec![];
+        for (field, value) in [(1u8, 0.5f64), (2, 0.25), (6, 120.0), (7, 2.0)] {
+            b.push(field << 3 | 1);
+            b.extend_from_slice(&value.to_le_bytes());
+        }
+        b.extend_from_slice(&[8 << 3 | 2, 5, 10, 1, b'x', 17, 0]);
+        b.extend_from_slice(&[3 << 3, 0x96, 0x01]); // rps (varint 150), deprecated
+        b
+    }
+
+    fn base64(bytes: &[u8]) -> String {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+            for i in 0..4 {
+                out.push(if i <= chunk.len() { ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn binary_report_as_grpc_servers_send_it() {
+        let text = base64(&orca_bytes());
+        let l = parse_bin(&text).unwrap();
+        assert_eq!((l.cpu_utilization, l.rps_fractional, l.eps), (Some(0.5), Some(120.0), Some(2.0)));
+        assert_eq!(l.utilization(), Some(0.5));
+        assert_eq!(parse_bin(text.trim_end_matches('=')), Ok(l), "unpadded too");
+        assert_eq!(parse_bin(""), Ok(OrcaLoad::default()));
+    }
+
+    #[test]
+    fn bad_binary_reports_are_rejected_with_a_reason() {
+        let good = orca_bytes();
+        let mut out_of_range = good.clone();
+        out_of_range[1..9].copy_from_slice(&f64::NAN.to_le_bytes());
+        for (input, needle) in [
+            ("not base64!".to_string(), "not base64"),
+            ("QQ=".to_string() + "=x", "not base64"),
+            (base64(&good[..good.len() - 2]), "cut short"),
+            (base64(&good[..5]), "cut short"),
+            (base64(&[0x0b]), "wire type 3"),
+            (base64(&[0x80; 11]), "longer than 10 bytes"),
+            (base64(&out_of_range), "cpu_utilization=NaN is out of range"),
+        ] {
+            let err = parse_bin(&input).unwrap_err().to_string();
+            assert!(err.contains(needle), "{input:?} -> {err}");
+        }
     }
 
     #[test]

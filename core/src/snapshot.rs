@@ -5,14 +5,23 @@ use crate::cluster::Cluster;
 use crate::wire::{ClusterReport, EndpointReport};
 use std::collections::BTreeMap;
 
-/// Endpoints with something to say (requests or requests in flight), sorted for stable output.
-pub fn of_clusters<'a>(clusters: impl Iterator<Item = (&'a String, &'a Cluster)>, now_us: u64) -> Vec<ClusterReport> {
+/// The endpoints this worker saw recently: requests in flight to them, or a response from them within
+/// `recent_us` (a report must not renew what this proxy no longer sees: a deleted pod drops out of
+/// every report, and so out of the aggregator's book). Sorted for stable output.
+pub fn of_clusters<'a>(
+    clusters: impl Iterator<Item = (&'a String, &'a Cluster)>,
+    now_us: u64,
+    recent_us: u64,
+) -> Vec<ClusterReport> {
     let mut out: Vec<ClusterReport> = clusters
         .map(|(name, cluster)| {
             let mut endpoints: Vec<EndpointReport> = cluster
                 .endpoints()
                 .iter()
-                .filter(|e| e.local.requests > 0 || e.local.inflight > 0)
+                .filter(|e| {
+                    let recent = e.local.requests > 0 && now_us.saturating_sub(e.last_response_us) < recent_us;
+                    recent || e.local.inflight.count() > 0
+                })
                 .map(|e| {
                     let l = &e.local;
                     let (latency_ewma_us, latency_age_ms) = match l.latency {
@@ -24,11 +33,12 @@ pub fn of_clusters<'a>(clusters: impl Iterator<Item = (&'a String, &'a Cluster)>
                         requests: l.requests,
                         errors: l.errors,
                         latency_sum_us: l.latency_sum_us,
-                        inflight: l.inflight,
+                        inflight: l.inflight.count(),
                         latency_ewma_us,
                         latency_age_ms,
                         cpu: l.cpu.map(|(cpu, _)| cpu),
                         cpu_age_ms: l.cpu.map(|(_, at)| age_ms(now_us, at)),
+                        seen_age_ms: Some(age_ms(now_us, e.last_success_us)),
                     }
                 })
                 .collect();
@@ -72,6 +82,9 @@ pub fn merge(parts: &[Part], now_us: u64) -> Vec<ClusterReport> {
                 if e.latency_ewma_us > 0 && (m.latency_ewma_us == 0 || age < m.latency_age_ms) {
                     (m.latency_ewma_us, m.latency_age_ms) = (e.latency_ewma_us, age);
                 }
+                if let Some(seen) = e.seen_age_ms.map(|a| a.saturating_add(extra_ms)) {
+                    m.seen_age_ms = Some(m.seen_age_ms.map_or(seen, |known| known.min(seen)));
+                }
                 if let (Some(cpu), Some(cpu_age)) = (e.cpu, e.cpu_age_ms) {
                     let cpu_age = cpu_age.saturating_add(extra_ms);
                     if m.cpu_age_ms.is_none_or(|a| cpu_age < a) {
@@ -106,6 +119,7 @@ mod tests {
             latency_age_ms: age,
             cpu: None,
             cpu_age_ms: None,
+            seen_age_ms: Some(age),
         }
     }
 
@@ -129,6 +143,7 @@ mod tests {
         assert_eq!((e1.requests, e1.errors, e1.latency_sum_us, e1.inflight), (15, 2, 1_500, 3));
         // b's sample is 10 ms old as of a write 100 ms ago: 110 ms, older than a's 50 ms.
         assert_eq!((e1.latency_ewma_us, e1.latency_age_ms), (1_000, 50));
+        assert_eq!(e1.seen_age_ms, Some(50), "the most recent good answer of any worker");
         assert_eq!(merged[0].endpoints[1].latency_age_ms, 100);
     }
 

@@ -70,7 +70,8 @@ pub struct EndpointReport {
     pub address: String,
     /// Completed requests attributed to this endpoint (cumulative).
     pub requests: u64,
-    /// Of those, failures: 5xx, resets, timeouts, and picks the endpoint did not serve (cumulative).
+    /// Of those, failures: 5xx, resets, timeouts, failure gRPC statuses and overload answers, and
+    /// attempts on it that Envoy retried elsewhere (cumulative).
     pub errors: u64,
     /// Sum of the latencies of the successful requests, microseconds (cumulative).
     pub latency_sum_us: u64,
@@ -84,6 +85,9 @@ pub struct EndpointReport {
     pub cpu: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_age_ms: Option<u64>,
+    /// Age of the last good answer this reporter got from the endpoint (what keeps it tracked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen_age_ms: Option<u64>,
 }
 
 impl EndpointReport {
@@ -386,6 +390,7 @@ mod tests {
             latency_age_ms: 5,
             cpu: Some(0.5),
             cpu_age_ms: Some(100),
+            seen_age_ms: Some(5),
         }
     }
 

@@ -265,6 +265,7 @@ impl Fleet {
                     latency_age_ms: 20,
                     cpu: None,
                     cpu_age_ms: None,
+                    seen_age_ms: Some(20),
                 }
             })
             .collect();

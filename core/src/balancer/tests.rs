@@ -1,5 +1,6 @@
 use super::*;
-use crate::endpoint::RequestOutcome;
+use crate::health::Availability;
+use crate::outcome::{RequestOutcome, ResponseClass};
 use crate::wire::{EndpointReport, EndpointView};
 
 const C: &str = "outbound|80||svc";
@@ -12,7 +13,19 @@ fn balancer() -> Balancer {
 }
 
 fn ok(served: &str, latency_us: u64) -> RequestOutcome<'_> {
-    RequestOutcome { served: Some(served), latency_us, failed: false, load: None }
+    RequestOutcome { served: Some(served), attempts: 1, latency_us, class: ResponseClass::Success, load: None }
+}
+
+fn failed(served: &str, latency_us: u64) -> RequestOutcome<'_> {
+    RequestOutcome { class: ResponseClass::Failure, ..ok(served, latency_us) }
+}
+
+/// A steered request answered by `outcome`: released at its response, then completed.
+fn answer(b: &mut Balancer, pick: &Pick, outcome: &RequestOutcome, now: u64) -> Completion {
+    if let Pick::Steer { header, first_len, epoch } = pick {
+        b.release(C, &header[..*first_len], *epoch);
+    }
+    b.complete(C, pick.first_choice(), outcome, now)
 }
 
 /// Teach the balancer `addresses` through fallback responses, as Envoy would.
@@ -25,27 +38,35 @@ fn learn(b: &mut Balancer, addresses: &[&str], now: u64) {
 /// Sequential requests (one at a time): the chosen endpoint answers after its latency; a
 /// fallback (no steering) is served by a uniformly drawn endpoint, like an LB with no signal.
 /// Returns the share of requests each endpoint served.
-fn run(b: &mut Balancer, backends: &[(&str, u64, bool)], n: usize, start: u64) -> Vec<f64> {
-    let mut served = vec![0usize; backends.len()];
-    let mut rng = Rng::new(99);
+fn run(b: &mut Balancer, backends: &[(&'static str, u64, bool)], n: usize, start: u64) -> Vec<f64> {
     let mut now = start;
+    run_until(b, n, &mut now, |_| backends.to_vec())
+}
+
+/// `run` with backends that may change with time (`at(now)`); advances `now`.
+fn run_until(
+    b: &mut Balancer,
+    n: usize,
+    now: &mut u64,
+    at: impl Fn(u64) -> Vec<(&'static str, u64, bool)>,
+) -> Vec<f64> {
+    let mut rng = Rng::new(99);
+    let mut served = vec![0usize; at(*now).len()];
     for _ in 0..n {
-        let pick = b.pick(C, now);
+        let backends = at(*now);
+        let pick = b.pick(C, *now);
         let i = match pick.first_choice() {
             Some(first) => backends.iter().position(|(a, _, _)| *a == first).unwrap(),
             None => rng.below(backends.len()),
         };
         let (address, latency, fails) = backends[i];
-        now += latency;
-        b.complete(
-            C,
-            pick.first_choice(),
-            &RequestOutcome { served: Some(address), latency_us: latency, failed: fails, load: None },
-            now,
-        );
+        let before = *now;
+        *now += latency;
+        let outcome = if fails { failed(address, latency) } else { ok(address, latency) };
+        answer(b, &pick, &outcome, *now);
         served[i] += 1;
-        if now / (200 * MS) != (now - latency) / (200 * MS) {
-            b.tick(now);
+        if *now / (200 * MS) != before / (200 * MS) {
+            b.tick(*now);
         }
     }
     served.iter().map(|&s| s as f64 / n as f64).collect()
@@ -56,12 +77,12 @@ fn unknown_cluster_is_left_to_the_fallback_until_an_endpoint_is_seen() {
     let mut b = balancer();
     assert_eq!(b.pick(C, 0), Pick::NoCandidate);
     let done = b.complete(C, None, &ok(A, 5 * MS), 1);
-    assert_eq!(done, Completion { honoured: None, learned: true });
+    assert_eq!(done, Completion { learned: true, ..Default::default() });
     assert_eq!(b.endpoints_tracked(), 1);
 }
 
 #[test]
-fn steering_raises_inflight_and_completion_lowers_it() {
+fn steering_raises_inflight_until_the_first_response_headers() {
     let mut b = Balancer::new(
         Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() },
         1,
@@ -74,13 +95,41 @@ fn steering_raises_inflight_and_completion_lowers_it() {
         }
         b.complete(C, None, &ok(A, 5 * MS), 1);
     };
-    let Pick::Steer { header, first_len } = &pick else { unreachable!() };
+    let Pick::Steer { header, first_len, epoch } = &pick else { unreachable!() };
     let first = &header[..*first_len];
     assert!(header == &format!("{A},{B}") || header == &format!("{B},{A}"), "{header}");
-    assert_eq!(b.cluster(C).unwrap().get(first).unwrap().local.inflight, 1);
+    let inflight = |b: &Balancer| b.cluster(C).unwrap().get(first).unwrap().local.inflight.count();
+    assert_eq!(inflight(&b), 1);
+    // Response headers: no longer in flight, though the stream may go on.
+    b.release(C, first, *epoch);
+    assert_eq!(inflight(&b), 0);
     let done = b.complete(C, Some(first), &ok(first, 5 * MS), 2);
     assert_eq!(done.honoured, Some(true));
-    assert_eq!(b.cluster(C).unwrap().get(first).unwrap().local.inflight, 0);
+    assert_eq!(inflight(&b), 0);
+}
+
+#[test]
+fn a_request_without_response_headers_stops_counting_after_the_inflight_bound() {
+    let settings = Settings {
+        pick: PickParams { explore_ratio: 0.0, ..Default::default() },
+        inflight_epoch_us: 10_000 * MS,
+        ..Default::default()
+    };
+    let mut b = Balancer::new(settings, 1);
+    learn(&mut b, &[A, B], 0);
+    b.tick(0);
+    let steered: Vec<Pick> = (0..200).map(|_| b.pick(C, 1)).filter(|p| p.first_choice().is_some()).collect();
+    let waiting =
+        |b: &Balancer| b.cluster(C).unwrap().endpoints().iter().map(|e| e.local.inflight.count()).sum::<u32>();
+    assert_eq!(waiting(&b) as usize, steered.len());
+    b.tick(19_999 * MS);
+    assert_eq!(waiting(&b) as usize, steered.len(), "within the bound they count");
+    b.tick(20_000 * MS);
+    assert_eq!(waiting(&b), 0, "a stream that never answered no longer looks busy");
+    for pick in &steered {
+        answer(&mut b, pick, &ok(A, 5 * MS), 20_001 * MS);
+    }
+    assert_eq!(waiting(&b), 0);
 }
 
 #[test]
@@ -122,27 +171,108 @@ fn fast_failing_endpoint_is_never_preferred() {
 }
 
 #[test]
-fn an_endpoint_that_did_not_serve_what_we_chose_is_penalised() {
+fn a_refused_pick_is_not_a_failure_and_the_endpoint_is_absent_until_it_serves_again() {
     let mut b = Balancer::new(
         Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() },
         5,
     );
     learn(&mut b, &[A, B], 0);
-    let before = b.cluster(C).unwrap().get(A).unwrap().local.errors;
+    // Envoy never tried A (one attempt, served by B): A is not in the cluster now.
     let done = b.complete(C, Some(A), &ok(B, 5 * MS), 1);
-    assert_eq!(done.honoured, Some(false));
+    assert_eq!((done.honoured, done.refused), (Some(false), true));
     let a = b.cluster(C).unwrap().get(A).unwrap();
-    assert_eq!(a.local.errors, before + 1);
-    assert!(a.local.failures.value() > 0.0);
+    assert_eq!(a.local.errors, 0, "not counted against the endpoint");
+    assert_eq!(a.health.availability(), Availability::Absent);
+    assert!((0..500).filter_map(|_| b.pick(C, 2).first_choice().map(str::to_string)).all(|f| f == B));
+    // The fallback load balancer finds it in the cluster again: pickable.
+    b.complete(C, None, &ok(A, 5 * MS), 3);
+    assert!((0..500).filter_map(|_| b.pick(C, 4).first_choice().map(str::to_string)).any(|f| f == A));
+}
+
+#[test]
+fn a_pick_envoy_tried_and_retried_elsewhere_is_a_failure_of_the_choice() {
+    let mut b = Balancer::new(
+        Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() },
+        5,
+    );
+    learn(&mut b, &[A, B], 0);
+    let done = b.complete(C, Some(A), &RequestOutcome { attempts: 2, ..ok(B, 5 * MS) }, 1);
+    assert_eq!((done.honoured, done.refused), (Some(false), false));
+    let a = b.cluster(C).unwrap().get(A).unwrap();
+    assert_eq!(a.local.errors, 1);
+    assert!(a.health.failure_ratio(1, &PickParams::default().health_times()) > 0.0);
+}
+
+#[test]
+fn steering_pauses_when_most_picks_are_refused_and_comes_back() {
+    let mut b = Balancer::new(
+        Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() },
+        5,
+    );
+    learn(&mut b, &[A, B, "10.0.0.3:80"], 0);
+    // A cluster that does not read the header: Envoy's own LB serves every request.
+    let mut now = MS;
+    let mut paused = None;
+    for i in 0..200 {
+        let pick = b.pick(C, now);
+        let served = [A, B, "10.0.0.3:80"][i % 3];
+        if let Some(pause) = answer(&mut b, &pick, &ok(served, 5 * MS), now).paused_for_us {
+            paused = Some(pause);
+            break;
+        }
+        now += MS;
+    }
+    let pause = paused.expect("steering paused");
+    assert_eq!(pause, crate::steering::FIRST_PAUSE_US);
+    assert_eq!(b.clusters_paused(now), 1);
+    assert_eq!(b.pick(C, now + pause - 1), Pick::Paused);
+    assert_ne!(b.pick(C, now + pause), Pick::Paused, "tried again after the pause");
 }
 
 #[test]
 fn no_upstream_reached_is_neither_honoured_nor_a_failure() {
     let mut b = balancer();
     learn(&mut b, &[A], 0);
-    let done = b.complete(C, Some(A), &RequestOutcome { served: None, latency_us: 0, failed: true, load: None }, 1);
+    let done = b.complete(C, Some(A), &RequestOutcome { served: None, ..failed(A, 0) }, 1);
     assert_eq!(done.honoured, None);
     assert_eq!(b.cluster(C).unwrap().get(A).unwrap().local.errors, 0);
+}
+
+#[test]
+fn a_failure_never_teaches_an_endpoint() {
+    let mut b = balancer();
+    let done = b.complete(C, None, &failed(A, 1), 1);
+    assert!(!done.learned);
+    assert_eq!(b.endpoints_tracked(), 0);
+}
+
+#[test]
+fn stopped_endpoints_get_their_share_back_within_two_seconds_of_answering_again() {
+    let mut b = balancer();
+    const D: &str = "10.0.0.3:80";
+    let fast_then_down = |down: (u64, u64)| {
+        move |now: u64| {
+            let dead = now >= down.0 && now < down.1;
+            vec![(A, 5 * MS, dead), (B, 10 * MS, false), (D, 10 * MS, false)]
+        }
+    };
+    let window = (20_000 * MS, 30_000 * MS);
+    let mut now = 0;
+    // Warm up, then A (twice as fast) fails for 10 s, then answers again.
+    run_until(&mut b, 1_000, &mut now, fast_then_down(window));
+    assert!(now < window.0);
+    let healthy = run_until(&mut b, 300, &mut now, fast_then_down(window))[0];
+    now = now.max(window.0);
+    let during = run_until(&mut b, 300, &mut now, fast_then_down(window))[0];
+    assert!(during < 0.1, "A is avoided while it fails: {during}");
+    now = now.max(window.1);
+    // Within 2 s of answering well it is back at its share.
+    let back_by = now + 2_000 * MS;
+    while now < back_by {
+        run_until(&mut b, 1, &mut now, fast_then_down(window));
+    }
+    let after = run_until(&mut b, 300, &mut now, fast_then_down(window))[0];
+    assert!(after > 0.8 * healthy, "share {after} vs {healthy} before the outage");
 }
 
 #[test]
@@ -197,6 +327,20 @@ fn aggregator_weights_bias_sampling_and_ejection_excludes() {
 }
 
 #[test]
+fn views_never_teach_endpoints_nor_clusters() {
+    let mut b = balancer();
+    let view = ClusterView {
+        name: C.into(),
+        endpoints: vec![EndpointView { address: A.into(), weight: 1.0, ..Default::default() }],
+    };
+    b.apply_view(&view, 0, 10_000 * MS);
+    assert_eq!((b.endpoints_tracked(), b.cluster_names().count()), (0, 0));
+    learn(&mut b, &[B], 0);
+    b.apply_view(&view, 0, 10_000 * MS);
+    assert_eq!(b.endpoints_tracked(), 1, "only B, which answered here");
+}
+
+#[test]
 fn with_the_global_view_off_views_are_ignored() {
     let pick = PickParams { explore_ratio: 0.0, use_global_view: false, ..Default::default() };
     let mut b = Balancer::new(Settings { pick, ..Default::default() }, 13);
@@ -223,7 +367,13 @@ fn sibling_inflight_counts_and_dead_siblings_do_not() {
     learn(&mut b, &[A, B], 0);
     let busy_a = vec![ClusterReport {
         name: C.into(),
-        endpoints: vec![EndpointReport { address: A.into(), requests: 1, inflight: 50, ..Default::default() }],
+        endpoints: vec![EndpointReport {
+            address: A.into(),
+            requests: 1,
+            inflight: 50,
+            seen_age_ms: Some(0),
+            ..Default::default()
+        }],
     }];
     b.apply_siblings(&[Part { written_us: 0, live: true, clusters: &busy_a }], 0);
     assert_eq!(b.cluster(C).unwrap().get(A).unwrap().siblings.inflight, 50);
@@ -232,8 +382,9 @@ fn sibling_inflight_counts_and_dead_siblings_do_not() {
     }
     let mut picks = Vec::new();
     for _ in 0..200 {
-        if let Some(first) = b.pick(C, 0).first_choice().map(str::to_string) {
-            b.complete(C, Some(&first), &ok(&first, 5 * MS), 0);
+        let pick = b.pick(C, 0);
+        if let Some(first) = pick.first_choice().map(str::to_string) {
+            answer(&mut b, &pick, &ok(&first, 5 * MS), 0);
             picks.push(first);
         }
     }
@@ -253,13 +404,14 @@ fn siblings_share_discoveries_and_latency() {
             requests: 3,
             latency_ewma_us: 4_000,
             latency_age_ms: 10,
+            seen_age_ms: Some(20),
             ..Default::default()
         }],
     }];
     b.apply_siblings(&[Part { written_us: 100 * MS, live: true, clusters: &seen }], 100 * MS);
     let a = b.cluster(C).unwrap().get(A).unwrap();
     assert_eq!(a.siblings.latency, Some((4_000.0, 90 * MS)));
-    assert_eq!(a.last_seen_us, 90 * MS, "seen when the sibling sampled it, not now");
+    assert_eq!(a.last_success_us, 80 * MS, "seen when the sibling got its good answer, not now");
     // Knowledge older than the ttl teaches nothing.
     let ttl_ms = b.settings().endpoint_ttl_us / MS;
     let old = vec![ClusterReport {
@@ -268,12 +420,20 @@ fn siblings_share_discoveries_and_latency() {
             address: B.into(),
             requests: 3,
             latency_ewma_us: 4_000,
-            latency_age_ms: ttl_ms,
+            latency_age_ms: 1,
+            seen_age_ms: Some(ttl_ms),
             ..Default::default()
         }],
     }];
     let later = 2 * ttl_ms * MS;
     b.apply_siblings(&[Part { written_us: later, live: true, clusters: &old }], later);
+    assert!(b.cluster(C).unwrap().get(B).is_none());
+    // Nor does a sibling's failures-only report (no good answer to go by).
+    let failing = vec![ClusterReport {
+        name: C.into(),
+        endpoints: vec![EndpointReport { address: B.into(), requests: 3, errors: 3, ..Default::default() }],
+    }];
+    b.apply_siblings(&[Part { written_us: later, live: true, clusters: &failing }], later);
     assert!(b.cluster(C).unwrap().get(B).is_none());
 }
 
@@ -293,7 +453,7 @@ fn tick_forgets_unseen_endpoints_and_idle_clusters() {
 fn snapshot_reports_cumulative_counts() {
     let mut b = balancer();
     b.complete(C, None, &ok(A, 2 * MS), 0);
-    b.complete(C, None, &RequestOutcome { served: Some(A), latency_us: 50, failed: true, load: None }, 0);
+    b.complete(C, None, &failed(A, 50), 0);
     let snap = b.snapshot(5 * MS);
     let e = &snap[0].endpoints[0];
     assert_eq!((e.requests, e.errors, e.latency_sum_us), (2, 1, 2 * MS));

@@ -51,6 +51,7 @@ impl World {
                     latency_age_ms: 0,
                     cpu: t.cpu,
                     cpu_age_ms: t.cpu.map(|_| 0),
+                    seen_age_ms: Some(0),
                 }
             })
             .collect();

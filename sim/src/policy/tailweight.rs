@@ -17,10 +17,11 @@ use tailweight_core::orca::OrcaLoad;
 use tailweight_core::rng::Rng;
 use tailweight_core::weights::{WeightBook, WeightParams};
 use tailweight_core::wire::{self, Reply, Report};
-use tailweight_core::{Balancer, FilterConfig, Pick, Settings};
+use tailweight_core::{Balancer, FilterConfig, Pick, ResponseClass, Settings};
 
 /// The cluster every client sends to (Istio's naming).
 pub const CLUSTER: &str = "outbound|8080||backend.sim.svc.cluster.local";
+/// A choice's token: the in-flight epoch of a steered pick shifted left, with this bit set.
 const STEERED: u32 = 1;
 const FALLBACK: u32 = 0;
 
@@ -161,13 +162,15 @@ impl Policy for Tailweight {
     fn pick(&mut self, client: u32, ctx: &mut Ctx) -> Choice {
         let pick = self.balancers[client as usize].pick(CLUSTER, ctx.now_ns / 1_000);
         let steered = match &pick {
-            Pick::Steer { header, first_len } => header.get(..*first_len).and_then(endpoint_of),
+            Pick::Steer { header, first_len, epoch } => {
+                header.get(..*first_len).and_then(endpoint_of).zip(Some(*epoch))
+            }
             _ => None,
         };
         let choice = match steered {
-            Some(endpoint) if (endpoint as usize) < self.addresses.len() => {
+            Some((endpoint, epoch)) if (endpoint as usize) < self.addresses.len() => {
                 self.steered += 1;
-                Choice { endpoint, token: STEERED }
+                Choice { endpoint, token: ((epoch as u32) << 1) | STEERED }
             }
             _ => {
                 self.fallbacks += 1;
@@ -178,7 +181,7 @@ impl Policy for Tailweight {
         choice
     }
 
-    fn complete(&mut self, client: u32, choice: Choice, outcome: &Outcome, ctx: &mut Ctx) {
+    fn complete(&mut self, client: u32, choice: Choice, outcome: &RequestOutcome, ctx: &mut Ctx) {
         self.fallback.remove(client, choice.endpoint);
         let served = self.addresses[choice.endpoint as usize].as_str();
         let load = OrcaLoad {
@@ -187,14 +190,21 @@ impl Policy for Tailweight {
             rps_fractional: Some(outcome.orca.rps),
             eps: Some(outcome.orca.eps),
         };
+        let class = if outcome.failed { ResponseClass::Failure } else { ResponseClass::Success };
         let result = tailweight_core::RequestOutcome {
             served: Some(served),
+            attempts: 1,
             latency_us: outcome.latency_ns / 1_000,
-            failed: outcome.failed,
+            class,
             load: Some(load),
         };
-        let chosen = (choice.token == STEERED).then_some(served);
-        self.balancers[client as usize].complete(CLUSTER, chosen, &result, ctx.now_ns / 1_000);
+        let balancer = &mut self.balancers[client as usize];
+        // The response is the first and only message: it ends the wait and the request at once.
+        let chosen = (choice.token & STEERED == STEERED).then_some(served);
+        if let Some(chosen) = chosen {
+            balancer.release(CLUSTER, chosen, u64::from(choice.token >> 1));
+        }
+        balancer.complete(CLUSTER, chosen, &result, ctx.now_ns / 1_000);
     }
 
     fn timer(&mut self, timer: Timer, ctx: &mut Ctx) {
