@@ -67,6 +67,11 @@ pub fn response_header(name: &str) -> Option<String> {
     hostcalls::get_map_value(MapType::HttpResponseHeaders, name).ok()?
 }
 
+/// A response trailer (in `on_log`, Envoy serves the finished stream's trailers).
+pub fn response_trailer(name: &str) -> Option<String> {
+    hostcalls::get_map_value(MapType::HttpResponseTrailers, name).ok()?
+}
+
 pub fn shared_get(key: &str) -> (Option<Vec<u8>>, Option<u32>) {
     hostcalls::get_shared_data(key).unwrap_or((None, None))
 }

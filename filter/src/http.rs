@@ -1,15 +1,23 @@
-//! Per request: pick in `on_http_request_headers` (write the override header), note what came back
-//! in `on_http_response_headers`, account the outcome in `on_log` (called once per stream, also on
-//! resets, so in-flight counts cannot leak).
+//! Per request: pick in `on_http_request_headers` (write the override header), note the first
+//! response headers in `on_http_response_headers` (the request no longer waits on the endpoint: a
+//! stream's later messages do not count), and account the outcome in `on_log` (called once per
+//! stream, also on resets, so in-flight counts cannot leak).
+//!
+//! gRPC requests (content-type `application/grpc...`) end with a grpc-status in the trailers or in
+//! the headers of a trailers-only response; `on_log` reads it as Envoy's `response.grpc_status`
+//! attribute and the ORCA report from the trailers, so no trailers callback is exported: HTTP/1.1
+//! requests pay nothing for gRPC.
 
 use crate::host;
 use crate::metrics;
 use crate::root::{PluginState, Shared};
+use crate::worker::Worker;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::Action;
+use proxy_wasm::types::{Action, LogLevel};
 use tailweight_core::config::is_override_value;
 use tailweight_core::orca::{self, OrcaLoad};
-use tailweight_core::{Pick, RequestOutcome};
+use tailweight_core::outcome::classify;
+use tailweight_core::{Completion, Pick, RequestOutcome};
 
 pub struct Request {
     state: Shared,
@@ -19,6 +27,9 @@ pub struct Request {
     steered: String,
     /// The first choice is `steered[..len]` when we steered.
     chosen_len: Option<usize>,
+    /// The in-flight epoch of the steered pick while it still counts as in flight.
+    waiting_epoch: Option<u64>,
+    grpc: bool,
     started_us: u64,
     response: Option<Response>,
 }
@@ -32,7 +43,27 @@ struct Response {
 
 impl Request {
     pub fn new(state: Shared) -> Self {
-        Request { state, cluster: None, steered: String::new(), chosen_len: None, started_us: 0, response: None }
+        Request {
+            state,
+            cluster: None,
+            steered: String::new(),
+            chosen_len: None,
+            waiting_epoch: None,
+            grpc: false,
+            started_us: 0,
+            response: None,
+        }
+    }
+
+    fn chosen(&self) -> Option<&str> {
+        self.chosen_len.map(|n| &self.steered[..n])
+    }
+
+    /// The steered request stops counting as in flight (first response headers, or its end).
+    fn release(&mut self, w: &mut Worker) {
+        if let (Some(epoch), Some(cluster), Some(n)) = (self.waiting_epoch.take(), &self.cluster, self.chosen_len) {
+            w.balancer.release(cluster, &self.steered[..n], epoch);
+        }
     }
 }
 
@@ -47,6 +78,16 @@ fn cluster_name() -> Option<String> {
 
 fn served_by() -> Option<String> {
     host::property_str(b"upstream\0address")
+}
+
+/// The ORCA report of a response: the TEXT/JSON header of HTTP backends, or the binary form gRPC
+/// servers send (in the headers of a trailers-only answer).
+fn orca_in_headers(grpc: bool) -> Option<OrcaLoad> {
+    if grpc {
+        host::response_header(orca::BIN_HEADER).and_then(|h| orca::parse_bin(&h).ok())
+    } else {
+        host::response_header(orca::HEADER).and_then(|h| orca::parse(&h).ok())
+    }
 }
 
 impl Context for Request {}
@@ -76,21 +117,24 @@ impl HttpContext for Request {
         let pick = w.balancer.pick(&cluster, now);
         let untracked = matches!(pick, Pick::Untracked);
         match pick {
-            Pick::Steer { header: value, first_len } => {
+            Pick::Steer { header: value, first_len, epoch } => {
                 host::set_request_header(header, &value);
                 metrics::inc(w.metrics.picks);
                 w.metrics.endpoint_pick(&value[..first_len]);
                 self.steered = value;
                 self.chosen_len = Some(first_len);
+                self.waiting_epoch = Some(epoch);
             }
             Pick::Explore => metrics::inc(w.metrics.explorations),
             Pick::NoCandidate => metrics::inc(w.metrics.fallbacks),
             Pick::Untracked => metrics::inc(w.metrics.untracked),
+            Pick::Paused => metrics::inc(w.metrics.paused),
         }
         if self.chosen_len.is_none() && incoming.is_some() {
             host::remove_request_header(header);
         }
         if !untracked {
+            self.grpc = host::request_header("content-type").is_some_and(|t| t.starts_with("application/grpc"));
             self.cluster = Some(cluster);
             self.started_us = now;
         }
@@ -103,36 +147,95 @@ impl HttpContext for Request {
                 at_us: host::now_us(),
                 status: host::response_header(":status").and_then(|s| s.parse().ok()).unwrap_or(0),
                 served: served_by(),
-                load: host::response_header(orca::HEADER).and_then(|h| orca::parse(&h).ok()),
+                load: orca_in_headers(self.grpc),
             });
+            if self.waiting_epoch.is_some() {
+                let state = self.state.clone();
+                let mut state = state.borrow_mut();
+                if let PluginState::Active(w) = &mut *state {
+                    self.release(w);
+                }
+            }
         }
         Action::Continue
     }
 
     fn on_log(&mut self) {
-        let Some(cluster) = self.cluster.take() else { return };
+        if self.cluster.is_none() {
+            return;
+        }
         // No response headers: reset or timeout before any answer.
-        let response = self.response.take().unwrap_or_else(|| Response {
+        let mut response = self.response.take().unwrap_or_else(|| Response {
             at_us: host::now_us(),
             status: host::property_u64(b"response\0code").map_or(0, |c| c as u16),
             served: served_by(),
             load: None,
         });
+        let grpc_status = if self.grpc {
+            if response.load.is_none() {
+                response.load = host::response_trailer(orca::BIN_HEADER).and_then(|h| orca::parse_bin(&h).ok());
+            }
+            host::property_u64(b"response\0grpc_status").and_then(|c| u32::try_from(c).ok())
+        } else {
+            None
+        };
+        // Only when another endpoint served: did Envoy try ours and retry, or never try it?
+        let attempts = match (self.chosen(), response.served.as_deref()) {
+            (Some(chosen), Some(served)) if chosen != served => {
+                host::property_u64(b"upstream\0request_attempt_count").map_or(0, |n| n.min(u64::from(u32::MAX)) as u32)
+            }
+            _ => 1,
+        };
+        let state = self.state.clone();
+        let mut state = state.borrow_mut();
+        let PluginState::Active(w) = &mut *state else { return };
+        self.release(w);
         let outcome = RequestOutcome {
             served: response.served.as_deref(),
+            attempts,
             latency_us: response.at_us.saturating_sub(self.started_us),
-            failed: response.status == 0 || response.status >= 500,
+            class: classify(response.status, grpc_status, &w.config.grpc_failure_codes),
             load: response.load,
         };
-        let mut state = self.state.borrow_mut();
-        let PluginState::Active(w) = &mut *state else { return };
-        let chosen = self.chosen_len.map(|n| &self.steered[..n]);
-        let done = w.balancer.complete(&cluster, chosen, &outcome, response.at_us);
-        match done.honoured {
-            Some(true) => metrics::inc(w.metrics.honoured),
-            Some(false) => metrics::inc(w.metrics.not_honoured),
-            None => {}
-        }
+        let Some(cluster) = self.cluster.take() else { return };
+        let done = w.balancer.complete(&cluster, self.chosen(), &outcome, response.at_us);
+        count(w, &outcome, &done, &cluster);
+    }
+}
+
+/// The filter's counters for one finished request, and the one log line of a steering pause.
+fn count(w: &Worker, outcome: &RequestOutcome, done: &Completion, cluster: &str) {
+    let m = &w.metrics;
+    match done.honoured {
+        Some(true) => metrics::inc(m.honoured),
+        Some(false) => metrics::inc(m.not_honoured),
+        None => {}
+    }
+    if done.refused {
+        metrics::inc(m.refused);
+    }
+    match outcome.class {
+        tailweight_core::ResponseClass::Success => {}
+        tailweight_core::ResponseClass::Failure => metrics::inc(m.failures),
+        tailweight_core::ResponseClass::Overload => metrics::inc(m.overloads),
+    }
+    if done.suspended {
+        metrics::inc(m.suspensions);
+    }
+    if done.recovered {
+        metrics::inc(m.recoveries);
+    }
+    if let Some(pause_us) = done.paused_for_us {
+        metrics::inc(m.steering_pauses);
+        host::log(
+            LogLevel::Warn,
+            &format!(
+                "cluster {cluster}: Envoy did not use most endpoints picked for it (is its override_host \
+                 EnvoyFilter patch missing, or is locality load balancing on?); leaving it to Envoy's load \
+                 balancer for {} s, then trying again",
+                pause_us / 1_000_000
+            ),
+        );
     }
 }
 

@@ -8,9 +8,21 @@ use std::collections::HashMap;
 pub struct Metrics {
     /// Requests steered with the override header.
     pub picks: Option<u32>,
-    /// Steered requests served by the first choice, and by another endpoint (gone, refused, retried).
+    /// Steered requests served by the first choice, and by another endpoint (refused or retried).
     pub honoured: Option<u32>,
     pub not_honoured: Option<u32>,
+    /// Of those not honoured, the ones Envoy never tried (not in the cluster; not endpoint failures).
+    pub refused: Option<u32>,
+    /// Requests of clusters whose steering is paused (Envoy refused most picks; see core::steering).
+    pub paused: Option<u32>,
+    pub steering_pauses: Option<u32>,
+    /// Responses counted against their endpoint: failures (5xx, resets, failure gRPC statuses) and
+    /// overload answers (429, RESOURCE_EXHAUSTED).
+    pub failures: Option<u32>,
+    pub overloads: Option<u32>,
+    /// Endpoints suspended after a run of failures, and suspensions ended by a good probe.
+    pub suspensions: Option<u32>,
+    pub recoveries: Option<u32>,
     /// Left to the fallback LB on purpose (exploration), and for want of a candidate.
     pub explorations: Option<u32>,
     pub fallbacks: Option<u32>,
@@ -27,6 +39,7 @@ pub struct Metrics {
     /// Gauges (process-wide: the last writer wins, so only one VM writes each).
     pub endpoints_tracked: Option<u32>,
     pub weights_age_ms: Option<u32>,
+    pub clusters_paused: Option<u32>,
     per_endpoint: Option<HashMap<String, Option<u32>>>,
 }
 
@@ -44,6 +57,13 @@ impl Metrics {
             picks: c("picks"),
             honoured: c("picks_honoured"),
             not_honoured: c("picks_not_honoured"),
+            refused: c("picks_refused"),
+            paused: c("paused"),
+            steering_pauses: c("steering_pauses"),
+            failures: c("failures"),
+            overloads: c("overloads"),
+            suspensions: c("suspensions"),
+            recoveries: c("recoveries"),
             explorations: c("explorations"),
             fallbacks: c("fallbacks"),
             untracked: c("untracked"),
@@ -56,6 +76,7 @@ impl Metrics {
             endpoints_forgotten: c("endpoints_forgotten"),
             endpoints_tracked: g("endpoints_tracked"),
             weights_age_ms: g("weights_age_ms"),
+            clusters_paused: g("clusters_paused"),
             per_endpoint: per_endpoint.then(HashMap::new),
         }
     }

@@ -60,6 +60,7 @@ impl Worker {
         self.balancer.apply_siblings(&parts, now_us);
         // Every VM knows the same endpoints after folding its siblings in, so any writer is right.
         host::record(self.metrics.endpoints_tracked, self.balancer.endpoints_tracked() as u64);
+        host::record(self.metrics.clusters_paused, self.balancer.clusters_paused(now_us) as u64);
         self.apply_views(now_us);
         if self.reporter.is_some() {
             self.maybe_report(now_us, &own, &parts);

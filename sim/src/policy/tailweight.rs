@@ -181,7 +181,7 @@ impl Policy for Tailweight {
         choice
     }
 
-    fn complete(&mut self, client: u32, choice: Choice, outcome: &RequestOutcome, ctx: &mut Ctx) {
+    fn complete(&mut self, client: u32, choice: Choice, outcome: &Outcome, ctx: &mut Ctx) {
         self.fallback.remove(client, choice.endpoint);
         let served = self.addresses[choice.endpoint as usize].as_str();
         let load = OrcaLoad {
