@@ -3,14 +3,16 @@
 //!
 //! The pick (weighted power of two choices scored by expected wait):
 //! 1. A cluster whose picks Envoy mostly refuses is not steered for a while (see `steering`).
-//! 2. With probability max(explore_ratio, novelty / 2) leave the request to the fallback LB: it
-//!    discovers endpoints we do not know and refreshes the samples of those we avoid.
+//! 2. With probability max(explore_ratio, novelty / 2) explore: try an endpoint a fresh view lists
+//!    but we do not know yet (drawn by weight; see `cluster`), else leave the request to the
+//!    fallback LB: it discovers endpoints and refreshes the samples of those we avoid.
 //! 3. A suspended endpoint whose probe is due gets this request (see `health`).
-//! 4. Else draw two distinct endpoints, each with probability proportional to its sampling weight
+//! 4. Else draw two distinct candidates, each with probability proportional to its sampling weight
 //!    (the aggregator's weight while the view is fresh, times its health's factor: suspended and
-//!    absent endpoints never, ramping ones less), and keep the one with the lower score
-//!    (in flight + 1) x (latency + failure cost) x (1 + penalty x failures), from this proxy's own
-//!    counts and samples only (see `endpoint`); the other becomes the retry choice.
+//!    absent endpoints never, ramping ones less; a fresh view's suggestions by their view weight),
+//!    and keep the one with the lower score (in flight + 1) x (latency + failure cost) x (1 + penalty
+//!    x failures), from this proxy's own counts and samples only (see `endpoint`; a suggestion has
+//!    none: the cluster's prior latency). Retry choices are drawn among the known endpoints.
 //!
 //! Accounting: a request counts as in flight to the chosen endpoint until its first response
 //! headers (`release`, see `inflight`); when it ends (`complete`) the endpoint that served it is
@@ -18,7 +20,7 @@
 //! choice, it either never tried ours (one attempt: a refused pick, counted apart, and the endpoint
 //! is absent from the cluster) or tried it and retried elsewhere (more attempts: a failure of ours).
 
-use crate::cluster::Cluster;
+use crate::cluster::{Candidate, Cluster};
 use crate::config::{FilterConfig, PickParams};
 use crate::endpoint::SiblingStats;
 use crate::hash::FastMap;
@@ -148,43 +150,55 @@ impl Balancer {
         if cluster.steering.paused(now_us) {
             return Pick::Paused;
         }
-        if rng.chance(p.explore_ratio.max(cluster.novelty() / 2.0)) {
-            return Pick::Explore;
-        }
-        let (first, second) = match cluster.take_due_probe(now_us, p) {
-            Some(probe) => (probe, draw_distinct(cluster, rng, now_us, &[probe])),
-            None => {
-                let Some(a) = cluster.sample(rng, now_us) else {
-                    return Pick::NoCandidate;
-                };
-                let b = draw_distinct(cluster, rng, now_us, &[a]);
-                let prior = cluster.prior_latency_us();
-                let score = |slot: usize| cluster.endpoints()[slot].score(now_us, p, prior);
-                match b {
-                    Some(b) if score(b) < score(a) => (b, Some(a)),
-                    _ => (a, b),
-                }
+        let first = if rng.chance(p.explore_ratio.max(cluster.novelty() / 2.0)) {
+            // A trial of an endpoint the view suggests, else Envoy's own choice (see `cluster`).
+            match cluster.sample_suggestion(rng, now_us) {
+                Some(at) => Candidate::Suggested(at),
+                None => return Pick::Explore,
+            }
+        } else if let Some(probe) = cluster.take_due_probe(now_us, p) {
+            Candidate::Known(probe)
+        } else {
+            let Some(a) = cluster.sample_candidate(rng, now_us, true) else {
+                return Pick::NoCandidate;
+            };
+            let b = (0..8).filter_map(|_| cluster.sample_candidate(rng, now_us, true)).find(|c| *c != a);
+            let prior = cluster.prior_latency_us();
+            // A suggestion has no requests here and no samples: the prior is all there is.
+            let score = |c: Candidate| match c {
+                Candidate::Known(slot) => cluster.endpoints()[slot].score(now_us, p, prior),
+                Candidate::Suggested(_) => prior,
+            };
+            match b {
+                Some(b) if score(b) < score(a) => b,
+                _ => a,
             }
         };
+        // The header: the first choice, then retry choices among the endpoints known here.
         chosen.clear();
-        chosen.push(first);
-        chosen.extend(second);
-        while chosen.len() < retry_choices + 1 {
+        let mut header = String::with_capacity((retry_choices + 1) * 22);
+        match first {
+            Candidate::Known(slot) => {
+                chosen.push(slot);
+                header.push_str(&cluster.endpoints()[slot].address);
+            }
+            Candidate::Suggested(at) => header.push_str(cluster.suggestion(at)),
+        }
+        let first_len = header.len();
+        let known_first = usize::from(matches!(first, Candidate::Known(_)));
+        while chosen.len() < retry_choices + known_first {
             match draw_distinct(cluster, rng, now_us, chosen) {
                 Some(slot) => chosen.push(slot),
                 None => break,
             }
         }
-        chosen.truncate(retry_choices + 1);
-        let first_len = cluster.endpoints()[first].address.len();
-        let mut header = String::with_capacity(chosen.len() * 22);
-        for (i, slot) in chosen.iter().enumerate() {
-            if i > 0 {
-                header.push(',');
-            }
+        for slot in &chosen[known_first..] {
+            header.push(',');
             header.push_str(&cluster.endpoints()[*slot].address);
         }
-        cluster.endpoint_mut(first).local.inflight.add(epoch);
+        if let Candidate::Known(slot) = first {
+            cluster.endpoint_mut(slot).local.inflight.add(epoch);
+        }
         Pick::Steer { header, first_len, epoch }
     }
 
@@ -214,6 +228,8 @@ impl Balancer {
         cluster.last_used_us = now_us;
         let mut done = Completion::default();
         let mut changes = [HealthChange::None; 2];
+        // A steered pick of an endpoint not known here was a trial of a view's suggestion.
+        let trial = chosen.filter(|c| cluster.slot_of(c).is_none());
         if let Some(served) = outcome.served {
             // Only a good answer teaches an endpoint; a failure is charged to one already known.
             let slot = if outcome.class.is_success() {
@@ -243,6 +259,12 @@ impl Balancer {
                 cluster.mark_absent(slot);
             }
         }
+        if let (Some(false), Some(address)) = (done.honoured, trial) {
+            if outcome.attempts <= 1 {
+                done.refused = true;
+                cluster.refuse_suggestion(address, now_us.saturating_add(settings.endpoint_ttl_us));
+            }
+        }
         if done.honoured.is_some() {
             done.paused_for_us = cluster.steering.note(done.refused, now_us);
         }
@@ -251,8 +273,11 @@ impl Balancer {
             done.recovered |= change == HealthChange::Recovered;
             cluster.health_changed(change);
         }
+        // What exploration finds beyond what the view tells: a trial of its suggestion finds nothing new.
         if chosen.is_none() {
             cluster.note_discovery(done.learned);
+        } else if trial.is_some() {
+            cluster.note_discovery(false);
         }
         done
     }
@@ -282,7 +307,7 @@ impl Balancer {
             return;
         }
         if let Some(cluster) = self.clusters.get_mut(&view.name) {
-            cluster.apply_view(view, received_us.saturating_add(ttl_us));
+            cluster.apply_view(view, received_us.saturating_add(ttl_us), received_us);
         }
     }
 
@@ -328,7 +353,7 @@ impl Balancer {
 
     /// This worker's recent observations, for its siblings and for the report (see `snapshot`).
     pub fn snapshot(&self, now_us: u64) -> Vec<ClusterReport> {
-        crate::snapshot::of_clusters(self.clusters.iter(), now_us, self.settings.pick.stale_after_us)
+        crate::snapshot::of_clusters(self.clusters.iter(), now_us, self.settings.endpoint_ttl_us)
     }
 }
 

@@ -6,7 +6,12 @@
 //! proves it is in Envoy's cluster) or a sibling worker saw it do so, and forgotten `ttl` after its
 //! last such answer (unless requests to it are in flight). The aggregator's view never teaches nor
 //! refreshes an endpoint: it only weighs the ones known here (a view listing a deleted pod must not
-//! keep it alive in every proxy that reports to the aggregator).
+//! keep it alive in every proxy that reports to the aggregator). What a fresh view lists that is not
+//! known here is a suggestion of where to explore: an exploring request may be steered to one, drawn
+//! by its weight (a trial), and Envoy's answer decides: a good answer teaches it, a refusal (not in
+//! the cluster) keeps it from being suggested again for `ttl`. With many proxies each sending a
+//! little, this is how a proxy finds the capable endpoints first instead of learning them one
+//! uniform fallback request at a time.
 
 use crate::config::PickParams;
 use crate::endpoint::{Endpoint, GlobalStats};
@@ -19,13 +24,17 @@ use crate::wire::{is_endpoint_address, ClusterView};
 
 /// How quickly the discovery rate follows what exploration finds: novelty <- (1-a) novelty + a [new].
 const NOVELTY_STEP: f64 = 0.2;
+/// Refused suggestions remembered per cluster (more are simply suggested again).
+const MAX_REFUSED_SUGGESTIONS: usize = 64;
 
 #[derive(Debug, Clone)]
 pub struct Cluster {
     endpoints: Vec<Endpoint>,
     index: FastMap<usize>,
-    /// Cumulative sampling weights, aligned with `endpoints`; None while all weights are equal.
+    /// Cumulative sampling weights, aligned with `endpoints`; None while all weights are equal
+    /// (to `uniform_weight`).
     cumulative: Option<Vec<f64>>,
+    uniform_weight: f64,
     sampler_stale: bool,
     /// Whether the view was fresh when the sampler was built (its weights count only while fresh).
     sampled_with_view: bool,
@@ -41,6 +50,10 @@ pub struct Cluster {
     next_probe_us: u64,
     /// Some endpoint's ramp is running: its sampling weight changes with time.
     ramping: bool,
+    /// Endpoints a fresh view lists that are not known here, with cumulative weights (see the module docs).
+    suggestions: Vec<(String, f64)>,
+    /// Suggestions Envoy refused (not in the cluster), and until when they are not suggested.
+    refused_suggestions: Vec<(String, u64)>,
     /// Whether Envoy honours our picks here.
     pub steering: Steering,
     pub last_used_us: u64,
@@ -52,6 +65,7 @@ impl Cluster {
             endpoints: Vec::new(),
             index: FastMap::default(),
             cumulative: None,
+            uniform_weight: 1.0,
             sampler_stale: false,
             sampled_with_view: false,
             view_expires_us: 0,
@@ -60,6 +74,8 @@ impl Cluster {
             created_us: now_us,
             next_probe_us: u64::MAX,
             ramping: false,
+            suggestions: Vec::new(),
+            refused_suggestions: Vec::new(),
             steering: Steering::default(),
             last_used_us: now_us,
         }
@@ -103,8 +119,9 @@ impl Cluster {
 
     /// The endpoint at `address`, added if new and there is room (as having answered well at
     /// `seen_us`). One joining a cluster known here for longer than `slow_start_us` starts a ramp
-    /// (a new pod, likely cold); the endpoints found in the cluster's first window do not (they are
-    /// this proxy discovering an established set). Returns its slot and whether it was added.
+    /// (a new pod, likely cold), unless a fresh view suggested it (the aggregator's weight already
+    /// ramps endpoints new to the mesh); the endpoints found in the cluster's first window do not
+    /// (this proxy discovering an established set). Returns its slot and whether it was added.
     pub fn learn(
         &mut self,
         address: &str,
@@ -119,7 +136,8 @@ impl Cluster {
             return None;
         }
         let mut endpoint = Endpoint::new(address, seen_us);
-        if slow_start_us > 0 && seen_us.saturating_sub(self.created_us) >= slow_start_us {
+        let suggested = self.view_fresh(seen_us) && self.suggestions.iter().any(|(a, _)| a == address);
+        if slow_start_us > 0 && seen_us.saturating_sub(self.created_us) >= slow_start_us && !suggested {
             endpoint.health.start_ramp(seen_us, slow_start_us);
             self.ramping = true;
         }
@@ -181,19 +199,46 @@ impl Cluster {
     }
 
     /// Take the aggregator's view of this cluster: replace the global stats of the endpoints known
-    /// here. Endpoints only the view names are ignored (see the module docs).
-    pub fn apply_view(&mut self, view: &ClusterView, expires_us: u64) {
+    /// here; what else it lists becomes the suggestions (see the module docs).
+    pub fn apply_view(&mut self, view: &ClusterView, expires_us: u64, now_us: u64) {
         for e in &mut self.endpoints {
             e.global = None;
         }
+        self.refused_suggestions.retain(|(_, until)| *until > now_us);
+        self.suggestions.clear();
+        let mut total = 0.0;
         for v in &view.endpoints {
             if let Some(&slot) = self.index.get(v.address.as_str()) {
                 self.endpoints[slot].global =
                     Some(GlobalStats { weight: v.weight, latency_us: v.latency_us as f64, ejected: v.ejected });
+            } else if !v.ejected
+                && v.weight > 0.0
+                && is_endpoint_address(&v.address)
+                && !self.refused_suggestions.iter().any(|(a, _)| *a == v.address)
+            {
+                total += v.weight;
+                self.suggestions.push((v.address.clone(), total));
             }
         }
         self.view_expires_us = expires_us;
         self.sampler_stale = true;
+    }
+
+    /// Envoy did not try the suggested `address`: not suggested again before `until_us`.
+    pub fn refuse_suggestion(&mut self, address: &str, until_us: u64) {
+        self.suggestions.retain(|(a, _)| a != address);
+        // Cumulative weights no longer add up after a removal: rebuild them from the differences.
+        let mut previous = 0.0;
+        let mut total = 0.0;
+        for (_, c) in &mut self.suggestions {
+            let weight = (*c - previous).max(0.0);
+            previous = *c;
+            total += weight;
+            *c = total;
+        }
+        if self.refused_suggestions.len() < MAX_REFUSED_SUGGESTIONS {
+            self.refused_suggestions.push((address.to_string(), until_us));
+        }
     }
 
     /// Forget endpoints without a good answer for `ttl` (unless requests are in flight to them).
@@ -242,31 +287,66 @@ impl Cluster {
 
     /// Draw one endpoint slot with probability proportional to its sampling weight.
     pub fn sample(&mut self, rng: &mut Rng, now_us: u64) -> Option<usize> {
-        if self.endpoints.is_empty() {
-            return None;
+        match self.sample_candidate(rng, now_us, false)? {
+            Candidate::Known(slot) => Some(slot),
+            Candidate::Suggested(_) => None,
         }
+    }
+
+    /// Draw a candidate with probability proportional to its sampling weight: the endpoints known
+    /// here and, with `suggestions`, a fresh view's suggestions (by their view weights: the same
+    /// scale as the known endpoints' while the view is fresh).
+    pub fn sample_candidate(&mut self, rng: &mut Rng, now_us: u64, suggestions: bool) -> Option<Candidate> {
         let fresh = self.view_fresh(now_us);
         if self.sampler_stale || fresh != self.sampled_with_view {
             self.rebuild_sampler(fresh, now_us);
         }
-        match &self.cumulative {
-            None => Some(rng.below(self.endpoints.len())),
-            Some(cumulative) => {
-                let total = *cumulative.last()?;
-                if total <= 0.0 {
-                    return None;
-                }
-                let x = rng.next_f64() * total;
-                // First slot whose cumulative weight exceeds x (zero-weight slots are never chosen).
-                let slot = cumulative.partition_point(|&c| c <= x);
-                Some(slot.min(self.endpoints.len() - 1))
-            }
+        let known_total = match &self.cumulative {
+            None => self.uniform_weight * self.endpoints.len() as f64,
+            Some(cumulative) => cumulative.last().copied().unwrap_or(0.0),
+        };
+        let suggested_total = match self.suggestions.last() {
+            Some((_, total)) if suggestions && fresh => *total,
+            _ => 0.0,
+        };
+        let total = known_total + suggested_total;
+        if total.is_nan() || total <= 0.0 {
+            return None;
         }
+        let x = rng.next_f64() * total;
+        if x >= known_total {
+            let y = x - known_total;
+            let at = self.suggestions.partition_point(|(_, c)| *c <= y).min(self.suggestions.len() - 1);
+            // Learned since the view came: it is drawn as itself from the next rebuild on.
+            return (!self.index.contains_key(self.suggestions[at].0.as_str())).then_some(Candidate::Suggested(at));
+        }
+        Some(Candidate::Known(match &self.cumulative {
+            None => ((x / self.uniform_weight) as usize).min(self.endpoints.len() - 1),
+            // First slot whose cumulative weight exceeds x (zero-weight slots are never chosen).
+            Some(cumulative) => cumulative.partition_point(|&c| c <= x).min(self.endpoints.len() - 1),
+        }))
+    }
+
+    /// A suggestion drawn by weight, if the view is fresh and one is still unknown here.
+    pub fn sample_suggestion(&self, rng: &mut Rng, now_us: u64) -> Option<usize> {
+        let total = self.suggestions.last()?.1;
+        if !self.view_fresh(now_us) || total.is_nan() || total <= 0.0 {
+            return None;
+        }
+        let x = rng.next_f64() * total;
+        let at = self.suggestions.partition_point(|(_, c)| *c <= x).min(self.suggestions.len() - 1);
+        (!self.index.contains_key(self.suggestions[at].0.as_str())).then_some(at)
+    }
+
+    /// The address of suggestion `at` (see `sample_candidate`).
+    pub fn suggestion(&self, at: usize) -> &str {
+        &self.suggestions[at].0
     }
 
     fn rebuild_sampler(&mut self, fresh: bool, now_us: u64) {
         let weights: Vec<f64> = self.endpoints.iter().map(|e| e.sampling_weight(fresh, now_us)).collect();
-        let uniform = weights.iter().all(|w| *w == weights[0]) && weights[0] > 0.0;
+        let uniform = weights.first().is_some_and(|w0| *w0 > 0.0 && weights.iter().all(|w| w == w0));
+        self.uniform_weight = weights.first().copied().unwrap_or(0.0);
         self.cumulative = if uniform {
             None
         } else {
@@ -284,6 +364,13 @@ impl Cluster {
         self.sampler_stale = false;
         self.sampled_with_view = fresh;
     }
+}
+
+/// What a draw returns: an endpoint known here (its slot) or a view's suggestion (its index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Candidate {
+    Known(usize),
+    Suggested(usize),
 }
 
 #[cfg(test)]
@@ -340,7 +427,7 @@ mod tests {
     fn view_weights_known_endpoints_until_it_expires_and_never_teaches_nor_refreshes() {
         let mut c = known(&["10.0.0.1:80", "10.0.0.2:80"]);
         let listed = [("10.0.0.1:80", 3.0, false), ("10.0.0.2:80", 1.0, false), ("10.0.0.9:80", 5.0, false)];
-        c.apply_view(&view(&listed), 1_000);
+        c.apply_view(&view(&listed), 1_000, 0);
         assert_eq!(c.len(), 2, "an endpoint only the view names is not learned");
         assert_eq!(c.get("10.0.0.1:80").unwrap().last_success_us, 0, "nor does the view refresh one");
         assert!(c.view_fresh(999) && !c.view_fresh(1_000));
@@ -359,30 +446,30 @@ mod tests {
         let share = hits[0] as f64 / 40_000.0;
         assert!((share - 0.5).abs() < 0.02, "uniform, got {share}");
         // Expiry goes by this proxy's evidence, whatever the views say.
-        c.apply_view(&view(&listed), 200_000);
+        c.apply_view(&view(&listed), 200_000, 0);
         assert_eq!(c.expire(100_000, 50_000), 2);
     }
 
     #[test]
     fn ejected_endpoints_are_never_sampled() {
         let mut c = known(&["10.0.0.1:80", "10.0.0.2:80"]);
-        c.apply_view(&view(&[("10.0.0.1:80", 1.0, true), ("10.0.0.2:80", 1.0, false)]), 1_000);
+        c.apply_view(&view(&[("10.0.0.1:80", 1.0, true), ("10.0.0.2:80", 1.0, false)]), 1_000, 0);
         let mut rng = Rng::new(1);
         for _ in 0..1_000 {
             assert_eq!(c.sample(&mut rng, 0), Some(1));
         }
         // Known here but absent from the view: the mean weight (1), not excluded.
-        c.apply_view(&view(&[("10.0.0.1:80", 1.0, true)]), 1_000);
+        c.apply_view(&view(&[("10.0.0.1:80", 1.0, true)]), 1_000, 0);
         assert_eq!(c.sample(&mut rng, 0), Some(1));
-        c.apply_view(&view(&[("10.0.0.1:80", 1.0, true), ("10.0.0.2:80", 1.0, true)]), 1_000);
+        c.apply_view(&view(&[("10.0.0.1:80", 1.0, true), ("10.0.0.2:80", 1.0, true)]), 1_000, 0);
         assert_eq!(c.sample(&mut rng, 0), None, "all ejected: nothing to sample");
     }
 
     #[test]
     fn a_new_view_clears_global_stats_of_endpoints_it_omits() {
         let mut c = known(&["10.0.0.1:80", "10.0.0.2:80"]);
-        c.apply_view(&view(&[("10.0.0.1:80", 2.0, false), ("10.0.0.2:80", 1.0, false)]), 1_000);
-        c.apply_view(&view(&[("10.0.0.1:80", 2.0, false)]), 1_000);
+        c.apply_view(&view(&[("10.0.0.1:80", 2.0, false), ("10.0.0.2:80", 1.0, false)]), 1_000, 0);
+        c.apply_view(&view(&[("10.0.0.1:80", 2.0, false)]), 1_000, 0);
         assert!(c.get("10.0.0.2:80").unwrap().global.is_none());
     }
 

@@ -6,8 +6,9 @@ use crate::wire::{ClusterReport, EndpointReport};
 use std::collections::BTreeMap;
 
 /// The endpoints this worker saw recently: requests in flight to them, or a response from them within
-/// `recent_us` (a report must not renew what this proxy no longer sees: a deleted pod drops out of
-/// every report, and so out of the aggregator's book). Sorted for stable output.
+/// `recent_us` (the endpoint ttl: what it tracks). A report must not renew what this proxy no longer
+/// sees: a deleted pod drops out of every report within the ttl, and so out of the aggregator's book.
+/// Sorted for stable output.
 pub fn of_clusters<'a>(
     clusters: impl Iterator<Item = (&'a String, &'a Cluster)>,
     now_us: u64,

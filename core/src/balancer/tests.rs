@@ -341,6 +341,40 @@ fn views_never_teach_endpoints_nor_clusters() {
 }
 
 #[test]
+fn a_views_suggestions_are_tried_and_only_envoys_answer_decides() {
+    let mut b = Balancer::new(
+        Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() },
+        21,
+    );
+    const D: &str = "10.0.0.4:80";
+    learn(&mut b, &[A], 0);
+    let view = |listed: &[(&str, f64)]| ClusterView {
+        name: C.into(),
+        endpoints: listed
+            .iter()
+            .map(|(a, w)| EndpointView { address: a.to_string(), weight: *w, latency_us: 5_000, ..Default::default() })
+            .collect(),
+    };
+    b.apply_view(&view(&[(A, 1.0), (B, 3.0)]), 0, 10_000 * MS);
+    assert_eq!(b.endpoints_tracked(), 1, "a suggestion is not tracked");
+    // B is drawn as a candidate by its view weight (three times A's) and tried.
+    let pick = (0..100).map(|_| b.pick(C, 1)).find(|p| p.first_choice() == Some(B)).expect("B tried");
+    assert_eq!(pick.first_choice(), Some(B));
+    assert!(matches!(&pick, Pick::Steer { header, .. } if header == &format!("{B},{A}")), "{pick:?}");
+    answer(&mut b, &pick, &ok(B, 5 * MS), 2);
+    assert!(b.cluster(C).unwrap().get(B).is_some(), "Envoy's good answer teaches it");
+    // D is suggested but Envoy does not have it (it served A on the one attempt): refused, not
+    // suggested again within the ttl, never learned.
+    b.apply_view(&view(&[(A, 1.0), (B, 1.0), (D, 10.0)]), 3, 10_000 * MS);
+    let pick = (0..100).map(|_| b.pick(C, 4)).find(|p| p.first_choice() == Some(D)).expect("D tried");
+    let done = answer(&mut b, &pick, &ok(A, 5 * MS), 5);
+    assert_eq!((done.honoured, done.refused), (Some(false), true));
+    assert!(b.cluster(C).unwrap().get(D).is_none());
+    b.apply_view(&view(&[(A, 1.0), (B, 1.0), (D, 10.0)]), 6, 10_000 * MS);
+    assert!((0..1_000).all(|_| b.pick(C, 7).first_choice() != Some(D)), "refused suggestions wait");
+}
+
+#[test]
 fn with_the_global_view_off_views_are_ignored() {
     let pick = PickParams { explore_ratio: 0.0, use_global_view: false, ..Default::default() };
     let mut b = Balancer::new(Settings { pick, ..Default::default() }, 13);
