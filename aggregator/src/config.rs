@@ -64,6 +64,10 @@ pub struct ServiceConfig {
     /// comes off its capacity (0 = off).
     #[arg(long, env = "TAILWEIGHT_BACKLOG_DRAIN_MS", default_value_t = WeightParams::default().backlog_drain_us / 1e3)]
     pub backlog_drain_ms: f64,
+    /// Slow start, in milliseconds: an endpoint new to a cluster known for longer than this gets a
+    /// weight ramping from 10% to its full share over this long (0 = off).
+    #[arg(long, env = "TAILWEIGHT_SLOW_START_MS", default_value_t = WeightParams::default().slow_start_us / 1_000)]
+    pub slow_start_ms: u64,
     /// Lying-reporter guard of medians (latency, ORCA CPU), a ratio in (0, 1): each reporter's
     /// vote counts at most vote_cap x the other votes.
     #[arg(long, env = "TAILWEIGHT_VOTE_CAP", default_value_t = WeightParams::default().vote_cap)]
@@ -144,6 +148,7 @@ impl ServiceConfig {
             eject_ratio: self.eject_ratio,
             failure_cost_us: self.failure_cost_ms * 1e3,
             backlog_drain_us: self.backlog_drain_ms * 1e3,
+            slow_start_us: self.slow_start_ms.saturating_mul(1_000),
             error_penalty: self.error_penalty,
             vote_cap: self.vote_cap,
             sum_clip: self.sum_clip,

@@ -129,11 +129,13 @@ impl Endpoint {
     }
 
     /// Its weight in the draw of candidates: the aggregator's while the view is fresh (an ejected
-    /// endpoint 0), else 1; times its health's factor (0 while suspended or absent, a ramp's share).
+    /// endpoint 0, unless its last answer here was a good one: this worker's own evidence is newer
+    /// than the view's), else 1; times its health's factor (0 while suspended or absent, a ramp's
+    /// share).
     pub fn sampling_weight(&self, global_fresh: bool, now_us: u64) -> f64 {
         let base = match self.global {
             Some(g) if global_fresh => {
-                if g.ejected {
+                if g.ejected && self.last_success_us < self.last_response_us {
                     0.0
                 } else {
                     g.weight.max(MIN_SAMPLING_WEIGHT)
@@ -269,12 +271,13 @@ mod tests {
         assert_eq!(e.sampling_weight(true, 0), 2.0);
         assert_eq!(e.sampling_weight(false, 0), 1.0);
         e.global.as_mut().unwrap().ejected = true;
-        assert_eq!(e.sampling_weight(true, 0), 0.0);
+        assert_eq!(e.sampling_weight(true, 0), 2.0, "its last answer here was good: trusted over the view");
+        e.record(FAIL, 0, None, 1, &p);
+        assert_eq!(e.sampling_weight(true, 1), 0.0, "ejected, and it failed here last");
         e.global.as_mut().unwrap().weight = 0.0;
         e.global.as_mut().unwrap().ejected = false;
-        assert_eq!(e.sampling_weight(true, 0), 1e-3);
+        assert_eq!(e.sampling_weight(true, 1), 1e-3);
         // Suspended after a run of failures: not drawn at all.
-        e.record(FAIL, 0, None, 1, &p);
         e.record(FAIL, 0, None, 2, &p);
         assert!(matches!(e.health.availability(), Availability::Suspended { .. }));
         assert_eq!(e.sampling_weight(false, 2), 0.0);

@@ -151,7 +151,11 @@ impl WeightBook {
                 None => {
                     let layout = self.next_layout;
                     self.next_layout += 1;
-                    self.clusters.entry(c.name.clone()).or_insert(ClusterRecord { layout, ..ClusterRecord::default() })
+                    self.clusters.entry(c.name.clone()).or_insert(ClusterRecord {
+                        layout,
+                        created_us: now_us,
+                        ..ClusterRecord::default()
+                    })
                 }
             };
             let mut stale = route.index.len() != c.endpoints.len();
@@ -168,7 +172,7 @@ impl WeightBook {
                         }
                         None => {
                             stale = true;
-                            cluster.endpoints.get_or_insert(&e.address)
+                            cluster.endpoints.get_or_insert(&e.address, now_us)
                         }
                     };
                 for (other, until) in superseded.iter().flatten() {
@@ -330,7 +334,9 @@ impl WeightBook {
             let merged = merge_endpoint(&mut endpoint.obs, endpoint.ip, p, &mut s.merge, external_cpu, now_us);
             // 2. Learn the slow state: error ratio and ejection, service time and concurrency.
             let first_sample = endpoint.weight.is_none();
+            let was_ejected = endpoint.ejection.ejected;
             endpoint.ejection.learn(&merged, first_sample, p, elapsed_us);
+            endpoint.weight = endpoint.ejection.resume(was_ejected, endpoint.weight, now_us);
             endpoint.latency.learn(&merged, p, elapsed_us);
             // 3, CPU path: its rates over the window of a metrics-store CPU value.
             let metrics_cpu = endpoint.ip.is_some_and(|ip| external_cpu.contains_key(&ip));
@@ -342,7 +348,8 @@ impl WeightBook {
         // 3. Raw capacity by the cluster's method, less the backlog.
         capacity::rate(endpoints, &s.by_cpu, p, &mut s.sorted, &mut s.raw, now_us);
         // 4. Targets, smoothed toward, then bounded and normalized.
-        smoothing::smooth_toward_targets(endpoints, &s.raw, p, elapsed_us, &mut s.sorted, &mut s.desired, &mut s.lo_hi);
+        let times = smoothing::Times { elapsed_us, now_us, cluster_created_us: cluster.created_us };
+        smoothing::smooth_toward_targets(endpoints, &s.raw, p, times, &mut s.sorted, &mut s.desired, &mut s.lo_hi);
         normalize::normalize(&s.desired, &s.lo_hi, &mut s.out);
         // 5. Publish.
         reply::publish(endpoints, &s.out);

@@ -51,6 +51,9 @@ pub struct WeightParams {
     pub capacity_hold_us: u64,
     /// Envoy CSWRR's error_utilization_penalty: qps / (cpu + penalty x eps / qps).
     pub error_penalty: f64,
+    /// An endpoint new to a cluster the book has known for longer than this ramps up over this
+    /// long: its target x the slow-start ramp (see `health::Ramp`; 0 = off).
+    pub slow_start_us: u64,
     /// A standing queue (in flight beyond the endpoint's concurrency) should drain within this
     /// time: that rate comes off its capacity until it has (0 = off).
     pub backlog_drain_us: f64,
@@ -97,6 +100,7 @@ impl Default for WeightParams {
             min_qps_for_cpu: 1.0,
             capacity_hold_us: 10_000_000,
             error_penalty: 1.0,
+            slow_start_us: 10_000_000,
             backlog_drain_us: 5_000_000.0,
             latency_sample_max_age_us: 10_000_000,
             vote_cap: 0.5,

@@ -32,6 +32,8 @@ pub(super) struct ClusterRecord {
     pub layout: u64,
     pub generation: u64,
     pub computed_at_us: Option<u64>,
+    /// When the book first heard of the cluster (its first endpoints do not slow-start).
+    pub created_us: u64,
 }
 
 impl ClusterRecord {
@@ -78,11 +80,11 @@ impl EndpointRecords {
         &mut self.list[i]
     }
 
-    pub fn get_or_insert(&mut self, address: &str) -> &mut EndpointRecord {
+    pub fn get_or_insert(&mut self, address: &str, now_us: u64) -> &mut EndpointRecord {
         let i = match self.index.get(address) {
             Some(i) => *i,
             None => {
-                self.list.push(EndpointRecord::new(address));
+                self.list.push(EndpointRecord::new(address, now_us));
                 self.index.insert(address.to_string(), self.list.len() - 1);
                 self.list.len() - 1
             }
@@ -119,6 +121,8 @@ impl EndpointRecords {
 pub(super) struct EndpointRecord {
     pub address: String,
     pub ip: Option<IpAddr>,
+    /// When the book first heard of it (slow start).
+    pub first_seen_us: u64,
     /// What each reporter (by id) last said about it.
     pub obs: IdMap<Observation>,
     /// The latency path's service time and concurrency.
@@ -134,10 +138,11 @@ pub(super) struct EndpointRecord {
 }
 
 impl EndpointRecord {
-    fn new(address: &str) -> Self {
+    fn new(address: &str, now_us: u64) -> Self {
         EndpointRecord {
             address: address.to_string(),
             ip: address.parse::<SocketAddr>().ok().map(|a| a.ip()),
+            first_seen_us: now_us,
             obs: IdMap::default(),
             latency: LatencyModel::default(),
             ejection: Ejection::default(),

@@ -1,9 +1,11 @@
-//! Targets from raw capacities, and the geometric smoothing of weights toward them.
+//! Targets from raw capacities, and the geometric smoothing of weights toward them; an endpoint new
+//! to an established cluster has its target ramped up (slow start).
 
 use super::normalize;
 use super::params::WeightParams;
 use super::record::EndpointRecord;
 use crate::ewma::decay_weight;
+use crate::health::Ramp;
 use crate::stats::median;
 
 /// What a cluster's raw capacities make of each endpoint's target.
@@ -55,6 +57,25 @@ fn smoothed(previous: Option<f64>, target: f64, alpha: f64) -> f64 {
     }
 }
 
+/// The slow-start share of an endpoint's target: the ramp from when the book first heard of it,
+/// for endpoints that joined a cluster known for longer than `slow_start_us` (the first ones are the
+/// book discovering an established set, e.g. after an aggregator restart); else 1.
+fn slow_start_factor(first_seen_us: u64, cluster_created_us: u64, now_us: u64, slow_start_us: u64) -> f64 {
+    if slow_start_us == 0 || first_seen_us.saturating_sub(cluster_created_us) < slow_start_us {
+        return 1.0;
+    }
+    Ramp { start_us: first_seen_us, window_us: slow_start_us }.factor(now_us)
+}
+
+/// The times step 4 needs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Times {
+    /// Since the last recompute (None: the first).
+    pub elapsed_us: Option<u64>,
+    pub now_us: u64,
+    pub cluster_created_us: u64,
+}
+
 /// Step 4 (before `normalize`): each endpoint's target from `raw` (aligned with `endpoints`) into
 /// its decision, its smoothed weight into `desired`, and its `normalize::bounds` into `lo_hi`.
 /// `sorted` is scratch.
@@ -62,17 +83,18 @@ pub(super) fn smooth_toward_targets(
     endpoints: &mut [EndpointRecord],
     raw: &[Option<f64>],
     p: &WeightParams,
-    elapsed_us: Option<u64>,
+    t: Times,
     sorted: &mut Vec<f64>,
     desired: &mut Vec<f64>,
     lo_hi: &mut Vec<(f64, f64)>,
 ) {
     let targets = Targets::of(raw, p.floor, sorted);
-    let alpha = smoothing_share(elapsed_us, p.smoothing_us);
+    let alpha = smoothing_share(t.elapsed_us, p.smoothing_us);
     desired.clear();
     lo_hi.clear();
     for (endpoint, raw) in endpoints.iter_mut().zip(raw) {
-        let target = targets.target(*raw);
+        let ramp = slow_start_factor(endpoint.first_seen_us, t.cluster_created_us, t.now_us, p.slow_start_us);
+        let target = (targets.target(*raw) * ramp).max(f64::MIN_POSITIVE);
         if let Some(d) = endpoint.decision.as_mut() {
             d.target = target;
         }
@@ -93,6 +115,16 @@ mod tests {
         assert_eq!((t.target(Some(100.0)), t.target(None), t.target(Some(1.0))), (0.5, 1.0, 0.05));
         let none = Targets::of(&[None, None], 0.05, &mut sorted);
         assert_eq!(none.target(None), 1.0);
+    }
+
+    #[test]
+    fn endpoints_joining_an_established_cluster_slow_start() {
+        let window = 10_000_000;
+        assert_eq!(slow_start_factor(5_000_000, 0, 5_000_000, window), 1.0, "one of the first endpoints");
+        assert!((slow_start_factor(20_000_000, 0, 20_000_000, window) - 0.1).abs() < 1e-12);
+        assert!((slow_start_factor(20_000_000, 0, 25_000_000, window) - 0.55).abs() < 1e-12);
+        assert_eq!(slow_start_factor(20_000_000, 0, 30_000_000, window), 1.0);
+        assert_eq!(slow_start_factor(20_000_000, 0, 20_000_000, 0), 1.0, "off");
     }
 
     #[test]

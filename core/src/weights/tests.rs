@@ -220,6 +220,26 @@ fn errors_eject_and_recovery_readmits() {
 }
 
 #[test]
+fn a_readmitted_endpoint_resumes_its_weight_instead_of_climbing_from_the_floor() {
+    let mut w = World::new(WeightParams::default());
+    for _ in 0..20 {
+        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000))]);
+    }
+    let healthy = w.decision(B).weight;
+    let down = Traffic { errors: 50, ..ok(50, 1_000) };
+    for _ in 0..20 {
+        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, down)]);
+    }
+    assert!(w.decision(B).ejected);
+    let mut steps = 0;
+    while w.decision(B).ejected || w.decision(B).weight < 0.8 * healthy {
+        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000))]);
+        steps += 1;
+        assert!(steps <= 6, "weight {} of {healthy} after {steps} s: {:?}", w.decision(B).weight, w.decision(B));
+    }
+}
+
+#[test]
 fn an_ejected_endpoint_without_traffic_fades_back_to_probing() {
     let mut w = World::new(WeightParams::default());
     for _ in 0..5 {
@@ -240,12 +260,25 @@ fn an_ejected_endpoint_without_traffic_fades_back_to_probing() {
 }
 
 #[test]
-fn few_requests_do_not_eject() {
+fn a_few_requests_weigh_in_proportion_to_their_evidence() {
     let mut w = World::new(WeightParams::default());
-    for _ in 0..10 {
-        w.step(&["r0"], |_| vec![(A, ok(50, 10_000)), (B, Traffic { errors: 2, ..ok(2, 1_000) })]);
+    // Now and then one failure among a few requests: noise, never an ejection.
+    for i in 0..30 {
+        let b = if i % 3 == 0 { Traffic { errors: 1, ..ok(3, 1_000) } } else { ok(3, 1_000) };
+        w.step(&["r0"], |_| vec![(A, ok(50, 10_000)), (B, b)]);
+        assert!(!w.decision(B).ejected, "{:?}", w.decision(B));
     }
-    assert!(!w.decision(B).ejected);
+    // Two requests a second, every one failing, for long enough: that is evidence.
+    let mut ejected_after = None;
+    for i in 0..30 {
+        w.step(&["r0"], |_| vec![(A, ok(50, 10_000)), (B, Traffic { errors: 2, ..ok(2, 1_000) })]);
+        if w.decision(B).ejected {
+            ejected_after = Some(i);
+            break;
+        }
+    }
+    let after = ejected_after.expect("never ejected");
+    assert!(after >= 2, "a single thin window must not eject: {after}");
 }
 
 #[test]
