@@ -7,6 +7,7 @@ istio-bins: deps
 	bash e2e/istio/build/build.sh
 
 # Real processes on 127.0.0.1: the smoke test, then wasmplugin/ installed and exercised with the
-# filter ($(WASM), also as an OCI image) and the static aggregator (see e2e/istio/README.md).
-test-istio: istio-bins wasm oci-wasm aggregator-static
+# filter ($(WASM), also as an OCI image), the static aggregator and the emulator's gRPC backends
+# (see e2e/istio/README.md).
+test-istio: istio-bins build oci-wasm aggregator-static
 	$(PYTEST) -q e2e/istio

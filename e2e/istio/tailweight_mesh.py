@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import requests
 import yaml
 
@@ -52,50 +53,56 @@ SHARD_HEADER = "x-tailweight-shard"
 CLIENT_HOST, INTRUDER_HOST, FIRST_REPLICA_HOST = 110, 111, 131
 BACKENDS = {"backend-a": 121, "backend-b": 122, "backend-c": 123}  # name -> host number
 REPLICAS = 2
+# The gRPC destination: Service `ping`, port 9090 named grpc-* (istiod: protocol GRPC, HTTP/2
+# upstream), backends from the emulator (`protocol=grpc`) answering Fortio's ping.
+GRPC_SERVICE, GRPC_PORT, GRPC_PORT_NAME = "ping", 9090, "grpc-ping"
+PING_METHOD = "/fgrpc.PingServer/Ping"
 
 
 def host_of(service: str, namespace: str = CLIENT_NS) -> str:
     return f"{service}.{namespace}.svc.cluster.local"
 
 
-def cluster_of(service: str) -> str:
-    """The Envoy cluster the client's sidecar routes `service` to (what the filter steers)."""
-    return f"outbound|{PORT}||{host_of(service)}"
+def cluster_of(service: str, port: int = PORT, namespace: str = CLIENT_NS) -> str:
+    """The Envoy cluster a client's sidecar routes `service` to (what the filter steers)."""
+    return f"outbound|{port}||{host_of(service, namespace)}"
 
 
 # ---------------------------------------------------------------------------------------------------
 # The overlay a user would write (see wasmplugin/overlays/example)
 
 
-def write_overlay(directory: Path, url: str, services: list[str],
-                  plugin_config: dict | None = None) -> Path:
-    """An overlay of wasmplugin/: the aggregator, and namespace `shop` opted in for `services`
-    (WasmPlugin `clusters` + one EnvoyFilter configPatch each), the module at `url`, and
-    `plugin_config` merged over the WasmPlugin's pluginConfig. Returns the overlay directory."""
-    shop = directory / CLIENT_NS
-    shop.mkdir(parents=True, exist_ok=True)
+def write_overlay(directory: Path, url: str, destinations: list[tuple[str, int]],
+                  plugin_config: dict | None = None, namespace: str = CLIENT_NS) -> Path:
+    """An overlay of wasmplugin/: the aggregator, and `namespace` opted in for `destinations`
+    ((service, port) pairs of that namespace: WasmPlugin `clusters` + one EnvoyFilter configPatch
+    each), the module at `url`, and `plugin_config` merged over the WasmPlugin's pluginConfig.
+    Returns the overlay directory."""
+    client = directory / namespace
+    client.mkdir(parents=True, exist_ok=True)
     rel = lambda target, frm: os.path.relpath(target, frm)  # noqa: E731 - kustomize wants relative
     (directory / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [rel(WASMPLUGIN / "aggregator", directory), CLIENT_NS],
+        "resources": [rel(WASMPLUGIN / "aggregator", directory), namespace],
         "patches": [{"target": {"kind": "AuthorizationPolicy", "name": "tailweight-aggregator"},
                      "patch": yaml.safe_dump([{
                          "op": "replace", "path": "/spec/rules/0/from/0/source/namespaces",
-                         "value": [CLIENT_NS]}])}],
+                         "value": [namespace]}])}],
     }))
     base_config = yaml.safe_load((WASMPLUGIN / "client" / "wasmplugin.yaml").read_text())["spec"]["pluginConfig"]
-    config = {**base_config, "clusters": [cluster_of(s) for s in services], **(plugin_config or {})}
+    clusters = [cluster_of(service, port, namespace) for service, port in destinations]
+    config = {**base_config, "clusters": clusters, **(plugin_config or {})}
     envoyfilter_ops = []
-    for i, service in enumerate(services):
+    for i, (service, port) in enumerate(destinations):
         if i > 0:
             envoyfilter_ops.append({"op": "copy", "from": "/spec/configPatches/0",
                                     "path": "/spec/configPatches/-"})
         envoyfilter_ops.append({"op": "replace", "path": f"/spec/configPatches/{i}/match/cluster",
-                                "value": {"service": host_of(service), "portNumber": PORT}})
-    (shop / "kustomization.yaml").write_text(yaml.safe_dump({
+                                "value": {"service": host_of(service, namespace), "portNumber": port}})
+    (client / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "namespace": CLIENT_NS,
-        "resources": [rel(WASMPLUGIN / "client", shop)],
+        "namespace": namespace,
+        "resources": [rel(WASMPLUGIN / "client", client)],
         "patches": [
             {"target": {"kind": "WasmPlugin", "name": "tailweight"},
              "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/url", "value": url},
@@ -125,6 +132,46 @@ def apply_services(cp: ControlPlane, services: list[str], backends: dict[str, tu
     for name, (ip, port) in backends.items():
         cp.apply_workload_entry(CLIENT_NS, name, ip, {"app": "backend", "tier": "pool"},
                                 ports={"http": port})
+
+
+def apply_grpc_service(cp: ControlPlane, backend_ports: list[int]) -> None:
+    """The Kubernetes Service `ping` (port GRPC_PORT named `grpc-ping`: istiod makes its cluster
+    HTTP/2) over one plaintext WorkloadEntry per gRPC backend of the emulator (127.0.0.1:<port>)."""
+    cp.apply_yaml(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": GRPC_SERVICE, "namespace": CLIENT_NS},
+        "spec": {"selector": {"app": GRPC_SERVICE},
+                 "ports": [{"name": GRPC_PORT_NAME, "port": GRPC_PORT, "targetPort": GRPC_PORT_NAME}]},
+    }))
+    for i, port in enumerate(backend_ports):
+        cp.apply_workload_entry(CLIENT_NS, f"{GRPC_SERVICE}-{i}", LOCALHOST, {"app": GRPC_SERVICE},
+                                ports={GRPC_PORT_NAME: port})
+
+
+def grpc_channel(client: Sidecar) -> grpc.Channel:
+    """One gRPC channel (one HTTP/2 connection) to the client sidecar's outbound listener on
+    GRPC_PORT, with the Service's name as :authority (the listener routes by it). Its own
+    subchannel pool: grpc-core otherwise shares connections process-wide."""
+    return grpc.insecure_channel(f"{client.ip}:{GRPC_PORT}", options=[
+        ("grpc.default_authority", f"{host_of(GRPC_SERVICE)}:{GRPC_PORT}"),
+        ("grpc.use_local_subchannel_pool", 1),
+    ])
+
+
+def grpc_pings(channel: grpc.Channel, count: int, streams: int, timeout_s: float = 10) -> list[grpc.StatusCode]:
+    """`count` Fortio pings (/fgrpc.PingServer/Ping, an empty PingMessage, as the emulator serves
+    it), `streams` at a time on the channel's one connection; returns each call's status code."""
+    ping = channel.unary_unary(PING_METHOD, request_serializer=None, response_deserializer=None)
+    codes = []
+    for start in range(0, count, streams):
+        calls = [ping.future(b"", timeout=timeout_s) for _ in range(min(streams, count - start))]
+        for call in calls:
+            try:
+                call.result()
+            except grpc.RpcError:
+                pass
+            codes.append(call.code())
+    return codes
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -199,9 +246,11 @@ def stop_replica(cp: ControlPlane, replica: Replica) -> None:
 # Reading the client's sidecar
 
 
-def send(client: Sidecar, service: str, timeout: float = 5) -> requests.Response:
+def send(client: Sidecar, service: str, timeout: float = 5, headers: dict[str, str] | None = None
+         ) -> requests.Response:
     """One request through the client's outbound listener (port 8080), routed by Host."""
-    return http_get(f"http://{client.ip}:{PORT}/", headers={"Host": host_of(service)}, timeout=timeout)
+    return http_get(f"http://{client.ip}:{PORT}/", headers={"Host": host_of(service), **(headers or {})},
+                    timeout=timeout)
 
 
 def filter_stats(sidecar: Sidecar) -> dict[str, int]:

@@ -49,7 +49,7 @@ def mesh(control_plane) -> Mesh:
     client_ip = cp.ip(10)
     port = cp.procs.reserve_port()  # pilot-agent's Envoy binds it and cannot report a port-0 bind
     cp.apply_loopback_service(NS, HOST, port, endpoints, labels={"app": "backend"})
-    cp.apply_sidecar_resource(NS, "client", {"app": "client"}, bind_ip=client_ip, egress_port=port)
+    cp.apply_sidecar_resource(NS, "client", {"app": "client"}, bind_ip=client_ip, egress_ports={port: "HTTP"})
     sidecar = cp.start_sidecar(NS, "client", ip=client_ip, labels={"app": "client"})
     return Mesh(cp, sidecar, port)
 

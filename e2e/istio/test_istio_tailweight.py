@@ -15,18 +15,33 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 import pytest
 import requests
 import yaml
 
 import tailweight_mesh as tm
+from bench.emulator import BackendSettings, Emulator
+from bench.emulator import start as start_emulator
 from cluster import ISTIO_CACHE, TW_CACHE, VERSIONS, ControlPlane, Sidecar, http_get
+from tailweight_e2e import paths
 from tailweight_e2e.procs import wait_for
 
-SERVICES = ["backend"] + [f"svc-{i}" for i in range(8)]  # 9 destination clusters to shard
+SERVICES = ["backend"] + [f"svc-{i}" for i in range(8)]  # 9 HTTP destination clusters to shard
+# Every opted-in destination: the HTTP services on port 8080 and the gRPC service `ping`.
+DESTINATIONS = [(s, tm.PORT) for s in SERVICES] + [(tm.GRPC_SERVICE, tm.GRPC_PORT)]
+# Over the manifests' pluginConfig in every install here: per-endpoint pick counters, so the gRPC
+# test can compare the filter's picks with what each backend served.
+TEST_PLUGIN_CONFIG = {"per_endpoint_metrics": True}
+GRPC_BACKENDS = 3
+RPCS = 300  # gRPC calls per measured phase
 REGISTRY = ISTIO_CACHE / "bin" / f"registry-{VERSIONS['GGCR_VERSION']}"
 ORAS = TW_CACHE / "bin" / "oras-v1.3.6"  # as mk/oci.mk installs it
 OCI_LAYOUT = tm.REPO / "build" / "oci" / "tailweight-filter"
+EMULATOR = paths.RELEASE / "tailweight-emulator"  # the gRPC backends (`make native`)
+DOWNSTREAM_CX_TOTAL = r"listener\..*\.downstream_cx_total"
+STRIP_ENVOYFILTER = "tailweight-strip-incoming-header"
+STRIP_FILTER = "tailweight.strip-incoming-override-header"  # its HTTP filter's name in the listener
 
 
 @dataclass
@@ -36,13 +51,15 @@ class Mesh:
     intruder: Sidecar
     replicas: list[tm.Replica]
     backends: dict[str, tuple[str, int]]
+    emulator: Emulator
     url: str = ""
     stopped: list[tm.Replica] = field(default_factory=list)
 
     def install(self, url: str | None = None, plugin_config: dict | None = None) -> None:
         """`kubectl apply -k` of our overlay of wasmplugin/ (module URL, pluginConfig overrides)."""
         self.url = url or self.url
-        overlay = tm.write_overlay(self.cp.dir / "overlay", self.url, SERVICES, plugin_config)
+        config = {**TEST_PLUGIN_CONFIG, **(plugin_config or {})}
+        overlay = tm.write_overlay(self.cp.dir / "overlay", self.url, DESTINATIONS, config)
         self.cp.apply_kustomization(overlay)
 
     @property
@@ -56,27 +73,31 @@ class Mesh:
 
 @pytest.fixture(scope="module")
 def mesh(control_plane) -> Mesh:
-    missing = [str(p) for p in (tm.WASM, tm.AGGREGATOR) if not p.is_file()]
+    missing = [str(p) for p in (tm.WASM, tm.AGGREGATOR, EMULATOR) if not p.is_file()]
     if missing:
-        pytest.skip(f"not built: {missing} (make wasm aggregator-static)")
+        pytest.skip(f"not built: {missing} (make build aggregator-static)")
     cp = control_plane
     for ns in (tm.AGG_NS, tm.CLIENT_NS, tm.OTHER_NS):
         cp.create_namespace(ns)
     backends = {name: cp.start_backend(name, cp.ip(n)) for name, n in tm.BACKENDS.items()}
     tm.apply_services(cp, SERVICES, backends)
-    mesh = Mesh(cp, None, None, [], backends)  # type: ignore[arg-type]
+    emulator = start_emulator(cp.procs, [BackendSettings(workers=4, base_ms=2, protocol="grpc")] * GRPC_BACKENDS,
+                              name="grpc-emulator")
+    tm.apply_grpc_service(cp, emulator.ports)
+    mesh = Mesh(cp, None, None, [], backends, emulator)  # type: ignore[arg-type]
     mesh.install(url=f"file://{tm.WASM}")
     mesh.replicas = [tm.start_replica(cp, i) for i in range(tm.REPLICAS)]
     # The client (opted in) and an intruder (namespace `other`): real outbound listeners on :8080.
     client_ip, intruder_ip = cp.ip(tm.CLIENT_HOST), cp.ip(tm.INTRUDER_HOST)
     cp.apply_sidecar_resource(tm.CLIENT_NS, "client", {"app": "client"}, bind_ip=client_ip,
-                              egress_port=tm.PORT, hosts=("./*", f"{tm.AGG_NS}/*"))
+                              egress_ports={tm.PORT: "HTTP", tm.GRPC_PORT: "GRPC"},
+                              hosts=("./*", f"{tm.AGG_NS}/*"))
     cp.apply_sidecar_resource(tm.OTHER_NS, "intruder", {"app": "intruder"}, bind_ip=intruder_ip,
-                              egress_port=tm.PORT, hosts=(f"{tm.AGG_NS}/*",))
+                              egress_ports={tm.PORT: "HTTP"}, hosts=(f"{tm.AGG_NS}/*",))
     # The client keeps Istio's default stats inclusion (its "wasm" prefix covers the filter's
-    # wasmcustom.* metrics), as in a real cluster.
+    # wasmcustom.* metrics), as in a real cluster, plus its listeners' connection counts.
     mesh.client = cp.start_sidecar(tm.CLIENT_NS, "client", ip=client_ip, labels={"app": "client"},
-                                   stats_inclusion=())
+                                   stats_inclusion=(DOWNSTREAM_CX_TOTAL,))
     mesh.intruder = cp.start_sidecar(tm.OTHER_NS, "intruder", ip=intruder_ip, labels={"app": "intruder"})
     for sc in (mesh.client, mesh.intruder):
         wait_for(lambda sc=sc: f"{sc.ip}_{tm.PORT}" in sc.listeners(), 30, f"{sc.proxy_id} outbound listener")
@@ -146,7 +167,9 @@ def test_filter_loaded_via_ecds(mesh):
     assert stats["config_errors"] == 0
     # Only the opted-in namespace runs it: not the aggregator's sidecars, not namespace `other`.
     for sc in [mesh.intruder] + [r.sidecar for r in mesh.replicas]:
-        assert "tailweight~" not in json.dumps(sc.listeners()), f"{sc.proxy_id} got a tailweight filter"
+        listeners = json.dumps(sc.listeners())
+        assert "tailweight~" not in listeners, f"{sc.proxy_id} got a tailweight filter"
+        assert STRIP_FILTER not in listeners, f"{sc.proxy_id} got the header removal"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -181,6 +204,58 @@ def test_requests_steered_to_the_picked_endpoint(mesh):
     assert delta(after, before, "explorations") + delta(after, before, "fallbacks") == 60 - picks
     assert delta(after, before, "picks_honoured") == picks and delta(after, before, "picks_not_honoured") == 0
     assert picks >= 40, f"only {picks} of 60 requests carried a pick"
+
+
+# ---------------------------------------------------------------------------------------------------
+# An override header the application sets never steers: the sidecar removes it before the filter
+# (wasmplugin/client/envoyfilter-strip-header.yaml). Checked here with the filter healthy, and in
+# each state without a working filter further down (invalid pluginConfig, unfetchable module,
+# WasmPlugin deleted).
+
+
+def forge(mesh: Mesh, n: int = 30) -> tuple[str, list[requests.Response]]:
+    """`n` requests to `backend` whose application set the override header itself, naming
+    backend-a; returns that address and the responses (all 200)."""
+    ip, port = mesh.backends["backend-a"]
+    target = f"{ip}:{port}"
+    responses = [tm.send(mesh.client, "backend", headers={tm.OVERRIDE_HEADER: target}) for _ in range(n)]
+    assert all(r.status_code == 200 for r in responses), [r.status_code for r in responses]
+    return target, responses
+
+
+def assert_not_steered_by(target: str, responses: list[requests.Response]) -> None:
+    """The forged header did not decide: the requests spread over the endpoints (least_request or
+    the filter: at most ~2/3 of them to any one endpoint), not all to `target`."""
+    served = [r.headers["x-backend-address"] for r in responses]
+    assert len(set(served)) >= 2 and served.count(target) < len(served), (target, served)
+
+
+def assert_header_removed(responses: list[requests.Response]) -> None:
+    """No backend received an override header: the sidecar removed the forged one and no filter
+    wrote one (echo_backend.py echoes what arrived in x-echo-override)."""
+    arrived = [r.headers["x-echo-override"] for r in responses if r.headers["x-echo-override"]]
+    assert not arrived, f"override headers reached the backends: {arrived}"
+
+
+def test_forged_override_header_removed_before_the_filter(mesh):
+    client = mesh.client
+    tailweight = next(n for n in client.ecds_filters() if f"/{tm.CLIENT_NS}.tailweight~" in n)
+    for port in (tm.PORT, tm.GRPC_PORT):  # every outbound HTTP listener: the removal comes first
+        chain = yaml.safe_dump(client.listeners()[f"{client.ip}_{port}"])
+        assert STRIP_FILTER in chain and chain.index(STRIP_FILTER) < chain.index(tailweight), chain
+    before = settle(client)
+    target, responses = forge(mesh)
+    after = settle(client)
+    # The filter never saw the application's header (else it counts it as replaced or trusted) ...
+    assert delta(after, before, "incoming_header_replaced") == 0, (before, after)
+    assert delta(after, before, "incoming_header_trusted") == 0
+    # ... and its own picks decided: each steered request went where the filter's header said.
+    steered = [r for r in responses if r.headers["x-echo-override"]]
+    for r in steered:
+        assert r.headers["x-echo-override"].split(",")[0] == r.headers["x-backend-address"], r.headers
+    assert delta(after, before, "picks") == delta(after, before, "picks_honoured") == len(steered) >= 20
+    # Requests the filter left to least_request (explorations) arrived without any header.
+    assert_not_steered_by(target, responses)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -323,6 +398,136 @@ def test_stopped_replica_clusters_move_to_the_other(mesh):
 
 
 # ---------------------------------------------------------------------------------------------------
+# gRPC: a Service port named grpc-* (istiod: HTTP/2 upstream) with emulator backends. Here, after
+# the replica tests: the ping cluster's reports must not change which clusters they see moving.
+
+
+def grpc_served(mesh: Mesh) -> list[int]:
+    """Calls each gRPC backend received so far (the emulator's own count), by backend index."""
+    return [int(n) for n in mesh.emulator.requests_total()]
+
+
+def grpc_errors(mesh: Mesh) -> list[int]:
+    errors = mesh.emulator.metrics().get("emulator_errors_total", {})
+    return [int(errors.get(i, 0)) for i in range(GRPC_BACKENDS)]
+
+
+def grpc_picks(stats: dict[str, int], mesh: Mesh) -> list[int]:
+    """The filter's picks per gRPC backend (per_endpoint_metrics: endpoint.<ip>_<port>.picks)."""
+    keys = ["endpoint." + a.replace(".", "_").replace(":", "_") + ".picks" for a in mesh.emulator.addresses]
+    return [stats.get(k, 0) for k in keys]
+
+
+def client_connections(client: Sidecar, port: int) -> int:
+    """Downstream connections the client's outbound listener on `port` accepted so far."""
+    return int(client.stats("downstream_cx_total").get(f"listener.{client.ip}_{port}.downstream_cx_total", 0))
+
+
+def minus(after: list[int], before: list[int]) -> list[int]:
+    return [a - b for a, b in zip(after, before, strict=True)]
+
+
+def test_grpc_steered_per_rpc_on_one_connection(mesh):
+    client = mesh.client
+    cluster = tm.cluster_of(tm.GRPC_SERVICE, tm.GRPC_PORT)
+    config = next(c["cluster"] for c in client.config_dump(resource="dynamic_active_clusters")["configs"]
+                  if c["cluster"]["name"] == cluster)
+    # istiod made it an HTTP/2 cluster (the port name), and the EnvoyFilter an override_host one.
+    assert "http2_protocol_options" in json.dumps(config.get("typed_extension_protocol_options")), config
+    assert "override_host" in json.dumps(config.get("load_balancing_policy")), config
+    connections = client_connections(client, tm.GRPC_PORT)
+    with tm.grpc_channel(client) as channel:
+        warm_up = tm.grpc_pings(channel, 100, streams=4)  # the filter learns the endpoints
+        assert set(warm_up) == {grpc.StatusCode.OK}, warm_up
+        before, served_before = settle(client), grpc_served(mesh)
+        codes = tm.grpc_pings(channel, RPCS, streams=4)
+        after, served_after = settle(client), grpc_served(mesh)
+    assert set(codes) == {grpc.StatusCode.OK}, codes
+    # All of it (warm-up included) over one HTTP/2 connection from the application.
+    assert client_connections(client, tm.GRPC_PORT) - connections == 1
+    served = minus(served_after, served_before)
+    picks = minus(grpc_picks(after, mesh), grpc_picks(before, mesh))
+    left = delta(after, before, "explorations") + delta(after, before, "fallbacks")
+    print(f"\n[istio] gRPC {RPCS} calls on one connection: picks per backend {picks}, served {served}, "
+          f"{left} left to least_request")
+    # Each RPC was decided on its own: the filter picked several endpoints ...
+    assert sum(picks) == delta(after, before, "picks") and sum(p >= RPCS // 10 for p in picks) >= 2, picks
+    # ... Envoy honoured every pick ...
+    assert delta(after, before, "picks_honoured") == sum(picks) and delta(after, before, "picks_not_honoured") == 0
+    # ... and the backends' own counts agree: each served its picks plus some of the calls the
+    # filter left to least_request, and nothing else.
+    assert sum(served) == RPCS and sum(picks) + left == RPCS, (served, picks, left)
+    assert all(s >= p for s, p in zip(served, picks, strict=True)), (served, picks)
+    assert sum(picks) >= RPCS * 0.8, f"only {sum(picks)} of {RPCS} calls carried a pick"
+
+
+def test_grpc_failures_counted_and_avoided(mesh):
+    """A backend answers every call UNAVAILABLE (trailers-only, as a failing gRPC server does):
+    first without retries (a VirtualService), so every failure reaches the caller and the filter's
+    on_log; then under Istio's default retry policy, which retries UNAVAILABLE elsewhere. Each phase
+    fails a backend the filter has only seen healthy."""
+    client = mesh.client
+    vs_name = "ping-no-retries"
+    no_retries = yaml.safe_dump({
+        "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+        "metadata": {"name": vs_name, "namespace": tm.CLIENT_NS},
+        "spec": {"hosts": [tm.host_of(tm.GRPC_SERVICE)],
+                 "http": [{"route": [{"destination": {"host": tm.host_of(tm.GRPC_SERVICE)}}],
+                           "retries": {"attempts": 0}}]},
+    })
+    in_routes = lambda: f"virtual-service/{vs_name}" in json.dumps(  # noqa: E731
+        client.config_dump(resource="dynamic_route_configs"))
+    try:
+        with tm.grpc_channel(client) as channel:
+            mesh.cp.apply_yaml(no_retries)
+            wait_for(in_routes, 30, f"VirtualService {vs_name} in the client's routes")
+            failing = 0
+            mesh.emulator.event([failing], "fail")
+            before, served_before, errors_before = settle(client), grpc_served(mesh), grpc_errors(mesh)
+            codes = tm.grpc_pings(channel, RPCS, streams=4)
+            after = settle(client)
+            calls = minus(grpc_served(mesh), served_before)
+            failed = minus(grpc_errors(mesh), errors_before)
+            unavailable = codes.count(grpc.StatusCode.UNAVAILABLE)
+            counted = delta(after, before, "failures")
+            print(f"\n[istio] gRPC, backend {failing} failing, no retries: calls per backend {calls}, "
+                  f"{unavailable} UNAVAILABLE, failures counted {counted}, "
+                  f"suspensions {delta(after, before, 'suspensions')}")
+            assert set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}, codes
+            # Every failure the backend answered reached the caller and was counted by the filter
+            # (it had to see some: the backend was one of its endpoints in good standing) ...
+            assert unavailable == failed[failing] == calls[failing] == counted >= 1, (unavailable, failed, counted)
+            assert sum(failed) == failed[failing], failed
+            # ... and the failing backend got few calls: suspended after two failures in a row, it
+            # gets only probes (250 ms apart, backing off) and the odd exploration.
+            assert calls[failing] <= RPCS * 0.1, calls
+
+            # Istio's default retries: the caller sees no failure; the filter charges the failed
+            # attempt to the endpoint it picked (a pick not honoured), and avoids it as well.
+            mesh.cp.delete_yaml(no_retries)
+            wait_for(lambda: not in_routes(), 30, f"VirtualService {vs_name} gone from the client's routes")
+            mesh.emulator.event([failing], "recover")
+            failing = 1
+            mesh.emulator.event([failing], "fail")
+            before, served_before, errors_before = settle(client), grpc_served(mesh), grpc_errors(mesh)
+            codes = tm.grpc_pings(channel, RPCS, streams=4)
+            after = settle(client)
+        attempts = minus(grpc_served(mesh), served_before)
+        failed = minus(grpc_errors(mesh), errors_before)
+        print(f"[istio] gRPC, backend {failing} failing, Istio's retries: attempts per backend {attempts}, "
+              f"picks not honoured {delta(after, before, 'picks_not_honoured')}, "
+              f"failures counted {delta(after, before, 'failures')}")
+        assert set(codes) == {grpc.StatusCode.OK}, codes
+        assert failed[failing] == attempts[failing] >= 1 and sum(failed) == failed[failing], (failed, attempts)
+        assert attempts[failing] <= RPCS * 0.1, attempts
+        # A pick Envoy tried and retried elsewhere is not honoured (and charged to the endpoint).
+        assert delta(after, before, "picks_not_honoured") >= 1
+    finally:
+        mesh.emulator.event([0, 1], "recover")
+        mesh.cp.delete_yaml(no_retries)
+
+
+# ---------------------------------------------------------------------------------------------------
 # (d) the apiserver refuses an invalid WasmPlugin with a clear message
 
 
@@ -362,6 +567,11 @@ def test_invalid_plugin_config_passes_traffic(mesh):
         responses = mesh.traffic(rounds=20, services=["backend"])
         assert all(r.status_code == 200 for r in responses), [r.status_code for r in responses]
         assert not any(r.headers["x-echo-override"] for r in responses), "a disabled filter steered"
+        # A disabled filter passes requests untouched: the application's header would steer, but
+        # the sidecar removed it before.
+        target, forged = forge(mesh)
+        assert_header_removed(forged)
+        assert_not_steered_by(target, forged)
         after = settle(client)
         assert delta(after, before, "picks") == 0
     finally:
@@ -421,6 +631,10 @@ def test_unfetchable_module_fails_open(mesh):
         assert all(r.status_code == 200 for r in responses), [r.status_code for r in responses]
         assert not any(r.headers["x-echo-override"] for r in responses)
         assert "applying allow RBAC filter" in tm.envoy_log(client)
+        # No filter to replace the application's header: the sidecar removed it.
+        target, forged = forge(mesh)
+        assert_header_removed(forged)
+        assert_not_steered_by(target, forged)
     finally:
         mesh.install(url=f"file://{tm.WASM}")
     wait_for(lambda: tm.active_module(client) == str(tm.WASM), 30, "back to the file:// module")
@@ -466,3 +680,22 @@ def test_deleting_the_wasmplugin_removes_the_filter(mesh):
     responses = mesh.traffic(rounds=5)
     assert all(r.status_code == 200 for r in responses), [r.status_code for r in responses]
     assert not any(r.headers["x-echo-override"] for r in responses), "no filter, yet a pick arrived"
+    # The override_host clusters stay (the EnvoyFilter is separate); the application's header
+    # does not reach them.
+    target, forged = forge(mesh)
+    assert_header_removed(forged)
+    assert_not_steered_by(target, forged)
+
+
+def test_without_the_removal_a_forged_header_would_steer(mesh):
+    """What the removal prevents (and proof that forge() would notice): with the WasmPlugin gone
+    and the removal deleted too, Envoy follows the application's header for every request."""
+    client = mesh.client
+    listener = f"{client.ip}_{tm.PORT}"
+    assert "tailweight~" not in yaml.safe_dump(client.listeners()[listener]), "runs after the WasmPlugin's deletion"
+    mesh.cp.delete("envoyfilter", tm.CLIENT_NS, STRIP_ENVOYFILTER)
+    wait_for(lambda: STRIP_FILTER not in yaml.safe_dump(client.listeners()[listener]), 30,
+             "the removal gone from the outbound listener")
+    target, forged = forge(mesh)
+    assert [r.headers["x-backend-address"] for r in forged] == [target] * len(forged)
+    assert {r.headers["x-echo-override"] for r in forged} == {target}
