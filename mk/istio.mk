@@ -1,7 +1,7 @@
 # Istio e2e: a real control plane (etcd, kube-apiserver, istiod, pilot-agent), and istioctl for
 # `istioctl analyze` of wasmplugin/, built from pinned Go modules through the module proxy and cached
 # in $(TW_CACHE)/istio (~20 min cold, instant after).
-.PHONY: istio-bins test-istio
+.PHONY: istio-bins test-istio bench-istio-startup
 
 istio-bins: deps
 	bash e2e/istio/build/build.sh
@@ -11,3 +11,8 @@ istio-bins: deps
 # (see e2e/istio/README.md).
 test-istio: istio-bins build oci-wasm aggregator-static
 	$(PYTEST) -q e2e/istio
+
+# Sidecar start-up (pilot-agent start -> Envoy ready) with and without tailweight, 1 and 50 outbound
+# services: bench/results/istio-startup.{json,md} (~1-2 min; see e2e/istio/bench_startup.py).
+bench-istio-startup: istio-bins wasm
+	$(PY) e2e/istio/bench_startup.py

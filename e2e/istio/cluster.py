@@ -103,6 +103,16 @@ def openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
 
 
+class KubectlFailed(subprocess.CalledProcessError):
+    """A kubectl command failed; its message carries kubectl's own error (stderr)."""
+
+    def __init__(self, r: subprocess.CompletedProcess):
+        super().__init__(r.returncode, r.args, r.stdout, r.stderr)
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}: {self.stderr.strip()[-2000:]}"
+
+
 # ---------------------------------------------------------------------------------------------------
 # Loopback backends
 
@@ -261,7 +271,7 @@ class ControlPlane:
         out = {}
         for p in self.procs.procs:
             if p.alive():
-                out[p.name] = _tree_rss_kb(p.pid) / 1024
+                out[p.name] = tree_rss_kb(p.pid) / 1024
         return out
 
     # -- credentials --------------------------------------------------------------------------------
@@ -364,7 +374,7 @@ class ControlPlane:
                             f"--cache-dir={self.dir / 'kubectl-cache'}", *args], input=input,
                            capture_output=True, text=True, timeout=timeout)
         if check and r.returncode != 0:
-            raise subprocess.CalledProcessError(r.returncode, r.args, r.stdout, r.stderr)
+            raise KubectlFailed(r)
         return r
 
     def get_json(self, *args: str) -> dict:
@@ -669,7 +679,7 @@ def _bootstrap_template() -> str:
     return text.replace('"address": "{{ .wildcard }}"', '"address": "{{ .localhost }}"')
 
 
-def _tree_rss_kb(pid: int) -> int:
+def tree_rss_kb(pid: int) -> int:
     """RSS of pid plus all its descendants, from /proc."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():

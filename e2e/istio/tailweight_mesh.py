@@ -73,22 +73,23 @@ def cluster_of(service: str, port: int = PORT, namespace: str = CLIENT_NS) -> st
 
 
 def write_overlay(directory: Path, url: str, destinations: list[tuple[str, int]],
-                  plugin_config: dict | None = None, namespace: str = CLIENT_NS) -> Path:
-    """An overlay of wasmplugin/: the aggregator, and `namespace` opted in for `destinations`
-    ((service, port) pairs of that namespace: WasmPlugin `clusters` + one EnvoyFilter configPatch
-    each), the module at `url`, and `plugin_config` merged over the WasmPlugin's pluginConfig.
-    Returns the overlay directory."""
+                  plugin_config: dict | None = None, namespace: str = CLIENT_NS,
+                  aggregator: bool = True) -> Path:
+    """An overlay of wasmplugin/: the aggregator (unless not `aggregator`: then only the opt-in),
+    and `namespace` opted in for `destinations` ((service, port) pairs of that namespace: WasmPlugin
+    `clusters` + one EnvoyFilter configPatch each), the module at `url`, and `plugin_config` merged
+    over the WasmPlugin's pluginConfig. Returns the overlay directory."""
     client = directory / namespace
     client.mkdir(parents=True, exist_ok=True)
     rel = lambda target, frm: os.path.relpath(target, frm)  # noqa: E731 - kustomize wants relative
-    (directory / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [rel(WASMPLUGIN / "aggregator", directory), namespace],
-        "patches": [{"target": {"kind": "AuthorizationPolicy", "name": "tailweight-aggregator"},
-                     "patch": yaml.safe_dump([{
-                         "op": "replace", "path": "/spec/rules/0/from/0/source/namespaces",
-                         "value": [namespace]}])}],
-    }))
+    top: dict = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": [namespace]}
+    if aggregator:
+        top["resources"].insert(0, rel(WASMPLUGIN / "aggregator", directory))
+        top["patches"] = [{"target": {"kind": "AuthorizationPolicy", "name": "tailweight-aggregator"},
+                           "patch": yaml.safe_dump([{
+                               "op": "replace", "path": "/spec/rules/0/from/0/source/namespaces",
+                               "value": [namespace]}])}]
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(top))
     base_config = yaml.safe_load((WASMPLUGIN / "client" / "wasmplugin.yaml").read_text())["spec"]["pluginConfig"]
     clusters = [cluster_of(service, port, namespace) for service, port in destinations]
     config = {**base_config, "clusters": clusters, **(plugin_config or {})}

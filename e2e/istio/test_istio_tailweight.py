@@ -427,6 +427,15 @@ def minus(after: list[int], before: list[int]) -> list[int]:
     return [a - b for a, b in zip(after, before, strict=True)]
 
 
+def grpc_phase(mesh: Mesh, channel: grpc.Channel) -> tuple[list[grpc.StatusCode], list[int], list[int], dict, dict]:
+    """RPCS pings, 4 at a time: their status codes, the calls and the errors each backend counted
+    meanwhile, and the filter's counters before and after."""
+    before, served, errors = settle(mesh.client), grpc_served(mesh), grpc_errors(mesh)
+    codes = tm.grpc_pings(channel, RPCS, streams=4)
+    after = settle(mesh.client)
+    return codes, minus(grpc_served(mesh), served), minus(grpc_errors(mesh), errors), before, after
+
+
 def test_grpc_steered_per_rpc_on_one_connection(mesh):
     client = mesh.client
     cluster = tm.cluster_of(tm.GRPC_SERVICE, tm.GRPC_PORT)
@@ -439,13 +448,10 @@ def test_grpc_steered_per_rpc_on_one_connection(mesh):
     with tm.grpc_channel(client) as channel:
         warm_up = tm.grpc_pings(channel, 100, streams=4)  # the filter learns the endpoints
         assert set(warm_up) == {grpc.StatusCode.OK}, warm_up
-        before, served_before = settle(client), grpc_served(mesh)
-        codes = tm.grpc_pings(channel, RPCS, streams=4)
-        after, served_after = settle(client), grpc_served(mesh)
+        codes, served, _, before, after = grpc_phase(mesh, channel)
     assert set(codes) == {grpc.StatusCode.OK}, codes
     # All of it (warm-up included) over one HTTP/2 connection from the application.
     assert client_connections(client, tm.GRPC_PORT) - connections == 1
-    served = minus(served_after, served_before)
     picks = minus(grpc_picks(after, mesh), grpc_picks(before, mesh))
     left = delta(after, before, "explorations") + delta(after, before, "fallbacks")
     print(f"\n[istio] gRPC {RPCS} calls on one connection: picks per backend {picks}, served {served}, "
@@ -483,11 +489,7 @@ def test_grpc_failures_counted_and_avoided(mesh):
             wait_for(in_routes, 30, f"VirtualService {vs_name} in the client's routes")
             failing = 0
             mesh.emulator.event([failing], "fail")
-            before, served_before, errors_before = settle(client), grpc_served(mesh), grpc_errors(mesh)
-            codes = tm.grpc_pings(channel, RPCS, streams=4)
-            after = settle(client)
-            calls = minus(grpc_served(mesh), served_before)
-            failed = minus(grpc_errors(mesh), errors_before)
+            codes, calls, failed, before, after = grpc_phase(mesh, channel)
             unavailable = codes.count(grpc.StatusCode.UNAVAILABLE)
             counted = delta(after, before, "failures")
             print(f"\n[istio] gRPC, backend {failing} failing, no retries: calls per backend {calls}, "
@@ -509,11 +511,7 @@ def test_grpc_failures_counted_and_avoided(mesh):
             mesh.emulator.event([failing], "recover")
             failing = 1
             mesh.emulator.event([failing], "fail")
-            before, served_before, errors_before = settle(client), grpc_served(mesh), grpc_errors(mesh)
-            codes = tm.grpc_pings(channel, RPCS, streams=4)
-            after = settle(client)
-        attempts = minus(grpc_served(mesh), served_before)
-        failed = minus(grpc_errors(mesh), errors_before)
+            codes, attempts, failed, before, after = grpc_phase(mesh, channel)
         print(f"[istio] gRPC, backend {failing} failing, Istio's retries: attempts per backend {attempts}, "
               f"picks not honoured {delta(after, before, 'picks_not_honoured')}, "
               f"failures counted {delta(after, before, 'failures')}")
