@@ -391,8 +391,10 @@ class ControlPlane:
     def _apply_crds(self) -> None:
         """Istio's CRDs (incl. their validation rules, so the apiserver rejects bad resources)."""
         self.kubectl("apply", "--server-side", "-f", str(CRDS), timeout=120)
-        self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s",
-                     timeout=90)
+        # Asked again when it fails: right after the apply it can fail transiently; a real timeout
+        # still ends in kubectl's error (wait_for names the last one).
+        wait_for(lambda: self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s",
+                                      timeout=90), 120, "Istio's CRDs Established")
         self.create_namespace("istio-system")
 
     def create_namespace(self, name: str) -> None:
