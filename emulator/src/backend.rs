@@ -248,6 +248,16 @@ impl Backend {
         }
     }
 
+    /// The error a request would get now (fail or shed mode), without counting a request: a running
+    /// stream checks it before each message.
+    pub fn refusal(&self) -> Option<Answer> {
+        match self.state().answering {
+            Answering::Failing => Some(Answer::Failed),
+            Answering::Shedding => Some(Answer::Shed),
+            Answering::Normally => None,
+        }
+    }
+
     /// One request's work: an error at once when failing or shedding, else queue for a worker and
     /// sleep the service time. Dropping the future (connection closed) leaves the queue or frees
     /// the worker.

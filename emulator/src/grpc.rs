@@ -146,16 +146,25 @@ impl Streamer for GrpcHandlers {
         status_of(self.backend.serve().await)?;
         let gap = Duration::from_millis(u64::from(gap_ms));
         let (served_by, payload) = (self.backend.address.clone(), self.backend.payload.clone());
-        let ticks = futures_util::stream::unfold(0u32, move |seq| {
-            let tick = Tick { seq, served_by: served_by.clone(), payload: payload.clone() };
+        let backend = self.backend.clone();
+        // A backend put into fail or shed mode while the stream runs ends it with that status in
+        // the trailers, after the headers and the ticks already sent.
+        let ticks = futures_util::stream::unfold(Some(0u32), move |next| {
+            let backend = backend.clone();
+            let tick = next.map(|seq| Tick { seq, served_by: served_by.clone(), payload: payload.clone() });
             async move {
-                if seq == count {
+                let tick = tick?;
+                if tick.seq == count {
                     return None;
                 }
-                if seq > 0 {
+                if tick.seq > 0 {
                     tokio::time::sleep(gap).await;
+                    if let Some(answer) = backend.refusal() {
+                        return Some((status_of(answer).map(|()| tick), None));
+                    }
                 }
-                Some((Ok(tick), seq + 1))
+                let seq = tick.seq;
+                Some((Ok(tick), Some(seq + 1)))
             }
         });
         Ok(Response::new(Box::pin(ticks)))
@@ -320,6 +329,22 @@ mod tests {
         assert_eq!(trailers["grpc-status"], "0");
         assert!(orca_report(&trailers).rps_fractional > 0.0);
         assert_eq!(backend.snapshot().requests_total, 1, "one stream is one request");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_stream_running_when_the_backend_fails_ends_with_unavailable_in_the_trailers() {
+        let backend = start("workers=1,base_ms=1");
+        let (mut client, _connection) = connect(&backend).await;
+        let request = TicksRequest { count: 1_000, gap_ms: 20 };
+        let (head, mut body) = call(&mut client, "/tailweight.emulator.v1.Streamer/Ticks", request).await;
+        assert_eq!(head.status, 200);
+        assert!(!head.headers.contains_key("grpc-status"), "not trailers-only");
+        let first = body.data().await.expect("a tick").expect("data");
+        let _ = body.flow_control().release_capacity(first.len());
+        backend.apply(Action::Fail);
+        let (_, trailers) = read_all(body).await;
+        let trailers = trailers.expect("trailers");
+        assert_eq!(trailers["grpc-status"], "14", "UNAVAILABLE after the headers and a tick");
     }
 
     #[tokio::test(flavor = "current_thread")]
