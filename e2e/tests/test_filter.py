@@ -287,3 +287,22 @@ def test_misbehaving_aggregator_never_fails_a_request(group, tmp_path, mode):
     finally:
         if mode != "down":
             recorder.close()
+
+
+# A cluster that does not read the override header (its override_host patch missing): Envoy refuses
+# every pick. Refused picks are not endpoint failures; steering the cluster pauses, said once.
+def test_a_cluster_that_ignores_the_header_is_left_to_envoy_and_nothing_is_blamed(group):
+    backends = start_backends(group, 3)
+    cfg = yaml.safe_load(client_yaml(backends.addresses, {"explore_ratio": 0.0}))
+    cfg["static_resources"]["clusters"][0]["load_balancing_policy"] = envoy_configs.lb_policy("round_robin")
+    proxy = envoy.start(group, "envoy-no-override", yaml.safe_dump(cfg))
+    session = requests.Session()
+    for _ in range(300):
+        assert session.get(proxy.url(), timeout=10).status_code == 200
+    s = {k[len(STAT):]: v for k, v in proxy.stats(STAT).items()}
+    assert s["steering_pauses"] == 1, s
+    assert s["picks_refused"] >= 10 and s["paused"] > 100, s
+    assert s["failures"] == 0 and s["suspensions"] == 0, "nothing counted against the endpoints"
+    wait_for(lambda: proxy.stat(STAT + "clusters_paused") == 1, 10, "clusters_paused gauge")
+    warnings = [line for line in proxy.log().splitlines() if "leaving it to Envoy's load balancer" in line]
+    assert len(warnings) == 1, warnings

@@ -1,0 +1,131 @@
+"""The filter with gRPC over HTTP/2 in a real Envoy, real gRPC backends (the emulator) and real gRPC
+clients (Fortio's ping load, grpcio streams), on 127.0.0.1: every RPC on one connection is steered
+on its own; a failure in a trailers-only response and one in the trailers after messages both count
+against the endpoint; a long stream counts as in flight only until its first response headers.
+
+Shares and counts are asserted with margins that real runs meet; nothing here times anything."""
+import grpc
+import pytest
+import requests
+import yaml
+
+from bench import emulator as emu
+from bench import fortio
+from tailweight_e2e import aggregator, envoy, envoy_configs, paths
+from tailweight_e2e.grpc_calls import channel, ticks
+from tailweight_e2e.procs import ProcGroup, wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+STAT = "wasmcustom.tailweight."
+
+
+@pytest.fixture
+def group(tmp_path):
+    with ProcGroup(tmp_path / "logs") as g:
+        yield g
+
+
+def grpc_client(group, backends, plugin_config=None, policy="tailweight_local", aggregator_port=None):
+    """A client Envoy steering HTTP/2 to gRPC backends (the override header still stripped upstream)."""
+    config = yaml.safe_load(envoy_configs.render_client_envoy(
+        backends, policy, wasm_path=paths.WASM,
+        plugin_config=plugin_config or envoy_configs.plugin_config_for(policy), aggregator_port=aggregator_port))
+    for cluster in config["static_resources"]["clusters"]:
+        if cluster["name"] == envoy_configs.CLUSTER:
+            options = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+            options["explicit_http_config"] = {"http2_protocol_options": {}}
+    return envoy.start(group, f"envoy-{len(group.procs)}", yaml.safe_dump(config))
+
+
+def grpc_backends(group, n, base_ms=2.0):
+    return emu.start(group, [emu.BackendSettings(workers=8, base_ms=base_ms, protocol="grpc") for _ in range(n)])
+
+
+def ping_load(group, tmp_path, destination, qps, connections, streams, seconds, name):
+    out = tmp_path / f"{name}.json"
+    argv = fortio.load_argv(destination, qps, connections, seconds, out)
+    argv[2:2] = ["-grpc", "-ping", "-s", str(streams)]  # after `fortio load`
+    proc = group.start(name, argv)
+    proc.popen.wait(seconds + 60)
+    return fortio.read(out)
+
+
+def stats(proxy):
+    return {k[len(STAT):]: v for k, v in proxy.stats(STAT).items()}
+
+
+def test_every_rpc_on_one_connection_is_steered_and_a_failing_backend_gets_few(group, tmp_path):
+    backends = grpc_backends(group, 4)
+    proxy = grpc_client(group, backends.addresses)
+    destination = f"127.0.0.1:{proxy.port()}"
+    ping_load(group, tmp_path, destination, qps=100, connections=1, streams=4, seconds=3, name="warm")
+    backends.event([1], "fail")  # UNAVAILABLE at once, trailers-only (HTTP 200)
+    before = backends.requests_total()
+    result = ping_load(group, tmp_path, destination, qps=200, connections=1, streams=4, seconds=6, name="load")
+    served = [a - b for a, b in zip(backends.requests_total(), before, strict=True)]
+    total = sum(served)
+    assert result["DurationHistogram"]["Count"] >= 1000
+    s = stats(proxy)
+    # One client connection, four streams: each RPC was picked, and Envoy honoured every pick.
+    assert s["picks"] > 1000 and s["picks_honoured"] == s["picks"] and s["picks_refused"] == 0
+    assert proxy.stat(f"cluster.{envoy_configs.CLUSTER}.upstream_cx_http2_total") <= 4, "HTTP/2: few connections"
+    assert served[1] < 0.03 * total, f"the failing backend got {served}"
+    assert all(n > 0.08 * total for i, n in enumerate(served) if i != 1), served
+    # Its UNAVAILABLE answers were counted against it, and it was suspended (then only probed).
+    failed_rpcs = result["RetCodes"].get("ERROR", 0)
+    assert s["failures"] >= failed_rpcs > 0 and s["suspensions"] >= 1, (s, result["RetCodes"])
+
+
+def test_a_failure_in_the_trailers_after_messages_is_counted(group):
+    """Streams that got their headers and messages end with UNAVAILABLE in the trailers (not
+    trailers-only): the filter reads it in the log phase."""
+    backends = grpc_backends(group, 2)
+    proxy = grpc_client(group, backends.addresses)
+    ch = channel(f"127.0.0.1:{proxy.port()}")
+    streams = [ticks(ch, count=1_000, gap_ms=20) for _ in range(6)]
+    for call in streams:
+        next(call)  # headers and a first message have arrived
+    assert stats(proxy)["failures"] == 0
+    backends.event([0, 1], "fail")
+    codes = []
+    for call in streams:
+        with pytest.raises(grpc.RpcError) as raised:
+            list(call)
+        codes.append(raised.value.code())
+    assert codes == [grpc.StatusCode.UNAVAILABLE] * 6
+    wait_for(lambda: stats(proxy)["failures"] == 6, 10, "six failures counted")
+    s = stats(proxy)
+    assert s["overloads"] == 0
+
+
+def test_long_streams_count_in_flight_only_until_their_first_headers(group, tmp_path):
+    """Eight steered streams stay open for seconds; once each has its headers none counts as in
+    flight (the aggregator's merged in-flight per endpoint, from the filter's reports), and their
+    latency samples are times to first headers, not stream durations."""
+    backends = grpc_backends(group, 2, base_ms=5)
+    agg = aggregator.start(group)
+    proxy = grpc_client(group, backends.addresses, policy="tailweight", aggregator_port=agg.port)
+    destination = f"127.0.0.1:{proxy.port()}"
+    ping_load(group, tmp_path, destination, qps=100, connections=1, streams=2, seconds=3, name="warm")
+    picks = stats(proxy)["picks"]
+    ch = channel(destination)
+    streams = [ticks(ch, count=300, gap_ms=20, timeout_s=60) for _ in range(8)]
+    for call in streams:
+        next(call)
+    assert stats(proxy)["picks"] >= picks + 6, "the streams were steered (explorations aside)"
+
+    def view():
+        body = requests.get(f"{agg.url}/v1/weights", params={"cluster": envoy_configs.CLUSTER}, timeout=5).json()
+        return {e["address"]: e for c in body["clusters"] for e in c["endpoints"]}
+
+    # Reports every second: two more, taken while the streams are open.
+    reports = stats(proxy)["reports_ok"]
+    wait_for(lambda: stats(proxy)["reports_ok"] >= reports + 2, 15, "two more reports")
+    endpoints = view()
+    assert len(endpoints) == 2
+    assert all(e["inflight"] == 0 for e in endpoints.values()), endpoints
+    assert all(e["latency_us"] < 1_000_000 for e in endpoints.values()), endpoints
+    assert all(call.running() for call in streams), "the streams are still open"
+    for call in streams:
+        call.cancel()
