@@ -33,7 +33,8 @@ def grpc_client(group, backends, plugin_config=None, policy="tailweight_local", 
         plugin_config=plugin_config or envoy_configs.plugin_config_for(policy), aggregator_port=aggregator_port))
     for cluster in config["static_resources"]["clusters"]:
         if cluster["name"] == envoy_configs.CLUSTER:
-            options = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+            protocol_options = cluster["typed_extension_protocol_options"]
+            options = protocol_options["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
             options["explicit_http_config"] = {"http2_protocol_options": {}}
     return envoy.start(group, f"envoy-{len(group.procs)}", yaml.safe_dump(config))
 
