@@ -106,13 +106,24 @@ pub struct Balancer {
     rng: Rng,
     /// The in-flight epoch, moved by `tick` (None before the first pick or tick).
     epoch: Option<u64>,
+    /// Bumped whenever this worker's own observations change (a steered pick, a release, a
+    /// completion, an endpoint forgotten, an in-flight epoch dropped): an unchanged revision means
+    /// an unchanged snapshot, which need not be published again.
+    revision: u64,
     /// Slots drawn for the current pick (kept to reuse its allocation).
     chosen: Vec<usize>,
 }
 
 impl Balancer {
     pub fn new(settings: Settings, seed: u64) -> Self {
-        Balancer { settings, clusters: FastMap::default(), rng: Rng::new(seed), epoch: None, chosen: Vec::new() }
+        Balancer {
+            settings,
+            clusters: FastMap::default(),
+            rng: Rng::new(seed),
+            epoch: None,
+            revision: 0,
+            chosen: Vec::new(),
+        }
     }
 
     pub fn settings(&self) -> &Settings {
@@ -129,6 +140,11 @@ impl Balancer {
 
     pub fn endpoints_tracked(&self) -> usize {
         self.clusters.values().map(Cluster::len).sum()
+    }
+
+    /// See the field: compare two revisions to know whether anything of this worker's changed.
+    pub fn revision(&self) -> u64 {
+        self.revision
     }
 
     /// Clusters whose steering is paused now.
@@ -199,6 +215,7 @@ impl Balancer {
         if let Candidate::Known(slot) = first {
             cluster.endpoint_mut(slot).local.inflight.add(epoch);
         }
+        self.revision += 1;
         Pick::Steer { header, first_len, epoch }
     }
 
@@ -208,6 +225,7 @@ impl Balancer {
         let current = self.epoch.unwrap_or(epoch);
         if let Some(e) = self.clusters.get_mut(cluster_name).and_then(|c| c.get_mut(chosen)) {
             e.local.inflight.release(epoch, current);
+            self.revision += 1;
         }
     }
 
@@ -220,12 +238,13 @@ impl Balancer {
         outcome: &RequestOutcome,
         now_us: u64,
     ) -> Completion {
-        let Balancer { settings, clusters, .. } = self;
+        let Balancer { settings, clusters, revision, .. } = self;
         let (p, max_endpoints) = (&settings.pick, settings.max_endpoints_per_cluster);
         let Some(cluster) = cluster_entry(clusters, settings, cluster_name, now_us) else {
             return Completion::default();
         };
         cluster.last_used_us = now_us;
+        *revision += 1;
         let mut done = Completion::default();
         let mut changes = [HealthChange::None; 2];
         // A steered pick of an endpoint not known here was a trial of a view's suggestion.
@@ -293,6 +312,9 @@ impl Balancer {
             forgotten += cluster.expire(now_us, ttl);
             cluster.tick(now_us, old_epoch, epoch);
             cluster.refresh_prior(now_us, p);
+        }
+        if forgotten > 0 || epoch != old_epoch {
+            self.revision += 1;
         }
         self.epoch = Some(epoch);
         self.clusters.retain(|_, c| !c.is_empty() || now_us.saturating_sub(c.last_used_us) < ttl);

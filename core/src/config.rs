@@ -2,8 +2,8 @@
 //! reported as `field \`x\`: expected ..., got ...`. Every field is optional; see README for the list.
 
 use crate::health::HealthTimes;
+use crate::json::{self, FieldError, Fields, Value};
 use crate::wire::{is_endpoint_address, REPORT_PATH, SHARD_HEADER};
-use serde_json::{Map, Value};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct FilterConfig {
@@ -133,17 +133,17 @@ impl FilterConfig {
         if text.trim().is_empty() {
             return Ok(FilterConfig::default());
         }
-        let value: Value = serde_json::from_str(text).map_err(|e| ConfigError::NotJson(e.to_string()))?;
-        let map = match value {
-            Value::Object(map) => map,
+        let value = json::parse(text).map_err(|e| ConfigError::NotJson(e.to_string()))?;
+        let members = match &value {
+            Value::Object(members) => members,
             Value::Null => return Ok(FilterConfig::default()),
-            other => return Err(ConfigError::NotAnObject(kind(&other))),
+            other => return Err(ConfigError::NotAnObject(other.kind())),
         };
-        let mut f = Fields::new("", &map);
+        let mut f = Fields::new("", members);
         let d = FilterConfig::default();
         let p = PickParams::default();
         let config = FilterConfig {
-            header: f.header_name("header", &d.header)?,
+            header: header_name(&mut f, "header", &d.header)?,
             trust_incoming_header: f.boolean("trust_incoming_header", d.trust_incoming_header)?,
             retry_choices: f.integer("retry_choices", d.retry_choices as u64, 0..=4)? as usize,
             clusters: f.string_list("clusters", 256)?,
@@ -178,7 +178,7 @@ impl FilterConfig {
             },
             reporter_id: f.optional_string("reporter_id", 253)?,
             per_endpoint_metrics: f.boolean("per_endpoint_metrics", d.per_endpoint_metrics)?,
-            grpc_failure_codes: f.code_list("grpc_failure_codes", &d.grpc_failure_codes)?,
+            grpc_failure_codes: code_list(&mut f, "grpc_failure_codes", &d.grpc_failure_codes)?,
             inflight_bound_ms: f.integer("inflight_bound_ms", d.inflight_bound_ms, 1_000..=86_400_000)?,
         };
         f.reject_unknown()?;
@@ -191,21 +191,21 @@ impl FilterConfig {
     }
 }
 
-fn parse_aggregator(map: &Map<String, Value>) -> Result<AggregatorConfig, ConfigError> {
-    let mut f = Fields::new("aggregator.", map);
+fn parse_aggregator(members: &[(String, Value)]) -> Result<AggregatorConfig, ConfigError> {
+    let mut f = Fields::new("aggregator.", members);
     let cluster = f.required_string("cluster", 512)?;
     let config = AggregatorConfig {
         authority: f.string("authority", "tailweight-aggregator", 253)?,
         path: f.string("path", REPORT_PATH, 256)?,
         timeout_ms: f.integer("timeout_ms", 500, 10..=60_000)?,
         report_interval_ms: f.integer("report_interval_ms", 1_000, 100..=10_000)?,
-        shard_header: f.header_name("shard_header", SHARD_HEADER)?,
+        shard_header: header_name(&mut f, "shard_header", SHARD_HEADER)?,
         cluster,
     };
     if !config.path.starts_with('/') {
         return Err(ConfigError::Field {
             field: "aggregator.path".into(),
-            problem: format!("expected a path starting with '/', got {:?}", config.path),
+            problem: format!("expected a path starting with '/', got {}", json::quoted(&config.path)),
         });
     }
     f.reject_unknown()?;
@@ -240,161 +240,40 @@ impl std::fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Reads typed fields out of one JSON object, remembering which were read so that unknown (or
-/// misspelt) fields can be reported.
-struct Fields<'a> {
-    prefix: &'static str,
-    map: &'a Map<String, Value>,
-    read: Vec<&'static str>,
+impl From<FieldError> for ConfigError {
+    fn from(e: FieldError) -> Self {
+        ConfigError::Field { field: e.field, problem: e.problem }
+    }
 }
 
-impl<'a> Fields<'a> {
-    fn new(prefix: &'static str, map: &'a Map<String, Value>) -> Self {
-        Fields { prefix, map, read: Vec::new() }
+/// An HTTP header name: lower case token characters (Envoy's header maps are lower case).
+fn header_name(f: &mut Fields, key: &'static str, default: &str) -> Result<String, FieldError> {
+    let name = f.string(key, default, 128)?;
+    let valid = name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && !name.starts_with(':');
+    if valid {
+        Ok(name)
+    } else {
+        Err(f.unexpected(key, "a lower-case header name (a-z, 0-9, '-', '_')", &Value::String(name)))
     }
+}
 
-    fn get(&mut self, key: &'static str) -> Option<&'a Value> {
-        self.read.push(key);
-        self.map.get(key).filter(|v| !v.is_null())
-    }
-
-    fn error(&self, key: &str, problem: String) -> ConfigError {
-        ConfigError::Field { field: format!("{}{key}", self.prefix), problem }
-    }
-
-    fn unexpected(&self, key: &str, expected: &str, got: &Value) -> ConfigError {
-        let got = match got {
-            Value::String(s) if s.len() > 60 => format!("a string of {} bytes", s.len()),
-            other => other.to_string(),
-        };
-        self.error(key, format!("expected {expected}, got {got}"))
-    }
-
-    fn boolean(&mut self, key: &'static str, default: bool) -> Result<bool, ConfigError> {
-        match self.get(key) {
-            None => Ok(default),
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(other) => Err(self.unexpected(key, "true or false", other)),
-        }
-    }
-
-    fn integer(
-        &mut self,
-        key: &'static str,
-        default: u64,
-        range: std::ops::RangeInclusive<u64>,
-    ) -> Result<u64, ConfigError> {
-        match self.get(key) {
-            None => Ok(default),
-            Some(v) => match v.as_u64() {
-                Some(n) if range.contains(&n) => Ok(n),
-                _ => Err(self.unexpected(key, &format!("an integer in {}..={}", range.start(), range.end()), v)),
-            },
-        }
-    }
-
-    fn number(&mut self, key: &'static str, default: f64, min: f64, max: f64) -> Result<f64, ConfigError> {
-        match self.get(key) {
-            None => Ok(default),
-            Some(v) => match v.as_f64() {
-                Some(x) if x >= min && x <= max => Ok(x),
-                _ => Err(self.unexpected(key, &format!("a number in {min}..={max}"), v)),
-            },
-        }
-    }
-
-    fn string(&mut self, key: &'static str, default: &str, max_len: usize) -> Result<String, ConfigError> {
-        Ok(self.optional_string(key, max_len)?.unwrap_or_else(|| default.to_string()))
-    }
-
-    fn required_string(&mut self, key: &'static str, max_len: usize) -> Result<String, ConfigError> {
-        self.optional_string(key, max_len)?.ok_or_else(|| self.error(key, "required".into()))
-    }
-
-    fn optional_string(&mut self, key: &'static str, max_len: usize) -> Result<Option<String>, ConfigError> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::String(s)) if !s.is_empty() && s.len() <= max_len && !s.chars().any(char::is_control) => {
-                Ok(Some(s.clone()))
-            }
-            Some(other) => Err(self.unexpected(key, &format!("a non-empty string of at most {max_len} bytes"), other)),
-        }
-    }
-
-    /// An HTTP header name: lower case token characters (Envoy's header maps are lower case).
-    fn header_name(&mut self, key: &'static str, default: &str) -> Result<String, ConfigError> {
-        let name = self.string(key, default, 128)?;
-        let valid = name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-            && !name.starts_with(':');
-        if valid {
-            Ok(name)
-        } else {
-            Err(self.unexpected(key, "a lower-case header name (a-z, 0-9, '-', '_')", &Value::String(name)))
-        }
-    }
-
-    fn string_list(&mut self, key: &'static str, max_items: usize) -> Result<Vec<String>, ConfigError> {
-        let expected = format!("a list of at most {max_items} non-empty strings");
-        match self.get(key) {
-            None => Ok(vec![]),
-            Some(Value::Array(items)) if items.len() <= max_items => items
-                .iter()
-                .map(|item| match item {
-                    Value::String(s) if !s.is_empty() && s.len() <= 512 => Ok(s.clone()),
-                    other => Err(self.unexpected(key, &expected, other)),
-                })
-                .collect(),
-            Some(other) => Err(self.unexpected(key, &expected, other)),
-        }
-    }
-
-    /// A list of gRPC status codes (0..=16), each at most once.
-    fn code_list(&mut self, key: &'static str, default: &[u32]) -> Result<Vec<u32>, ConfigError> {
-        let expected = "a list of distinct gRPC status codes (integers 0..=16)";
-        match self.get(key) {
-            None => Ok(default.to_vec()),
-            Some(Value::Array(items)) => {
-                let mut codes = Vec::with_capacity(items.len());
-                for item in items {
-                    match item.as_u64() {
-                        Some(c) if c <= 16 && !codes.contains(&(c as u32)) => codes.push(c as u32),
-                        _ => return Err(self.unexpected(key, expected, item)),
-                    }
+/// A list of gRPC status codes (0..=16), each at most once.
+fn code_list(f: &mut Fields, key: &'static str, default: &[u32]) -> Result<Vec<u32>, FieldError> {
+    let expected = "a list of distinct gRPC status codes (integers 0..=16)";
+    match f.get(key) {
+        None => Ok(default.to_vec()),
+        Some(Value::Array(items)) => {
+            let mut codes = Vec::with_capacity(items.len());
+            for item in items {
+                match item.as_u64() {
+                    Some(c) if c <= 16 && !codes.contains(&(c as u32)) => codes.push(c as u32),
+                    _ => return Err(f.unexpected(key, expected, item)),
                 }
-                Ok(codes)
             }
-            Some(other) => Err(self.unexpected(key, expected, other)),
+            Ok(codes)
         }
-    }
-
-    fn object(&mut self, key: &'static str) -> Result<Option<&'a Map<String, Value>>, ConfigError> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::Object(map)) => Ok(Some(map)),
-            Some(other) => Err(self.unexpected(key, "an object", other)),
-        }
-    }
-
-    fn reject_unknown(&self) -> Result<(), ConfigError> {
-        match self.map.keys().find(|k| !self.read.contains(&k.as_str())) {
-            None => Ok(()),
-            Some(unknown) => {
-                let mut known = self.read.clone();
-                known.sort_unstable();
-                Err(self.error(unknown, format!("unknown field (known: {})", known.join(", "))))
-            }
-        }
-    }
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+        Some(other) => Err(f.unexpected(key, expected, other)),
     }
 }
 

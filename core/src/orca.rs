@@ -98,10 +98,12 @@ fn parse_text(body: &str) -> Result<OrcaLoad, OrcaError> {
 }
 
 fn parse_json(body: &str) -> Result<OrcaLoad, OrcaError> {
-    let value: serde_json::Value = serde_json::from_str(body).map_err(|e| OrcaError::BadJson(e.to_string()))?;
-    let object = value.as_object().ok_or(OrcaError::NotAnObject)?;
+    let value = crate::json::parse(body).map_err(|e| OrcaError::BadJson(e.to_string()))?;
+    let crate::json::Value::Object(members) = value else {
+        return Err(OrcaError::NotAnObject);
+    };
     let mut load = OrcaLoad::default();
-    for (key, value) in object {
+    for (key, value) in &members {
         if let Some(number) = value.as_f64() {
             set(&mut load, key, number)?;
         }

@@ -2,21 +2,22 @@
 //! merge of all workers' into the proxy's single report.
 
 use crate::cluster::Cluster;
+use crate::hash::FastMap;
 use crate::wire::{ClusterReport, EndpointReport};
-use std::collections::BTreeMap;
 
 /// The endpoints this worker saw recently: requests in flight to them, or a response from them within
 /// `recent_us` (the endpoint ttl: what it tracks). A report must not renew what this proxy no longer
 /// sees: a deleted pod drops out of every report within the ttl, and so out of the aggregator's book.
-/// Sorted for stable output.
+/// In the worker's own order (stable from one snapshot to the next, which the aggregator's lookups
+/// like; nothing needs them sorted, and every sort is code the module carries).
 pub fn of_clusters<'a>(
     clusters: impl Iterator<Item = (&'a String, &'a Cluster)>,
     now_us: u64,
     recent_us: u64,
 ) -> Vec<ClusterReport> {
-    let mut out: Vec<ClusterReport> = clusters
+    clusters
         .map(|(name, cluster)| {
-            let mut endpoints: Vec<EndpointReport> = cluster
+            let endpoints: Vec<EndpointReport> = cluster
                 .endpoints()
                 .iter()
                 .filter(|e| {
@@ -43,13 +44,10 @@ pub fn of_clusters<'a>(
                     }
                 })
                 .collect();
-            endpoints.sort_by(|a, b| a.address.cmp(&b.address));
             ClusterReport { name: name.clone(), endpoints }
         })
         .filter(|c| !c.endpoints.is_empty())
-        .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
+        .collect()
 }
 
 /// One worker's published snapshot.
@@ -62,17 +60,28 @@ pub struct Part<'a> {
 }
 
 /// Merge all workers' snapshots as of `now_us`: counters and in-flight add up; the freshest latency
-/// estimate and utilisation win (ages re-based to `now_us`).
+/// estimate and utilisation win (ages re-based to `now_us`). Clusters and endpoints in the order they
+/// first appear.
 pub fn merge(parts: &[Part], now_us: u64) -> Vec<ClusterReport> {
-    let mut clusters: BTreeMap<&str, BTreeMap<&str, EndpointReport>> = BTreeMap::new();
+    let mut out: Vec<ClusterReport> = Vec::new();
+    // Positions in `out`: of each cluster, and of each endpoint within its cluster.
+    let mut cluster_at: FastMap<usize> = FastMap::default();
+    let mut endpoint_at: Vec<FastMap<usize>> = Vec::new();
     for part in parts {
         let extra_ms = age_ms(now_us, part.written_us);
         for cluster in part.clusters {
-            let endpoints = clusters.entry(&cluster.name).or_default();
+            let ci = *cluster_at.entry(cluster.name.clone()).or_insert_with(|| {
+                out.push(ClusterReport { name: cluster.name.clone(), endpoints: Vec::new() });
+                endpoint_at.push(FastMap::default());
+                out.len() - 1
+            });
+            let (merged, index) = (&mut out[ci].endpoints, &mut endpoint_at[ci]);
             for e in &cluster.endpoints {
-                let m = endpoints
-                    .entry(&e.address)
-                    .or_insert_with(|| EndpointReport { address: e.address.clone(), ..Default::default() });
+                let ei = *index.entry(e.address.clone()).or_insert_with(|| {
+                    merged.push(EndpointReport { address: e.address.clone(), ..Default::default() });
+                    merged.len() - 1
+                });
+                let m = &mut merged[ei];
                 m.requests = m.requests.saturating_add(e.requests);
                 m.errors = m.errors.saturating_add(e.errors);
                 m.latency_sum_us = m.latency_sum_us.saturating_add(e.latency_sum_us);
@@ -95,10 +104,7 @@ pub fn merge(parts: &[Part], now_us: u64) -> Vec<ClusterReport> {
             }
         }
     }
-    clusters
-        .into_iter()
-        .map(|(name, endpoints)| ClusterReport { name: name.to_string(), endpoints: endpoints.into_values().collect() })
-        .collect()
+    out
 }
 
 fn age_ms(now_us: u64, then_us: u64) -> u64 {

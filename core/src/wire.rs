@@ -4,6 +4,7 @@
 //! loses nothing: the aggregator takes differences. Unknown fields are ignored (additions within v1);
 //! anything else unexpected is rejected with a one-line reason naming the field.
 
+use crate::json;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
@@ -322,7 +323,7 @@ fn check_clusters<'a>(
             !seen_set.insert(name.as_str())
         };
         if repeated {
-            return Err(format!("clusters[{ci}].name: {name:?} appears twice"));
+            return Err(format!("clusters[{ci}].name: {} appears twice", json::quoted(name)));
         }
         if endpoints > limits.max_endpoints_per_cluster {
             return Err(format!(
@@ -339,7 +340,10 @@ fn check_unique_addresses<'a>(ci: usize, addresses: impl Iterator<Item = &'a Str
     let mut sorted: Vec<(&str, usize)> = Vec::with_capacity(addresses.size_hint().0);
     for (ei, address) in addresses.enumerate() {
         if !is_endpoint_address(address) {
-            return Err(format!("clusters[{ci}].endpoints[{ei}].address: {:?} is not ip:port", clip(address)));
+            return Err(format!(
+                "clusters[{ci}].endpoints[{ei}].address: {} is not ip:port",
+                json::quoted(clip(address))
+            ));
         }
         sorted.push((address, ei));
     }
@@ -359,7 +363,7 @@ fn check_range(field: &str, value: f64, max: f64) -> Result<(), String> {
     if in_range(value, max) {
         Ok(())
     } else {
-        Err(format!("{field}: {value} is outside 0..={max}"))
+        Err(format!("{field}: {} is outside 0..={}", json::number_text(value), json::number_text(max)))
     }
 }
 

@@ -106,15 +106,19 @@ def test_long_streams_count_in_flight_only_until_their_first_headers(group, tmp_
     latency samples are times to first headers, not stream durations."""
     backends = grpc_backends(group, 2, base_ms=5)
     agg = aggregator.start(group)
-    proxy = grpc_client(group, backends.addresses, policy="tailweight", aggregator_port=agg.port)
+    plugin = envoy_configs.plugin_config_for("tailweight", extra={"explore_ratio": 0.0})
+    proxy = grpc_client(group, backends.addresses, plugin, policy="tailweight", aggregator_port=agg.port)
     destination = f"127.0.0.1:{proxy.port()}"
     ping_load(group, tmp_path, destination, qps=100, connections=1, streams=2, seconds=3, name="warm")
-    picks = stats(proxy)["picks"]
+    # Light pings go on meanwhile: an Envoy with nothing new to say does not report.
+    out = tmp_path / "pings.json"
+    argv = fortio.load_argv(destination, 20, 1, 12, out)
+    argv[2:2] = ["-grpc", "-ping"]
+    group.start("pings", argv)
     ch = channel(destination)
     streams = [ticks(ch, count=300, gap_ms=20, timeout_s=60) for _ in range(8)]
     for call in streams:
         next(call)
-    assert stats(proxy)["picks"] >= picks + 6, "the streams were steered (explorations aside)"
 
     def view():
         body = requests.get(f"{agg.url}/v1/weights", params={"cluster": envoy_configs.CLUSTER}, timeout=5).json()
@@ -125,7 +129,8 @@ def test_long_streams_count_in_flight_only_until_their_first_headers(group, tmp_
     wait_for(lambda: stats(proxy)["reports_ok"] >= reports + 2, 15, "two more reports")
     endpoints = view()
     assert len(endpoints) == 2
-    assert all(e["inflight"] == 0 for e in endpoints.values()), endpoints
+    # The 8 open streams would be 8 in flight; a ping may be in flight at the report.
+    assert sum(e["inflight"] for e in endpoints.values()) <= 2, endpoints
     assert all(e["latency_us"] < 1_000_000 for e in endpoints.values()), endpoints
     assert all(call.running() for call in streams), "the streams are still open"
     for call in streams:

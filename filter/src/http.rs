@@ -219,6 +219,10 @@ fn count(w: &Worker, outcome: &RequestOutcome, done: &Completion, cluster: &str)
         tailweight_core::ResponseClass::Failure => metrics::inc(m.failures),
         tailweight_core::ResponseClass::Overload => metrics::inc(m.overloads),
     }
+    // Envoy tried our choice and retried elsewhere: that attempt failed too (charged to the choice).
+    if done.honoured == Some(false) && !done.refused {
+        metrics::inc(m.failures);
+    }
     if done.suspended {
         metrics::inc(m.suspensions);
     }

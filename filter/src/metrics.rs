@@ -3,7 +3,7 @@
 //! cannot delete a metric once defined.
 
 use crate::host;
-use std::collections::HashMap;
+use tailweight_core::hash::FastMap;
 
 pub struct Metrics {
     /// Requests steered with the override header.
@@ -40,7 +40,8 @@ pub struct Metrics {
     pub endpoints_tracked: Option<u32>,
     pub weights_age_ms: Option<u32>,
     pub clusters_paused: Option<u32>,
-    per_endpoint: Option<HashMap<String, Option<u32>>>,
+    /// Metric id per endpoint address (usize::MAX: the host refused to define it).
+    per_endpoint: Option<FastMap<usize>>,
 }
 
 pub fn inc(metric: Option<u32>) {
@@ -77,7 +78,7 @@ impl Metrics {
             endpoints_tracked: g("endpoints_tracked"),
             weights_age_ms: g("weights_age_ms"),
             clusters_paused: g("clusters_paused"),
-            per_endpoint: per_endpoint.then(HashMap::new),
+            per_endpoint: per_endpoint.then(FastMap::default),
         }
     }
 
@@ -86,9 +87,9 @@ impl Metrics {
         if let Some(map) = &mut self.per_endpoint {
             let id = *map.entry(address.to_string()).or_insert_with(|| {
                 let name = address.replace([':', '.', '[', ']'], "_");
-                host::define_counter(&format!("tailweight.endpoint.{name}.picks"))
+                host::define_counter(&format!("tailweight.endpoint.{name}.picks")).map_or(usize::MAX, |id| id as usize)
             });
-            host::increment(id, 1);
+            host::increment(u32::try_from(id).ok(), 1);
         }
     }
 }

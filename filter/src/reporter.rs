@@ -8,9 +8,9 @@ use crate::metrics::{self, Metrics};
 use crate::shared::{self, StoredView};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, LogLevel, MapType};
-use std::collections::HashMap;
 use std::time::Duration;
 use tailweight_core::config::AggregatorConfig;
+use tailweight_core::filter_wire;
 use tailweight_core::wire::{self, ClusterReport, Limits, Report};
 
 /// Largest reply body read (bigger ones are cut short and then fail to parse).
@@ -21,13 +21,14 @@ const LOG_EVERY: u64 = 100;
 pub struct Reporter {
     id: String,
     incarnation: u64,
-    pending: HashMap<u32, String>,
+    /// Calls under way: token and cluster (a few at a time: a vector).
+    pending: Vec<(u32, String)>,
     failures: u64,
 }
 
 impl Reporter {
     pub fn new(id: String, incarnation: u64) -> Self {
-        Reporter { id, incarnation, pending: HashMap::new(), failures: 0 }
+        Reporter { id, incarnation, pending: Vec::new(), failures: 0 }
     }
 
     pub fn send(&mut self, aggregator: &AggregatorConfig, clusters: Vec<ClusterReport>, metrics: &Metrics) {
@@ -44,7 +45,7 @@ impl Reporter {
                 interval_ms: aggregator.report_interval_ms as u32,
                 clusters: vec![cluster],
             };
-            let Ok(body) = serde_json::to_vec(&report) else { continue };
+            let body = filter_wire::write_report(&report);
             // Replicas behind consistent hashing each see whole clusters (see wire::shard_authority).
             let authority = wire::shard_authority(&name, &aggregator.authority);
             let headers = vec![
@@ -57,14 +58,15 @@ impl Reporter {
             let timeout = Duration::from_millis(aggregator.timeout_ms);
             match hostcalls::dispatch_http_call(&aggregator.cluster, headers, Some(&body), vec![], timeout) {
                 Ok(token) => {
-                    self.pending.insert(token, name);
+                    self.pending.push((token, name));
                     metrics::inc(metrics.reports_sent);
                 }
                 Err(status) => self.fail(
                     metrics,
                     &format!(
-                        "cannot call aggregator cluster {:?}: {status:?} (is the cluster defined?)",
-                        aggregator.cluster
+                        "cannot call aggregator cluster {}: {} (is the cluster defined?)",
+                        tailweight_core::json::quoted(&aggregator.cluster),
+                        status_name(status)
                     ),
                 ),
             }
@@ -73,7 +75,8 @@ impl Reporter {
 
     /// A reply (or a failed call: no headers) to call `token`.
     pub fn on_response(&mut self, token: u32, body_size: usize, metrics: &Metrics, now_us: u64) {
-        let Some(cluster) = self.pending.remove(&token) else { return };
+        let Some(at) = self.pending.iter().position(|(t, _)| *t == token) else { return };
+        let (_, cluster) = self.pending.swap_remove(at);
         let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status").ok().flatten();
         let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size.min(MAX_REPLY_BYTES))
             .ok()
@@ -87,11 +90,12 @@ impl Reporter {
             }
             None => return self.fail(metrics, &format!("aggregator call for {cluster} failed or timed out")),
         }
-        match wire::parse_reply(&body, &Limits::default()) {
+        match filter_wire::read_reply(&body, &Limits::default()) {
             Ok(reply) => {
                 for view in reply.clusters {
                     shared::store_view(&StoredView { received_us: now_us, ttl_ms: reply.ttl_ms, view });
                 }
+                shared::views_stored();
                 metrics::inc(metrics.reports_ok);
             }
             Err(reason) => self.fail(metrics, &format!("ignoring aggregator reply for {cluster}: {reason}")),
@@ -104,5 +108,21 @@ impl Reporter {
             host::log(LogLevel::Warn, &format!("{message} (local-only decisions meanwhile)"));
         }
         self.failures += 1;
+    }
+}
+
+/// The host's status as a word (its Debug form would pull in the formatting machinery for one line).
+fn status_name(status: proxy_wasm::types::Status) -> &'static str {
+    use proxy_wasm::types::Status;
+    match status {
+        Status::Ok => "Ok",
+        Status::NotFound => "NotFound",
+        Status::BadArgument => "BadArgument",
+        Status::SerializationFailure => "SerializationFailure",
+        Status::ParseFailure => "ParseFailure",
+        Status::Empty => "Empty",
+        Status::CasMismatch => "CasMismatch",
+        Status::InternalFailure => "InternalFailure",
+        _ => "another status",
     }
 }

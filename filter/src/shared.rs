@@ -1,17 +1,23 @@
 //! Shared data between the VMs of one Envoy (one per worker thread plus the main thread; visible
 //! only with the same `vm_id`). Layout, all under `tailweight.`:
 //! - `vm_seq`: how many VMs took a slot number (CAS counter);
-//! - `slot.<n>`: VM n's snapshot (cumulative counters, in flight, latency) and when it wrote it;
+//! - `beat.<n>`: VM n's heartbeat, written every tick: the version of its slot and when it ticked
+//!   (16 bytes; a VM reads the others' beats every tick and their slots only when the version moved);
+//! - `slot.<n>`: VM n's snapshot (cumulative counters, in flight, latency), rewritten only when its
+//!   own observations changed (`core::slot`, binary);
 //! - `report_epoch`: the last report period someone claimed (CAS), so one report goes out per tick;
+//! - `reported`: a digest of the slot versions the last report was made of, so no VM reports the
+//!   same state twice (an idle Envoy goes quiet);
 //! - `incarnation`: random id of this Envoy's counters (reports carry it; a restart changes it);
-//! - `view.<cluster>`: the aggregator's last view of a cluster, when it arrived and for how long it holds.
+//! - `view.<cluster>`: the aggregator's last view of a cluster, when it arrived and for how long it
+//!   holds (`core::slot`, binary); `views`: bumped after views are stored, so the others read
+//!   them only then.
 //!
 //! Envoy's CAS only guards keys that exist, so `init` creates the counters first. It runs in
 //! `on_configure`, where the main-thread VM comes before the worker VMs are cloned from it.
 
 use crate::host;
-use serde::{Deserialize, Serialize};
-use tailweight_core::wire::{ClusterReport, ClusterView};
+pub use tailweight_core::slot::{Slot, StoredView};
 
 const PREFIX: &str = "tailweight.";
 /// CAS retries before giving up for this tick (contention is between a handful of VMs).
@@ -19,19 +25,6 @@ const CAS_RETRIES: usize = 16;
 
 fn key(name: &str) -> String {
     format!("{PREFIX}{name}")
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct Slot {
-    pub written_us: u64,
-    pub clusters: Vec<ClusterReport>,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct StoredView {
-    pub received_us: u64,
-    pub ttl_ms: u32,
-    pub view: ClusterView,
 }
 
 /// Read-modify-write of a decimal counter with CAS. `update` returns the new value, or None to leave it.
@@ -50,7 +43,9 @@ fn update_counter(name: &str, mut update: impl FnMut(u64) -> Option<u64>) -> Opt
 
 /// Create the CAS-guarded keys if missing (see the module comment).
 pub fn init(incarnation_candidate: u64) {
-    for (name, value) in [("vm_seq", 0), ("report_epoch", 0), ("incarnation", incarnation_candidate.max(1))] {
+    for (name, value) in
+        [("vm_seq", 0), ("report_epoch", 0), ("views", 0), ("incarnation", incarnation_candidate.max(1))]
+    {
         let key = key(name);
         if host::shared_get(&key).0.is_none() {
             host::shared_set(&key, value.to_string().as_bytes(), None);
@@ -75,20 +70,51 @@ fn parse_counter(bytes: Option<Vec<u8>>) -> u64 {
     bytes.and_then(|b| std::str::from_utf8(&b).ok()?.parse().ok()).unwrap_or(0)
 }
 
+/// A VM's heartbeat: the version of its slot and when it last ticked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Beat {
+    pub version: u64,
+    pub at_us: u64,
+}
+
+pub fn write_beat(slot: u64, beat: Beat) {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&beat.version.to_le_bytes());
+    bytes[8..].copy_from_slice(&beat.at_us.to_le_bytes());
+    host::shared_set(&key(&format!("beat.{slot}")), &bytes, None);
+}
+
+pub fn read_beat(slot: u64) -> Option<Beat> {
+    let bytes = host::shared_get(&key(&format!("beat.{slot}"))).0?;
+    let version = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    let at_us = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
+    Some(Beat { version, at_us })
+}
+
 pub fn publish_slot(slot: u64, snapshot: &Slot) {
-    if let Ok(bytes) = serde_json::to_vec(snapshot) {
-        host::shared_set(&key(&format!("slot.{slot}")), &bytes, None);
-    }
+    host::shared_set(&key(&format!("slot.{slot}")), &snapshot.encode(), None);
 }
 
 pub fn read_slot(slot: u64) -> Option<Slot> {
     let (bytes, _) = host::shared_get(&key(&format!("slot.{slot}")));
-    serde_json::from_slice(&bytes?).ok()
+    Slot::decode(&bytes?).ok()
 }
 
 /// Claim report period `epoch`: true for exactly one caller per epoch.
 pub fn claim_report(epoch: u64) -> bool {
     update_counter("report_epoch", |last| (epoch > last).then_some(epoch)).is_some()
+}
+
+/// The digest of the slot versions last reported (0: none yet).
+pub fn reported_digest() -> u64 {
+    host::shared_get(&key("reported"))
+        .0
+        .and_then(|b| Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?)))
+        .unwrap_or(0)
+}
+
+pub fn set_reported_digest(digest: u64) {
+    host::shared_set(&key("reported"), &digest.to_le_bytes(), None);
 }
 
 /// This Envoy's incarnation (set by `init`).
@@ -97,9 +123,17 @@ pub fn incarnation() -> u64 {
 }
 
 pub fn store_view(view: &StoredView) {
-    if let Ok(bytes) = serde_json::to_vec(view) {
-        host::shared_set(&key(&format!("view.{}", view.view.name)), &bytes, None);
-    }
+    host::shared_set(&key(&format!("view.{}", view.view.name)), &view.encode(), None);
+}
+
+/// Views were stored: the other VMs read them at their next tick.
+pub fn views_stored() {
+    update_counter("views", |n| Some(n.wrapping_add(1)));
+}
+
+/// How many times views were stored so far (compare to know whether to read them).
+pub fn views_version() -> u64 {
+    read_counter("views")
 }
 
 /// The stored view of `cluster` if it changed since CAS token `seen` (returns the new token too).
@@ -108,6 +142,6 @@ pub fn view_if_changed(cluster: &str, seen: Option<u32>) -> Option<(StoredView, 
     if cas == seen {
         return None;
     }
-    let view = serde_json::from_slice(&bytes?).ok()?;
+    let view = StoredView::decode(&bytes?).ok()?;
     Some((view, cas))
 }

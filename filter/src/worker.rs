@@ -1,19 +1,28 @@
-//! One VM's state: its balancer, metrics, shared-data slot, and what it has taken from the shared
-//! views. The tick folds the other workers' snapshots and the aggregator's views in, and elects
-//! the one VM that reports this period.
+//! One VM's state: its balancer, metrics, shared-data slot, and what it has taken from the other
+//! VMs and the shared views. The tick publishes this VM's snapshot when its observations changed,
+//! folds in the other VMs' snapshots and the aggregator's views when theirs did, and elects the one
+//! VM that reports this period (when there is something to report). An idle Envoy's ticks touch a
+//! few small shared-data keys and nothing else.
 
 use crate::host;
 use crate::metrics::{self, Metrics};
 use crate::reporter::Reporter;
-use crate::shared::{self, Slot};
-use std::collections::HashMap;
+use crate::shared::{self, Beat, Slot};
 use std::hash::{BuildHasher, Hasher};
 use tailweight_core::snapshot::{self, Part};
 use tailweight_core::{Balancer, FilterConfig, Settings};
 
-/// A slot not rewritten for this many ticks belongs to a VM that is gone: its counters still
-/// count, its in-flight requests do not.
+/// A VM whose heartbeat is older than this many ticks is gone: its counters still count, its
+/// in-flight requests do not.
 const LIVE_TICKS: u64 = 3;
+
+/// What this VM last read of another VM's slot.
+struct SiblingSlot {
+    number: u64,
+    version: u64,
+    live: bool,
+    snapshot: Slot,
+}
 
 pub struct Worker {
     pub config: FilterConfig,
@@ -21,8 +30,15 @@ pub struct Worker {
     pub metrics: Metrics,
     pub reporter: Option<Reporter>,
     slot: Option<u64>,
-    /// CAS token of the view applied per cluster, so unchanged views are not parsed again.
-    seen_views: HashMap<String, Option<u32>>,
+    /// This VM's published snapshot, its version, and the balancer revision it was taken at.
+    own: Slot,
+    own_version: u64,
+    own_revision: Option<u64>,
+    siblings: Vec<SiblingSlot>,
+    /// CAS token of the view applied per cluster, so unchanged views are not decoded again; the
+    /// views version last looked at.
+    seen_views: Vec<(String, Option<u32>)>,
+    views_version: Option<u64>,
     newest_view_us: u64,
 }
 
@@ -36,7 +52,12 @@ impl Worker {
             metrics: Metrics::define(config.per_endpoint_metrics),
             reporter,
             slot: None,
-            seen_views: HashMap::new(),
+            own: Slot::default(),
+            own_version: 0,
+            own_revision: None,
+            siblings: Vec::new(),
+            seen_views: Vec::new(),
+            views_version: None,
             newest_view_us: 0,
             config,
         }
@@ -45,58 +66,130 @@ impl Worker {
     pub fn tick(&mut self, now_us: u64) {
         let forgotten = self.balancer.tick(now_us);
         host::increment(self.metrics.endpoints_forgotten, forgotten as i64);
-        let own = Slot { written_us: now_us, clusters: self.balancer.snapshot(now_us) };
         let slot = *self.slot.get_or_insert_with(|| shared::claim_slot().unwrap_or(u64::MAX));
-        if slot != u64::MAX {
-            shared::publish_slot(slot, &own);
+        if self.own_revision != Some(self.balancer.revision()) {
+            self.own = Slot { written_us: now_us, clusters: self.balancer.snapshot(now_us) };
+            self.own_version += 1;
+            self.own_revision = Some(self.balancer.revision());
+            if slot != u64::MAX {
+                shared::publish_slot(slot, &self.own);
+            }
         }
-        let others: Vec<Slot> =
-            (0..shared::slots_claimed()).filter(|s| *s != slot).filter_map(shared::read_slot).collect();
-        let live_after = now_us.saturating_sub(LIVE_TICKS * self.config.sync_interval_ms * 1_000);
-        let parts: Vec<Part> = others
-            .iter()
-            .map(|s| Part { written_us: s.written_us, live: s.written_us >= live_after, clusters: &s.clusters })
-            .collect();
-        self.balancer.apply_siblings(&parts, now_us);
+        if slot != u64::MAX {
+            shared::write_beat(slot, Beat { version: self.own_version, at_us: now_us });
+        }
+        if self.read_siblings(slot, now_us) {
+            let parts: Vec<Part> = self.siblings.iter().map(SiblingSlot::part).collect();
+            self.balancer.apply_siblings(&parts, now_us);
+        }
         // Every VM knows the same endpoints after folding its siblings in, so any writer is right.
         host::record(self.metrics.endpoints_tracked, self.balancer.endpoints_tracked() as u64);
         host::record(self.metrics.clusters_paused, self.balancer.clusters_paused(now_us) as u64);
         self.apply_views(now_us);
         if self.reporter.is_some() {
-            self.maybe_report(now_us, &own, &parts);
+            self.maybe_report(now_us);
         }
     }
 
+    /// Read the other VMs' heartbeats, and the slots whose version moved. True if anything the
+    /// siblings' stats come from changed (a new snapshot, or a VM that came or went).
+    fn read_siblings(&mut self, own_slot: u64, now_us: u64) -> bool {
+        let live_after = now_us.saturating_sub(LIVE_TICKS * self.config.sync_interval_ms * 1_000);
+        let mut changed = false;
+        for number in (0..shared::slots_claimed()).filter(|n| *n != own_slot) {
+            let Some(beat) = shared::read_beat(number) else { continue };
+            let live = beat.at_us >= live_after;
+            let at = match self.siblings.iter().position(|s| s.number == number) {
+                Some(at) => at,
+                None => {
+                    self.siblings.push(SiblingSlot { number, version: 0, live, snapshot: Slot::default() });
+                    self.siblings.len() - 1
+                }
+            };
+            let sibling = &mut self.siblings[at];
+            if sibling.version != beat.version {
+                if let Some(snapshot) = shared::read_slot(number) {
+                    (sibling.snapshot, sibling.version) = (snapshot, beat.version);
+                    changed = true;
+                }
+            }
+            changed |= sibling.live != live;
+            sibling.live = live;
+        }
+        changed
+    }
+
     fn apply_views(&mut self, now_us: u64) {
+        let version = shared::views_version();
+        if self.views_version == Some(version) {
+            return;
+        }
+        self.views_version = Some(version);
         let clusters: Vec<String> = self.balancer.cluster_names().map(str::to_string).collect();
         for cluster in clusters {
-            let seen = self.seen_views.get(&cluster).copied().flatten();
+            let known = self.seen_views.iter().position(|(c, _)| *c == cluster);
+            let seen = known.and_then(|at| self.seen_views[at].1);
             if let Some((stored, cas)) = shared::view_if_changed(&cluster, seen) {
                 self.balancer.apply_view(&stored.view, stored.received_us, u64::from(stored.ttl_ms) * 1_000);
                 self.newest_view_us = self.newest_view_us.max(stored.received_us);
-                self.seen_views.insert(cluster, cas);
+                match known {
+                    Some(at) => self.seen_views[at].1 = cas,
+                    None => self.seen_views.push((cluster, cas)),
+                }
                 metrics::inc(self.metrics.views_applied);
             }
         }
-        self.seen_views.retain(|c, _| self.balancer.cluster(c).is_some());
+        self.seen_views.retain(|(c, _)| self.balancer.cluster(c).is_some());
         if self.newest_view_us > 0 {
             host::record(self.metrics.weights_age_ms, now_us.saturating_sub(self.newest_view_us) / 1_000);
         }
     }
 
-    /// The first VM to tick in a report period sends this Envoy's report: all slots merged.
-    fn maybe_report(&mut self, now_us: u64, own: &Slot, others: &[Part]) {
+    /// The first VM to tick in a report period sends this Envoy's report, all slots merged, if
+    /// there is something to say: a snapshot changed since the last report (of any VM: the
+    /// digest of the slot versions it was made of is in shared data), or requests are in flight.
+    /// An idle Envoy sends nothing (the aggregator forgets it; its views expire and it decides
+    /// locally until it has traffic again).
+    fn maybe_report(&mut self, now_us: u64) {
         let Some(aggregator) = &self.config.aggregator else { return };
+        let own_slot = self.slot.unwrap_or(u64::MAX);
+        let mut versions: Vec<(u64, u64)> = self.siblings.iter().map(|s| (s.number, s.version)).collect();
+        versions.push((own_slot, self.own_version));
+        versions.sort_unstable();
+        // FNV-1a over the (slot, version) pairs; 0 is kept for "never reported".
+        let digest = versions
+            .iter()
+            .flat_map(|(n, v)| n.to_le_bytes().into_iter().chain(v.to_le_bytes()))
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+            .max(1);
+        let inflight = self
+            .siblings
+            .iter()
+            .map(|s| &s.snapshot)
+            .chain([&self.own])
+            .flat_map(|s| &s.clusters)
+            .flat_map(|c| &c.endpoints)
+            .any(|e| e.inflight > 0);
+        if digest == shared::reported_digest() && !inflight {
+            return;
+        }
         let epoch = now_us / 1_000 / aggregator.report_interval_ms;
         if !shared::claim_report(epoch) {
             return;
         }
-        let mut parts = others.to_vec();
-        parts.push(Part { written_us: own.written_us, live: true, clusters: &own.clusters });
+        let mut parts: Vec<Part> = self.siblings.iter().map(SiblingSlot::part).collect();
+        parts.push(Part { written_us: self.own.written_us, live: true, clusters: &self.own.clusters });
         let merged = snapshot::merge(&parts, now_us);
+        shared::set_reported_digest(digest);
         if let Some(reporter) = &mut self.reporter {
             reporter.send(aggregator, merged, &self.metrics);
         }
+    }
+}
+
+impl SiblingSlot {
+    fn part(&self) -> Part<'_> {
+        Part { written_us: self.snapshot.written_us, live: self.live, clusters: &self.snapshot.clusters }
     }
 }
 

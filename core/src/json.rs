@@ -1,0 +1,728 @@
+//! The JSON the filter reads (its plugin configuration, the aggregator's replies, ORCA's JSON form)
+//! and writes (its reports), without serde: a small value tree and a writer. Hand-written because
+//! every sidecar pays for the filter's code size at start-up (V8 compiles the whole module before
+//! the listener is ready, about 0.5 ms per KB here): serde_json with its derived (de)serializers
+//! was ~170 KB of the module, miniserde's value parser 19 KB, this a few KB. The aggregator and the
+//! tools keep serde_json.
+//!
+//! Numbers keep their text: integers are read exactly, other numbers with `str::parse::<f64>`, and
+//! messages quote what was written. Nesting is bounded; nothing panics on any input.
+
+use std::fmt;
+
+/// Deepest nesting of arrays and objects accepted.
+pub const MAX_DEPTH: usize = 64;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Number(Number),
+    String(String),
+    Array(Vec<Value>),
+    /// Members in document order (a repeated key keeps both; `get` finds the first).
+    Object(Vec<(String, Value)>),
+}
+
+/// A JSON number as written, and its value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Number {
+    pub text: String,
+    value: f64,
+    /// Set when the text is a non-negative integer that fits.
+    integer: Option<u64>,
+}
+
+impl Number {
+    pub fn as_f64(&self) -> f64 {
+        self.value
+    }
+
+    pub fn as_u64(&self) -> Option<u64> {
+        self.integer
+    }
+}
+
+impl Value {
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        match self {
+            Value::Object(members) => members.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            Value::Number(n) => n.as_u64(),
+            _ => None,
+        }
+    }
+
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::Number(n) => Some(n.as_f64()),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// What kind of value it is, for messages ("a string", "an object"...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Number(_) => "a number",
+            Value::String(_) => "a string",
+            Value::Array(_) => "an array",
+            Value::Object(_) => "an object",
+        }
+    }
+}
+
+/// The value as JSON text (numbers as written), for messages.
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = Vec::new();
+        write_value(&mut out, self);
+        f.write_str(&String::from_utf8_lossy(&out))
+    }
+}
+
+/// Where and why a text is not JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonError {
+    pub line: usize,
+    pub column: usize,
+    pub what: &'static str,
+}
+
+impl fmt::Display for JsonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at line {} column {}", self.what, self.line, self.column)
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+/// Parse one JSON value (with optional whitespace around it).
+pub fn parse(text: &str) -> Result<Value, JsonError> {
+    let mut p = Parser { bytes: text.as_bytes(), text, at: 0 };
+    p.whitespace();
+    let value = p.value(0)?;
+    p.whitespace();
+    if p.at != p.bytes.len() {
+        return Err(p.error("trailing characters"));
+    }
+    Ok(value)
+}
+
+struct Parser<'a> {
+    bytes: &'a [u8],
+    text: &'a str,
+    at: usize,
+}
+
+impl Parser<'_> {
+    fn error(&self, what: &'static str) -> JsonError {
+        let before = &self.bytes[..self.at.min(self.bytes.len())];
+        let line = 1 + before.iter().filter(|b| **b == b'\n').count();
+        let column = 1 + before.iter().rev().take_while(|b| **b != b'\n').count();
+        JsonError { line, column, what }
+    }
+
+    fn error_at(&self, at: usize, what: &'static str) -> JsonError {
+        Parser { bytes: self.bytes, text: self.text, at }.error(what)
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    fn whitespace(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    fn literal(&mut self, word: &'static [u8], value: Value) -> Result<Value, JsonError> {
+        if self.bytes[self.at..].starts_with(word) {
+            self.at += word.len();
+            Ok(value)
+        } else {
+            Err(self.error("expected a value"))
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Value, JsonError> {
+        match self.peek() {
+            None => Err(self.error("unexpected end")),
+            Some(b'n') => self.literal(b"null", Value::Null),
+            Some(b't') => self.literal(b"true", Value::Bool(true)),
+            Some(b'f') => self.literal(b"false", Value::Bool(false)),
+            Some(b'"') => self.string().map(Value::String),
+            Some(b'[' | b'{') if depth >= MAX_DEPTH => Err(self.error("nested too deeply")),
+            Some(b'[') => self.array(depth),
+            Some(b'{') => self.object(depth),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(_) => Err(self.error("expected a value")),
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Result<Value, JsonError> {
+        self.at += 1;
+        let mut items = Vec::new();
+        self.whitespace();
+        if self.peek() == Some(b']') {
+            self.at += 1;
+            return Ok(Value::Array(items));
+        }
+        loop {
+            self.whitespace();
+            items.push(self.value(depth + 1)?);
+            self.whitespace();
+            match self.peek() {
+                Some(b',') => self.at += 1,
+                Some(b']') => {
+                    self.at += 1;
+                    return Ok(Value::Array(items));
+                }
+                None => return Err(self.error("unexpected end")),
+                _ => return Err(self.error("expected ',' or ']'")),
+            }
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<Value, JsonError> {
+        self.at += 1;
+        let mut members = Vec::new();
+        self.whitespace();
+        if self.peek() == Some(b'}') {
+            self.at += 1;
+            return Ok(Value::Object(members));
+        }
+        loop {
+            self.whitespace();
+            match self.peek() {
+                Some(b'"') => {}
+                None => return Err(self.error("unexpected end")),
+                Some(_) => return Err(self.error("expected a key")),
+            }
+            let key = self.string()?;
+            self.whitespace();
+            if self.peek() != Some(b':') {
+                return Err(self.error("expected ':'"));
+            }
+            self.at += 1;
+            self.whitespace();
+            members.push((key, self.value(depth + 1)?));
+            self.whitespace();
+            match self.peek() {
+                Some(b',') => self.at += 1,
+                Some(b'}') => {
+                    self.at += 1;
+                    return Ok(Value::Object(members));
+                }
+                None => return Err(self.error("unexpected end")),
+                _ => return Err(self.error("expected ',' or '}'")),
+            }
+        }
+    }
+
+    fn string(&mut self) -> Result<String, JsonError> {
+        self.at += 1;
+        let mut out = String::new();
+        let mut run = self.at;
+        loop {
+            match self.peek() {
+                None => return Err(self.error("unterminated string")),
+                Some(b'"') => {
+                    out.push_str(&self.text[run..self.at]);
+                    self.at += 1;
+                    return Ok(out);
+                }
+                Some(b'\\') => {
+                    out.push_str(&self.text[run..self.at]);
+                    let escape = self.bytes.get(self.at + 1).copied();
+                    // Past the backslash and the escape's letter.
+                    self.at += 2;
+                    let c = match escape {
+                        Some(b'"') => '"',
+                        Some(b'\\') => '\\',
+                        Some(b'/') => '/',
+                        Some(b'b') => '\u{8}',
+                        Some(b'f') => '\u{c}',
+                        Some(b'n') => '\n',
+                        Some(b'r') => '\r',
+                        Some(b't') => '\t',
+                        Some(b'u') => self.unicode_escape()?,
+                        _ => {
+                            self.at -= 1;
+                            return Err(self.error("bad escape"));
+                        }
+                    };
+                    out.push(c);
+                    run = self.at;
+                }
+                Some(0..=0x1f) => return Err(self.error("control character in a string")),
+                Some(_) => self.at += 1,
+            }
+        }
+    }
+
+    /// After `\u`: four hex digits, and a low surrogate after a high one. Leaves `at` after them.
+    fn unicode_escape(&mut self) -> Result<char, JsonError> {
+        let high = self.hex4()?;
+        let code = if (0xd800..0xdc00).contains(&high) {
+            if !self.bytes[self.at..].starts_with(b"\\u") {
+                return Err(self.error("lone surrogate"));
+            }
+            self.at += 2;
+            let low = self.hex4()?;
+            if !(0xdc00..0xe000).contains(&low) {
+                return Err(self.error("lone surrogate"));
+            }
+            0x10000 + ((high - 0xd800) << 10) + (low - 0xdc00)
+        } else {
+            high
+        };
+        char::from_u32(code).ok_or_else(|| self.error("lone surrogate"))
+    }
+
+    fn hex4(&mut self) -> Result<u32, JsonError> {
+        let digits = self.bytes.get(self.at..self.at + 4).ok_or_else(|| self.error("bad escape"))?;
+        let mut n = 0;
+        for d in digits {
+            n = n * 16 + char::from(*d).to_digit(16).ok_or_else(|| self.error("bad escape"))?;
+        }
+        self.at += 4;
+        Ok(n)
+    }
+
+    fn number(&mut self) -> Result<Value, JsonError> {
+        let start = self.at;
+        let digits = |p: &mut Self| {
+            let from = p.at;
+            while matches!(p.peek(), Some(b'0'..=b'9')) {
+                p.at += 1;
+            }
+            p.at - from
+        };
+        if self.peek() == Some(b'-') {
+            self.at += 1;
+        }
+        let int_start = self.at;
+        if digits(self) == 0 || (self.bytes[int_start] == b'0' && self.at - int_start > 1) {
+            return Err(self.error_at(start, "bad number"));
+        }
+        let mut integer = self.bytes[start] != b'-';
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            integer = false;
+            if digits(self) == 0 {
+                return Err(self.error_at(start, "bad number"));
+            }
+        }
+        if matches!(self.peek(), Some(b'e' | b'E')) {
+            self.at += 1;
+            integer = false;
+            if matches!(self.peek(), Some(b'+' | b'-')) {
+                self.at += 1;
+            }
+            if digits(self) == 0 {
+                return Err(self.error_at(start, "bad number"));
+            }
+        }
+        let text = &self.text[start..self.at];
+        let value: f64 = text.parse().map_err(|_| self.error_at(start, "bad number"))?;
+        if !value.is_finite() {
+            return Err(self.error_at(start, "number out of range"));
+        }
+        let integer = if integer { text.parse::<u64>().ok() } else { None };
+        Ok(Value::Number(Number { text: text.to_string(), value, integer }))
+    }
+}
+
+/// Append `value` as compact JSON (numbers as written).
+pub fn write_value(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Number(n) => out.extend_from_slice(n.text.as_bytes()),
+        Value::String(s) => write_str(out, s),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value(out, item);
+            }
+            out.push(b']');
+        }
+        Value::Object(members) => {
+            out.push(b'{');
+            for (i, (k, v)) in members.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_str(out, k);
+                out.push(b':');
+                write_value(out, v);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+/// Append `s` as a JSON string: `"` and `\` escaped, control characters as `\u00XX`.
+pub fn write_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    for &b in s.as_bytes() {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            0..=0x1f => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[usize::from(b >> 4)]);
+                out.push(HEX[usize::from(b & 15)]);
+            }
+            _ => out.push(b),
+        }
+    }
+    out.push(b'"');
+}
+
+/// Why a field of an object was refused: its path and the problem, e.g. field
+/// `aggregator.timeout_ms`, "expected an integer in 10..=60000, got 1".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub problem: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "field `{}`: {}", self.field, self.problem)
+    }
+}
+
+impl std::error::Error for FieldError {}
+
+/// Reads typed fields out of one JSON object, remembering which were read so that unknown (or
+/// misspelt) fields can be reported. A field that is `null` counts as absent.
+pub struct Fields<'a> {
+    prefix: String,
+    members: &'a [(String, Value)],
+    read: Vec<&'static str>,
+}
+
+impl<'a> Fields<'a> {
+    /// `prefix` goes before every field name in messages (e.g. `aggregator.`).
+    pub fn new(prefix: impl Into<String>, members: &'a [(String, Value)]) -> Self {
+        Fields { prefix: prefix.into(), members, read: Vec::new() }
+    }
+
+    pub fn get(&mut self, key: &'static str) -> Option<&'a Value> {
+        self.read.push(key);
+        self.members.iter().find(|(k, _)| k == key).map(|(_, v)| v).filter(|v| **v != Value::Null)
+    }
+
+    pub fn error(&self, key: &str, problem: String) -> FieldError {
+        FieldError { field: format!("{}{key}", self.prefix), problem }
+    }
+
+    /// "expected <expected>, got <what it is>" (long strings summarised).
+    pub fn unexpected(&self, key: &str, expected: &str, got: &Value) -> FieldError {
+        let got = match got {
+            Value::String(s) if s.len() > 60 => format!("a string of {} bytes", s.len()),
+            other => other.to_string(),
+        };
+        self.error(key, format!("expected {expected}, got {got}"))
+    }
+
+    pub fn boolean(&mut self, key: &'static str, default: bool) -> Result<bool, FieldError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(other) => Err(self.unexpected(key, "true or false", other)),
+        }
+    }
+
+    pub fn integer(
+        &mut self,
+        key: &'static str,
+        default: u64,
+        range: std::ops::RangeInclusive<u64>,
+    ) -> Result<u64, FieldError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => match v.as_u64() {
+                Some(n) if range.contains(&n) => Ok(n),
+                _ => Err(self.unexpected(key, &format!("an integer in {}..={}", range.start(), range.end()), v)),
+            },
+        }
+    }
+
+    pub fn number(&mut self, key: &'static str, default: f64, min: f64, max: f64) -> Result<f64, FieldError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => match v.as_f64() {
+                Some(x) if x >= min && x <= max => Ok(x),
+                _ => Err(self.unexpected(key, &format!("a number in {}..={}", short(min), short(max)), v)),
+            },
+        }
+    }
+
+    pub fn string(&mut self, key: &'static str, default: &str, max_len: usize) -> Result<String, FieldError> {
+        Ok(self.optional_string(key, max_len)?.unwrap_or_else(|| default.to_string()))
+    }
+
+    pub fn required_string(&mut self, key: &'static str, max_len: usize) -> Result<String, FieldError> {
+        self.optional_string(key, max_len)?.ok_or_else(|| self.error(key, "required".into()))
+    }
+
+    /// A non-empty string of at most `max_len` bytes without control characters.
+    pub fn optional_string(&mut self, key: &'static str, max_len: usize) -> Result<Option<String>, FieldError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) if !s.is_empty() && s.len() <= max_len && !s.chars().any(char::is_control) => {
+                Ok(Some(s.clone()))
+            }
+            Some(other) => Err(self.unexpected(key, &format!("a non-empty string of at most {max_len} bytes"), other)),
+        }
+    }
+
+    pub fn string_list(&mut self, key: &'static str, max_items: usize) -> Result<Vec<String>, FieldError> {
+        let expected = format!("a list of at most {max_items} non-empty strings");
+        match self.get(key) {
+            None => Ok(vec![]),
+            Some(Value::Array(items)) if items.len() <= max_items => items
+                .iter()
+                .map(|item| match item {
+                    Value::String(s) if !s.is_empty() && s.len() <= 512 => Ok(s.clone()),
+                    other => Err(self.unexpected(key, &expected, other)),
+                })
+                .collect(),
+            Some(other) => Err(self.unexpected(key, &expected, other)),
+        }
+    }
+
+    pub fn object(&mut self, key: &'static str) -> Result<Option<&'a [(String, Value)]>, FieldError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Object(members)) => Ok(Some(members)),
+            Some(other) => Err(self.unexpected(key, "an object", other)),
+        }
+    }
+
+    pub fn array(&mut self, key: &'static str) -> Result<Option<&'a [Value]>, FieldError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Array(items)) => Ok(Some(items)),
+            Some(other) => Err(self.unexpected(key, "an array", other)),
+        }
+    }
+
+    pub fn reject_unknown(&self) -> Result<(), FieldError> {
+        match self.members.iter().map(|(k, _)| k).find(|k| !self.read.contains(&k.as_str())) {
+            None => Ok(()),
+            // The known fields in the order they were read (sorting them is code the filter carries).
+            Some(unknown) => Err(self.error(unknown, format!("unknown field (known: {})", self.read.join(", ")))),
+        }
+    }
+}
+
+/// A bound for messages: an integer as one, else up to 6 decimals without trailing zeros.
+fn short(x: f64) -> String {
+    number_text(x)
+}
+
+/// A number for messages, without the float formatting machinery: an integer as one, else up to 6
+/// decimals without trailing zeros; `-` for negatives, `NaN`, `inf`.
+pub fn number_text(x: f64) -> String {
+    if x.is_nan() {
+        return "NaN".into();
+    }
+    let sign = if x < 0.0 { "-" } else { "" };
+    if x.is_infinite() {
+        return format!("{sign}inf");
+    }
+    let mut out = Vec::new();
+    write_decimal6(&mut out, x.abs());
+    let text = String::from_utf8_lossy(&out).into_owned();
+    format!("{sign}{}", text.trim_end_matches('0').trim_end_matches('.'))
+}
+
+/// `s` as a JSON string, for messages (instead of `{:?}`, which pulls in Unicode tables).
+pub fn quoted(s: &str) -> String {
+    let mut out = Vec::with_capacity(s.len() + 2);
+    write_str(&mut out, s);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Append the decimal digits of `n`.
+pub fn write_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// Append a non-negative finite `x` with 6 decimals (rounded), e.g. a utilisation `0.625000`; other
+/// values as `0`. (Without the float formatting machinery, which the filter does not need otherwise.)
+pub fn write_decimal6(out: &mut Vec<u8>, x: f64) {
+    let micros = if x.is_finite() && x > 0.0 { (x * 1e6).round().min(u64::MAX as f64) as u64 } else { 0 };
+    write_u64(out, micros / 1_000_000);
+    let fraction = micros % 1_000_000;
+    out.push(b'.');
+    let mut digits = [b'0'; 6];
+    let mut f = fraction;
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (f % 10) as u8;
+        f /= 10;
+    }
+    out.extend_from_slice(&digits);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(text: &str) -> Value {
+        match parse(text).unwrap() {
+            v @ Value::Number(_) => v,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn values_and_their_text() {
+        let v = parse(r#" {"a": [1, -2.5e3, true, false, null], "b": {"c": "d\"\\\n\u00e9\ud83d\ude00"}} "#).unwrap();
+        assert_eq!(
+            v.get("a").and_then(|a| if let Value::Array(x) = a { x.first() } else { None }).unwrap().as_u64(),
+            Some(1)
+        );
+        assert_eq!(v.get("b").unwrap().get("c").unwrap().as_str(), Some("d\"\\\né😀"));
+        assert_eq!(v.to_string(), r#"{"a":[1,-2.5e3,true,false,null],"b":{"c":"d\"\\\u000aé😀"}}"#);
+        assert_eq!(parse(&v.to_string()).unwrap(), v, "what it writes, it reads");
+        assert_eq!(n("18446744073709551615").as_u64(), Some(u64::MAX));
+        assert_eq!(n("18446744073709551616").as_u64(), None, "too big for u64: a float");
+        assert_eq!(n("1.5").as_u64(), None);
+        assert_eq!(n("-1").as_u64(), None);
+        assert_eq!(n("1e2").as_f64(), Some(100.0));
+        assert_eq!(n("0").as_u64(), Some(0));
+        assert_eq!(parse("[]").unwrap(), Value::Array(vec![]));
+        assert_eq!(parse("{}").unwrap(), Value::Object(vec![]));
+    }
+
+    #[test]
+    fn what_is_not_json_says_where() {
+        for (text, what, line, column) in [
+            ("", "unexpected end", 1, 1),
+            ("{", "unexpected end", 1, 2),
+            ("{1}", "expected a key", 1, 2),
+            ("[1", "unexpected end", 1, 3),
+            ("{\"a\" 1}", "expected ':'", 1, 6),
+            ("[1,]", "expected a value", 1, 4),
+            ("[1 2]", "expected ',' or ']'", 1, 4),
+            ("{\n \"a\": tru}", "expected a value", 2, 7),
+            ("01", "bad number", 1, 1),
+            ("[1.]", "bad number", 1, 2),
+            ("-", "bad number", 1, 1),
+            ("1e", "bad number", 1, 1),
+            ("1e999", "number out of range", 1, 1),
+            ("NaN", "expected a value", 1, 1),
+            ("\"a", "unterminated string", 1, 3),
+            ("\"\\x\"", "bad escape", 1, 3),
+            ("\"\\u12\"", "bad escape", 1, 4),
+            ("\"\\ud800\"", "lone surrogate", 1, 8),
+            ("\"\\ud800\\u0041\"", "lone surrogate", 1, 14),
+            ("\"\u{1}\"", "control character in a string", 1, 2),
+            ("1 2", "trailing characters", 1, 3),
+        ] {
+            let err = parse(text).unwrap_err();
+            assert_eq!((err.what, err.line, err.column), (what, line, column), "{text:?}");
+        }
+        let deep = "[".repeat(MAX_DEPTH + 1) + &"]".repeat(MAX_DEPTH + 1);
+        assert_eq!(parse(&deep).unwrap_err().what, "nested too deeply");
+        let ok = "[".repeat(MAX_DEPTH) + &"]".repeat(MAX_DEPTH);
+        assert!(parse(&ok).is_ok());
+        assert_eq!(parse("[1,").unwrap_err().to_string(), "unexpected end at line 1 column 4");
+    }
+
+    #[test]
+    fn reads_what_serde_json_writes_and_serde_json_reads_what_it_writes() {
+        let doc = serde_json::json!({"s": "tab\t quote\" ctrl\u{1} é 😀", "n": [0, 1, u64::MAX, -7, 0.1, 1e-300, 12345.678],
+                                     "o": {"x": null, "y": [true, false]}});
+        let text = serde_json::to_string(&doc).unwrap();
+        let ours = parse(&text).unwrap();
+        assert_eq!(parse(&ours.to_string()).unwrap(), ours);
+        let back: serde_json::Value = serde_json::from_str(&ours.to_string()).unwrap();
+        assert_eq!(back, doc);
+        let mut out = Vec::new();
+        write_str(&mut out, "tab\t quote\" ctrl\u{1} é 😀");
+        assert_eq!(serde_json::from_slice::<String>(&out).unwrap(), "tab\t quote\" ctrl\u{1} é 😀");
+    }
+
+    #[test]
+    fn fields_are_read_typed_and_unknown_ones_named() {
+        let doc =
+            parse(r#"{"a": true, "n": 7, "x": 0.25, "s": "hi", "l": ["p", "q"], "o": {}, "z": null, "u": 1}"#).unwrap();
+        let Value::Object(members) = &doc else { unreachable!() };
+        let mut f = Fields::new("top.", members);
+        assert_eq!(f.boolean("a", false), Ok(true));
+        assert_eq!(f.integer("n", 0, 1..=9), Ok(7));
+        assert_eq!(f.number("x", 0.0, 0.0, 0.5), Ok(0.25));
+        assert_eq!(f.string("s", "d", 10), Ok("hi".to_string()));
+        assert_eq!(f.string_list("l", 4), Ok(vec!["p".to_string(), "q".to_string()]));
+        assert_eq!(f.object("o").map(|o| o.map(<[_]>::len)), Ok(Some(0)));
+        assert_eq!(f.integer("z", 3, 0..=9), Ok(3), "null is absent");
+        assert_eq!(f.boolean("missing", true), Ok(true));
+        assert_eq!(
+            f.reject_unknown().unwrap_err().to_string(),
+            "field `top.u`: unknown field (known: a, n, x, s, l, o, z, missing)"
+        );
+        let err = f.number("n", 0.0, 0.01, 0.5).unwrap_err();
+        assert_eq!(err.to_string(), "field `top.n`: expected a number in 0.01..=0.5, got 7");
+        let err = f.integer("x", 0, 10..=600_000).unwrap_err();
+        assert_eq!(err.to_string(), "field `top.x`: expected an integer in 10..=600000, got 0.25");
+        assert_eq!(f.required_string("nothing", 5).unwrap_err().problem, "required");
+    }
+
+    #[test]
+    fn integers_and_decimals() {
+        let mut out = Vec::new();
+        for x in [0u64, 7, 10, 1_234_567_890, u64::MAX] {
+            out.clear();
+            write_u64(&mut out, x);
+            assert_eq!(out, x.to_string().as_bytes());
+        }
+        for (x, text) in [
+            (0.625, "0.625000"),
+            (0.0, "0.000000"),
+            (999.9999996, "1000.000000"),
+            (1e-7, "0.000000"),
+            (1.2345678, "1.234568"),
+            (f64::NAN, "0.000000"),
+            (-1.0, "0.000000"),
+        ] {
+            out.clear();
+            write_decimal6(&mut out, x);
+            assert_eq!(std::str::from_utf8(&out).unwrap(), text, "{x}");
+        }
+    }
+}
