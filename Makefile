@@ -10,8 +10,8 @@ WASM := $(BUILD)/tailweight_filter.wasm
 CARGO ?= cargo
 # proxy-wasm modules build only for wasm32-wasip1.
 NATIVE := --workspace --exclude tailweight-filter --exclude tailweight-empty-filter
-# wasm-opt 108 needs the post-MVP features rustc emits spelled out.
-WASM_OPT := wasm-opt -O3 --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int \
+# wasm-opt 108 needs the post-MVP features rustc emits spelled out; -Os for the reason in Cargo.toml.
+WASM_OPT := wasm-opt -Os --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int \
 	--enable-mutable-globals --enable-multivalue --enable-reference-types
 
 .PHONY: all deps build wasm native test test-unit test-e2e demo bench clean
@@ -31,7 +31,7 @@ UNUSED_CALLBACKS := proxy_on_request_body proxy_on_request_trailers proxy_on_res
 	proxy_on_grpc_receive_initial_metadata proxy_on_grpc_receive proxy_on_grpc_receive_trailing_metadata \
 	proxy_on_grpc_close proxy_on_queue_ready proxy_on_foreign_function
 
-# Filter: cargo release build for wasm32-wasip1, unused callbacks unexported, then wasm-opt -O3.
+# Filter: cargo release build for wasm32-wasip1, unused callbacks unexported, then wasm-opt -Os.
 wasm: deps
 	$(CARGO) build --locked --profile wasm-release --target wasm32-wasip1 -p tailweight-filter
 	@mkdir -p $(BUILD)

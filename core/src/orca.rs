@@ -91,7 +91,7 @@ fn parse_text(body: &str) -> Result<OrcaLoad, OrcaError> {
     for pair in body.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) =
             pair.split_once('=').ok_or_else(|| OrcaError::NotKeyValue(truncate(pair, 40).to_string()))?;
-        let value: f64 = value.trim().parse().map_err(|_| OrcaError::NotANumber(key.trim().to_string()))?;
+        let value = crate::json::number(value.trim()).ok_or_else(|| OrcaError::NotANumber(key.trim().to_string()))?;
         set(&mut load, key.trim(), value)?;
     }
     Ok(load)
@@ -254,8 +254,8 @@ mod tests {
             ("TEXT cpu_utilization", "key=value"),
             ("TEXT cpu_utilization=abc", "not a number"),
             ("TEXT cpu_utilization=-1", "out of range"),
-            ("TEXT cpu_utilization=NaN", "out of range"),
-            ("TEXT cpu_utilization=inf", "out of range"),
+            ("TEXT cpu_utilization=NaN", "cpu_utilization is not a number"),
+            ("TEXT cpu_utilization=inf", "cpu_utilization is not a number"),
             ("TEXT cpu_utilization=1e9", "out of range"),
             ("JSON [1,2]", "not an object"),
             ("JSON {", "bad JSON"),
