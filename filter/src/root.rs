@@ -69,7 +69,9 @@ impl RootContext for Root {
 
     fn on_tick(&mut self) {
         if let PluginState::Active(w) = &mut *self.state.borrow_mut() {
-            w.tick(host::now_us());
+            if let Some(period_ms) = w.tick(host::now_us()) {
+                let _ = hostcalls::set_tick_period(Duration::from_millis(period_ms));
+            }
         }
     }
 

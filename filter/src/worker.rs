@@ -12,9 +12,16 @@ use std::hash::{BuildHasher, Hasher};
 use tailweight_core::snapshot::{self, Part};
 use tailweight_core::{Balancer, FilterConfig, Settings};
 
-/// A VM whose heartbeat is older than this many ticks is gone: its counters still count, its
-/// in-flight requests do not.
+/// A VM whose heartbeat is older than this many of the slowest ticks is gone: its counters still
+/// count, its in-flight requests do not.
 const LIVE_TICKS: u64 = 3;
+/// A VM handling fewer requests per second than `QUIET_BELOW_RPS` ticks `QUIET_TICK_FACTOR` times
+/// more slowly (at most once a second), until it handles `BUSY_FROM_RPS` again: what a tick folds in
+/// (siblings' in-flight counts, views) changes little at a few requests per second, and the ticks
+/// of a lightly loaded sidecar would cost more than its requests.
+const QUIET_BELOW_RPS: u64 = 5;
+const BUSY_FROM_RPS: u64 = 10;
+const QUIET_TICK_FACTOR: u64 = 5;
 
 /// What this VM last read of another VM's slot.
 struct SiblingSlot {
@@ -40,6 +47,11 @@ pub struct Worker {
     seen_views: Vec<(String, Option<u32>)>,
     views_version: Option<u64>,
     newest_view_us: u64,
+    /// The tick period set now, and the balancer revision at the last tick.
+    tick_ms: u64,
+    last_revision: u64,
+    /// Gauges as last recorded (a gauge is set only when it changes).
+    gauges: [u64; 2],
 }
 
 impl Worker {
@@ -59,11 +71,20 @@ impl Worker {
             seen_views: Vec::new(),
             views_version: None,
             newest_view_us: 0,
+            tick_ms: config.sync_interval_ms,
+            last_revision: 0,
+            gauges: [u64::MAX; 2],
             config,
         }
     }
 
-    pub fn tick(&mut self, now_us: u64) {
+    /// The slowest tick period (quiet VMs): what liveness is judged by.
+    fn quiet_tick_ms(&self) -> u64 {
+        (self.config.sync_interval_ms * QUIET_TICK_FACTOR).min(1_000).max(self.config.sync_interval_ms)
+    }
+
+    /// One tick; returns a new tick period when this VM became busy or quiet.
+    pub fn tick(&mut self, now_us: u64) -> Option<u64> {
         let forgotten = self.balancer.tick(now_us);
         host::increment(self.metrics.endpoints_forgotten, forgotten as i64);
         let slot = *self.slot.get_or_insert_with(|| shared::claim_slot().unwrap_or(u64::MAX));
@@ -83,18 +104,38 @@ impl Worker {
             self.balancer.apply_siblings(&parts, now_us);
         }
         // Every VM knows the same endpoints after folding its siblings in, so any writer is right.
-        host::record(self.metrics.endpoints_tracked, self.balancer.endpoints_tracked() as u64);
-        host::record(self.metrics.clusters_paused, self.balancer.clusters_paused(now_us) as u64);
+        let gauges = [self.balancer.endpoints_tracked() as u64, self.balancer.clusters_paused(now_us) as u64];
+        for ((metric, value), last) in
+            [self.metrics.endpoints_tracked, self.metrics.clusters_paused].into_iter().zip(gauges).zip(&mut self.gauges)
+        {
+            if value != *last {
+                host::record(metric, value);
+                *last = value;
+            }
+        }
         self.apply_views(now_us);
         if self.reporter.is_some() {
             self.maybe_report(now_us);
         }
+        // Each request moves the revision about three times (pick, release, completion).
+        let requests = self.balancer.revision().wrapping_sub(self.last_revision) / 3;
+        self.last_revision = self.balancer.revision();
+        let rps = requests * 1_000 / self.tick_ms.max(1);
+        let wanted = match (self.tick_ms == self.config.sync_interval_ms, rps) {
+            (true, rps) if rps < QUIET_BELOW_RPS => self.quiet_tick_ms(),
+            (false, rps) if rps >= BUSY_FROM_RPS => self.config.sync_interval_ms,
+            _ => self.tick_ms,
+        };
+        (wanted != self.tick_ms).then(|| {
+            self.tick_ms = wanted;
+            wanted
+        })
     }
 
     /// Read the other VMs' heartbeats, and the slots whose version moved. True if anything the
     /// siblings' stats come from changed (a new snapshot, or a VM that came or went).
     fn read_siblings(&mut self, own_slot: u64, now_us: u64) -> bool {
-        let live_after = now_us.saturating_sub(LIVE_TICKS * self.config.sync_interval_ms * 1_000);
+        let live_after = now_us.saturating_sub(LIVE_TICKS * self.quiet_tick_ms() * 1_000);
         let mut changed = false;
         for number in (0..shared::slots_claimed()).filter(|n| *n != own_slot) {
             let Some(beat) = shared::read_beat(number) else { continue };
