@@ -79,7 +79,7 @@ def markdown(scenario: Scenario, results: list[dict], meta: dict) -> str:
                       "stays within 20% of the step (|share - final| <= 0.2 x max(|before - final|, final); "
                       "before = mean of the 5 s before the event, final = mean of the last 10 s), and, literally, "
                       "within 20% of the final share (noise-bound when the final share is small):", "",
-                  "| policy | backend | event at s | share before | final share | settle s (20% of step) | "
+                  "| run | backend | event at s | share before | final share | settle s (20% of step) | "
                   "settle s (20% of final) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
 
         def secs(x):

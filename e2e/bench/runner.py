@@ -15,7 +15,7 @@ from tailweight_e2e import aggregator as aggregator_mod
 from tailweight_e2e import envoy as envoy_mod
 from tailweight_e2e import paths
 from tailweight_e2e.envoy_configs import CLUSTER, plugin_config_for, render_client_envoy
-from tailweight_e2e.procs import Proc, ProcGroup
+from tailweight_e2e.procs import Proc, ProcGroup, wait_exited
 from tailweight_e2e.prometheus import Prometheus
 
 from . import analysis, emulator, fortio, operator
@@ -347,7 +347,10 @@ class PolicyRun:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"fortio ({phase}) did not finish within {seconds + 30 * len(segments):.0f} s")
             self.show_progress(phase, recording.samples, now, seconds)
-            time.sleep(max(0.0, SAMPLE_S - ((time.monotonic() - t0) % SAMPLE_S)))
+            # Until the next sample, or sooner when this segment's Fortios end: the next segment
+            # then starts within milliseconds (one extra sample at the boundary), not up to SAMPLE_S.
+            next_sample = t0 + (int((time.monotonic() - t0) / SAMPLE_S) + 1) * SAMPLE_S
+            wait_exited([p for p, _ in segment_loads[-1]], next_sample)
         outs = [[read_fortio(p, json_path) for p, json_path in loads] for loads in segment_loads]
         if record:
             self.result["samples"] = [(round(t, 3), c) for t, c in recording.samples]

@@ -371,8 +371,8 @@ def _backends():
     return ["127.0.0.1:18001", ("127.0.0.1", 18002)]
 
 
-@pytest.mark.parametrize("policy", POLICIES)
-def test_every_policy_renders_a_valid_envoy_config(policy, tmp_path):
+def _policy_kwargs(policy: str) -> dict:
+    """What render_client_envoy needs beyond the endpoints for `policy` (skips without the filter)."""
     kwargs = {}
     if policy.startswith("tailweight"):
         if not paths.WASM.exists():
@@ -380,11 +380,21 @@ def test_every_policy_renders_a_valid_envoy_config(policy, tmp_path):
         kwargs["wasm_path"] = paths.WASM
     if policy == "tailweight":
         kwargs["aggregator_port"] = 18100
+    return kwargs
+
+
+def _eds_file(tmp_path, weights: dict[str, int]):
+    eds = tmp_path / "eds" / "backends.yaml"
+    eds.parent.mkdir()
+    write_eds(eds, weights)
+    return eds
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_policy_renders_a_valid_envoy_config(policy, tmp_path):
+    kwargs = _policy_kwargs(policy)
     if policy == "operator":
-        eds = tmp_path / "eds" / "backends.yaml"
-        eds.parent.mkdir()
-        write_eds(eds, {"127.0.0.1:18001": 916, "127.0.0.1:18002": 134})
-        kwargs["eds_path"] = eds
+        kwargs["eds_path"] = _eds_file(tmp_path, {"127.0.0.1:18001": 916, "127.0.0.1:18002": 134})
     text = render_client_envoy(_backends(), policy, **kwargs)
     error = envoy.validate(text, tmp_path)
     assert error is None, error
@@ -410,16 +420,8 @@ def test_every_policy_renders_a_valid_envoy_config(policy, tmp_path):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_every_policy_renders_a_valid_mesh_config(policy, tmp_path):
     """As the harness runs it: endpoints by EDS, Istio's retry policy, HTTP/2 to gRPC backends."""
-    kwargs = {}
-    if policy.startswith("tailweight"):
-        if not paths.WASM.exists():
-            pytest.skip("build/tailweight_filter.wasm missing (make wasm)")
-        kwargs["wasm_path"] = paths.WASM
-    if policy == "tailweight":
-        kwargs["aggregator_port"] = 18100
-    eds = tmp_path / "eds" / "backends.yaml"
-    eds.parent.mkdir()
-    write_eds(eds, {"127.0.0.1:18001": 1, "127.0.0.1:18002": 1})
+    kwargs = _policy_kwargs(policy)
+    eds = _eds_file(tmp_path, {"127.0.0.1:18001": 1, "127.0.0.1:18002": 1})
     text = render_client_envoy([], policy, eds_path=eds, retries=True, protocol="grpc", **kwargs)
     error = envoy.validate(text, tmp_path)
     assert error is None, error
