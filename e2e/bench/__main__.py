@@ -94,7 +94,7 @@ def finish(out_dir: Path, log_dir: Path, scenario, results: list, meta: dict) ->
     print(md)
     print(f"results: {out_dir / 'results.json'}, {out_dir / 'results.md'}")
     print("plots: " + ", ".join(str(p) for p in pngs))
-    print(f"per-Envoy /stats (taken at the end of each run): {log_dir}/<policy>/envoy-<i>.stats.txt; "
+    print(f"per-Envoy /stats (taken at the end of each run): {log_dir}/<run>/envoy-<i>.stats.txt; "
           f"logs and configs beside them")
     return 0 if all("error" not in r for r in results) else 1
 
