@@ -1,6 +1,10 @@
 # Benchmarks on real processes (emulated backends, client Envoys, Fortio, aggregator, Prometheus).
 #   make bench SCENARIO=e2e/scenarios/slowdown.yaml   every policy of the scenario, full length
 #   make demo                                         a short seed run (<= 5 min) for newcomers
+# Scenarios (e2e/scenarios, docs/scenario.md): seed-fib, slowdown, rollout (rolling update: steady vs
+# rollout p99), comeback (fast backends away 20 s: settle time), grpc-seed, grpc-sinkhole (a backend
+# answering UNAVAILABLE, each policy with and without Istio's retries). BENCH_ARGS="--retries off"
+# runs the client Envoys without Istio's retry policy.
 # Results: bench/results/<scenario name>/{results.json,results.md,*.png}; logs, configs, Fortio JSON
 # and per-Envoy /stats under bench/runs/<scenario name>/<policy>/.
 .PHONY: bench demo emulator

@@ -27,7 +27,11 @@ def main(argv=None) -> int:
                     help="no runs: recompute shares/settle times and rewrite results.md and plots "
                          "from <out>/results.json")
     ap.add_argument("--segment", type=float, help="split the recorded part into Fortio runs of this many seconds "
-                                                 "(percentiles per segment, e.g. before/after --kill-aggregator-at)")
+                                                 "(percentiles per segment, e.g. before/after --kill-aggregator-at; "
+                                                 "overrides the scenario's segments)")
+    ap.add_argument("--retries", choices=("on", "off", "both"),
+                    help="Istio's default retry policy in the client Envoys: on, off, or each policy run both "
+                         "ways (overrides the scenario's clients.retries; default on)")
     ap.add_argument("--quiet", action="store_true", help="no progress line")
     args = ap.parse_args(argv)
     try:
@@ -52,23 +56,34 @@ def main(argv=None) -> int:
         doc = json.loads((out_dir / "results.json").read_text())
         results = [r if "error" in r else runner.derive(r) for r in doc["policies"]]
         return finish(out_dir, log_dir, scenario, results, doc.get("meta", {}))
+    retry_modes = RETRY_MODES[args.retries] if args.retries else scenario.clients.retries
+    runs = [(policy, retries, run_name(policy, retries))
+            for policy in policies for retries in retry_modes]
     results = []
     started = time.monotonic()
-    for i, policy in enumerate(policies):
+    for i, (policy, retries, name) in enumerate(runs):
         opts = runner.Options(out_dir=out_dir, log_dir=log_dir, warmup_s=args.warmup, duration_s=args.duration,
                               operator_period_s=args.operator_period, kill_aggregator_at_s=args.kill_aggregator_at,
-                              segment_s=args.segment,
-                              progress=not args.quiet, label=f"{i + 1}/{len(policies)}")
+                              segment_s=args.segment, retries=retries, run_name=name,
+                              progress=not args.quiet, label=f"{i + 1}/{len(runs)}")
         try:
             results.append(runner.run_policy(scenario, policy, opts))
         except Exception as e:  # one broken policy must not lose the others' results
-            print(f"bench: policy {policy} failed: {type(e).__name__}: {e}", file=sys.stderr)
-            results.append({"policy": policy, "error": f"{type(e).__name__}: {e}"})
+            print(f"bench: {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
+            results.append({"policy": policy, "run": name, "retries": retries, "error": f"{type(e).__name__}: {e}"})
     meta = {"elapsed_s": round(time.monotonic() - started, 1),
             "note": "operator starts from its converged weights "
                     f"(capacity-proportional, {operator.RULE.median_weight:g}/median)"
                     if "operator" in policies else ""}
     return finish(out_dir, log_dir, scenario, results, meta)
+
+
+RETRY_MODES = {"on": (True,), "off": (False,), "both": (True, False)}
+
+
+def run_name(policy: str, retries: bool) -> str:
+    """The policy, marked when it runs without Istio's retries."""
+    return policy if retries else f"{policy}-no-retries"
 
 
 def finish(out_dir: Path, log_dir: Path, scenario, results: list, meta: dict) -> int:
@@ -79,7 +94,7 @@ def finish(out_dir: Path, log_dir: Path, scenario, results: list, meta: dict) ->
     print(md)
     print(f"results: {out_dir / 'results.json'}, {out_dir / 'results.md'}")
     print("plots: " + ", ".join(str(p) for p in pngs))
-    print(f"per-Envoy /stats (taken at the end of each run): {log_dir}/<policy>/envoy-<i>.stats.txt; "
+    print(f"per-Envoy /stats (taken at the end of each run): {log_dir}/<run>/envoy-<i>.stats.txt; "
           f"logs and configs beside them")
     return 0 if all("error" not in r for r in results) else 1
 

@@ -44,6 +44,23 @@ def overall_shares(samples: Sequence[Sample]) -> list[float]:
     return [d / total if total else 0.0 for d in diff]
 
 
+def share_between(samples: Sequence[Sample], backend: int, t0: float, t1: float) -> float | None:
+    """`backend`'s share of the requests served between t0 and t1: from the last sample at or before
+    t0 to the later sample nearest t1 (samples come every 0.5 s, an event fires right after one).
+    None when no request falls in between."""
+    before = [k for k, (t, _) in enumerate(samples) if t <= t0 + 1e-9]
+    if not before:
+        return None
+    start = before[-1]
+    later = range(start + 1, len(samples))
+    if not later:
+        return None
+    end = min(later, key=lambda k: abs(samples[k][0] - t1))
+    diff = [b - a for a, b in zip(samples[start][1], samples[end][1], strict=True)]
+    total = sum(diff)
+    return diff[backend] / total if total > 0 else None
+
+
 def settle_time(times: Sequence[float], share: Sequence[float], event_s: float, final_window_s: float,
                 tolerance: float = 0.2, before_window_s: float = 5.0) -> dict[str, float | None]:
     """Seconds from `event_s` until `share` stays near its final value for good.

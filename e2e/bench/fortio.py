@@ -16,8 +16,12 @@ Bucket = tuple[float, float, int]  # start s, end s, count
 
 
 def load_argv(url: str, qps: float, connections: int, duration_s: float, json_path: Path,
-              payload_bytes: int = 0, timeout_s: float = 20.0) -> list[str]:
-    argv = [str(paths.fortio()), "load", "-qps", f"{qps:g}", "-c", str(connections), "-t", f"{duration_s:g}s",
+              payload_bytes: int = 0, timeout_s: float = 20.0, grpc_streams: int | None = None) -> list[str]:
+    """`fortio load` at `qps` in all over `connections` connections. With `grpc_streams`, gRPC pings
+    (`-grpc -ping`) with that many concurrent streams per HTTP/2 connection, and `url` is the
+    destination host:port."""
+    grpc = ["-grpc", "-ping", "-s", str(grpc_streams)] if grpc_streams else []
+    argv = [str(paths.fortio()), "load", *grpc, "-qps", f"{qps:g}", "-c", str(connections), "-t", f"{duration_s:g}s",
             "-uniform",  # spread each connection's start so the clients do not fire in lockstep
             "-timeout", f"{timeout_s:g}s",
             "-allow-initial-errors",  # a failing backend must not abort the client before it starts
@@ -29,8 +33,9 @@ def load_argv(url: str, qps: float, connections: int, duration_s: float, json_pa
 
 
 def start_load(group: ProcGroup, name: str, url: str, qps: float, connections: int, duration_s: float,
-               json_path: Path, payload_bytes: int = 0) -> Proc:
-    return group.start(name, load_argv(url, qps, connections, duration_s, json_path, payload_bytes))
+               json_path: Path, payload_bytes: int = 0, grpc_streams: int | None = None) -> Proc:
+    return group.start(name, load_argv(url, qps, connections, duration_s, json_path, payload_bytes,
+                                       grpc_streams=grpc_streams))
 
 
 def read(json_path: Path) -> dict:
@@ -42,11 +47,17 @@ def buckets(result: dict) -> list[Bucket]:
     return [(float(d["Start"]), float(d["End"]), int(d["Count"])) for d in data]
 
 
+# A successful call: HTTP 200, or a gRPC ping answered (Fortio's gRPC codes are health states:
+# SERVING for an answer, ERROR for any failed call).
+OK_CODES = ("200", "SERVING")
+
+
 def counts(result: dict) -> tuple[int, int]:
-    """(requests, errors): errors are every return code but 200 (-1 = socket error or timeout)."""
+    """(requests, errors): errors are every return code but 200 (-1 = socket error or timeout) and,
+    for gRPC, every call that did not end in SERVING."""
     codes: dict[str, int] = result.get("RetCodes") or {}
     total = int((result.get("DurationHistogram") or {}).get("Count", 0))
-    ok = int(codes.get("200", 0))
+    ok = sum(int(codes.get(c, 0)) for c in OK_CODES)
     return total, total - ok
 
 

@@ -1,6 +1,7 @@
 """The seed operator (Istio-adaptive-least-request), emulated honestly: every period it reads per-pod
-CPU from Prometheus, applies its published rule (step) to the endpoint weights and rewrites them;
-Envoy runs weighted LEAST_REQUEST on those weights (here through a file-based EDS resource).
+CPU from Prometheus, applies its published rule (step) to the weights of the endpoints in the set and
+rewrites them; Envoy runs weighted LEAST_REQUEST on those weights (here the file-based EDS resource
+of membership.EndpointSet, which backends also join and leave).
 
 The rule's numbers (period, dead band, step, clamp, median, new endpoints' weight) live in
 sim/operator-rule.json, which the simulator (sim/src/policy/operator.rs) reads too.
@@ -14,9 +15,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from tailweight_e2e import paths
-from tailweight_e2e.envoy_configs import write_eds
 from tailweight_e2e.procs import wait_for
 from tailweight_e2e.prometheus import Prometheus
+
+from .membership import EndpointSet
 
 RULE_FILE = paths.REPO / "sim" / "operator-rule.json"
 
@@ -84,6 +86,11 @@ def integer_weights(weights: dict[str, float]) -> dict[str, int]:
     return {k: max(1, int(round(w))) for k, w in weights.items()}
 
 
+def join_weight(rule: OperatorRule = RULE) -> int:
+    """The EDS weight of an endpoint that joins between two rounds: the rule's new endpoint weight."""
+    return integer_weights({"new": rule.new_endpoint_weight})["new"]
+
+
 def cpu_by_address(prom: Prometheus) -> dict[str, float]:
     """Busy worker seconds per second, by backend address."""
     return {s["metric"]["address"]: float(s["value"][1]) for s in prom.query(CPU_QUERY)
@@ -97,23 +104,24 @@ def wait_for_cpu(prom: Prometheus, addresses: Sequence[str], timeout_s: float = 
 
 
 class Controller:
-    """Every `period_s`: CPU from Prometheus -> step() -> EDS file. Runs in a daemon thread; records
-    every round so the results can show what it did."""
+    """Every `period_s`: CPU from Prometheus -> step() over the endpoints in the set -> their weights
+    in the EDS file. Runs in a daemon thread; records every round so the results can show what it did.
+    An endpoint that joins starts at the rule's new_endpoint_weight (the set's join weight, see
+    join_weight) until the next round."""
 
-    def __init__(self, eds_path: Path, weights: dict[str, float], cpu_source: Callable[[], dict[str, float]],
+    def __init__(self, endpoints: EndpointSet, weights: dict[str, float], cpu_source: Callable[[], dict[str, float]],
                  period_s: float = PERIOD_S, log: Callable[[str], None] | None = None):
-        self.eds_path = Path(eds_path)
+        self.endpoints = endpoints
         self.weights = dict(weights)
         self.cpu_source = cpu_source
         self.period_s = period_s
         self.rounds: list[dict] = []
         self.errors: list[str] = []
-        self.version = 1
         self.log = log or (lambda _: None)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = time.monotonic()
-        write_eds(self.eds_path, integer_weights(self.weights), version=str(self.version))
+        endpoints.set_weights(integer_weights(self.weights))
 
     def start(self) -> None:
         self._t0 = time.monotonic()
@@ -123,10 +131,10 @@ class Controller:
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
             try:
-                cpu = self.cpu_source()
-                self.weights = step(self.weights, cpu)
-                self.version += 1
-                write_eds(self.eds_path, integer_weights(self.weights), version=str(self.version))
+                members = set(self.endpoints.member_addresses())
+                cpu = {a: c for a, c in self.cpu_source().items() if a in members}
+                self.weights = step({a: w for a, w in self.weights.items() if a in members}, cpu)
+                self.endpoints.set_weights(integer_weights(self.weights))
                 self.rounds.append({"t_s": round(time.monotonic() - self._t0, 1), "cpu": cpu,
                                     "weights": integer_weights(self.weights)})
                 self.log(f"operator round {len(self.rounds)}: weights {sorted(integer_weights(self.weights).values())}")

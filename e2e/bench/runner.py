@@ -1,7 +1,9 @@
 """Runs one policy of a scenario on real processes: the emulator (all backends), one Envoy per client
-(--concurrency 1) each driven by its own Fortio, plus Prometheus and the operator controller, or the
-aggregator, as the policy needs. Warm-up, then the recorded part with events; collects latency,
-errors, per-endpoint request series and CPU per process."""
+(--concurrency 1, configured like an Istio sidecar, endpoints from one file-based EDS resource) each
+driven by its own Fortio, plus Prometheus and the operator controller, or the aggregator, as the
+policy needs. Warm-up, then the recorded part with events (backends joining and leaving the endpoint
+set among them); collects latency, errors, per-endpoint request series and CPU per process."""
+import bisect
 import sys
 import time
 from dataclasses import dataclass, field
@@ -12,13 +14,15 @@ import requests
 from tailweight_e2e import aggregator as aggregator_mod
 from tailweight_e2e import envoy as envoy_mod
 from tailweight_e2e import paths
-from tailweight_e2e.envoy_configs import plugin_config_for, render_client_envoy
-from tailweight_e2e.procs import Proc, ProcGroup
+from tailweight_e2e.envoy_configs import CLUSTER, plugin_config_for, render_client_envoy
+from tailweight_e2e.procs import Proc, ProcGroup, wait_exited
 from tailweight_e2e.prometheus import Prometheus
 
 from . import analysis, emulator, fortio, operator
 from .cpu import cpu_seconds
-from .scenario import Event, Scenario
+from .membership import EndpointSet
+from .report_tap import ReportTap
+from .scenario import Event, Scenario, Segment
 
 SAMPLE_S = 0.5
 
@@ -36,6 +40,8 @@ class Options:
     plugin_extra: dict = field(default_factory=dict)
     progress: bool = True
     label: str = ""  # shown in the progress line, e.g. "2/6"
+    retries: bool = True  # Istio's default route retry policy in the client Envoys
+    run_name: str | None = None  # names the result entry and the log sub-directory (default: the policy)
 
 
 class Progress:
@@ -104,39 +110,90 @@ class CpuTracker:
 
 
 def backend_settings(scenario: Scenario) -> list[emulator.BackendSettings]:
-    return [emulator.BackendSettings(b.workers, b.base_ms, b.speed, b.jitter, b.payload_bytes)
+    return [emulator.BackendSettings(b.workers, b.base_ms, b.speed, b.jitter, b.payload_bytes, b.protocol,
+                                     b.cold_factor, b.cold_s, b.absent)
             for b in scenario.backends]
 
 
+# Events whose backends' share is worth following (joins and leaves change the set itself, and the
+# stop that follows a leave hits a backend that no longer gets requests).
+REACTION_ACTIONS = ("speed", "fail", "stop", "recover")
+REACTION_FIRST_S = 1.0
+
+
 def derive(result: dict) -> dict:
-    """Shares and event reaction times from the recorded samples (also used to re-render old results)."""
+    """Shares, event reaction times and the shares right after each event from the recorded samples
+    (also used to re-render old results)."""
+    samples = result["samples"]
     # No shares (an empty dict) from fewer than two samples.
-    result["share"] = dict(zip(result["backends"], analysis.overall_shares(result["samples"]), strict=False))
-    times, shares = analysis.windowed_shares(result["samples"], 1.0)
+    result["share"] = dict(zip(result["backends"], analysis.overall_shares(samples), strict=False))
+    times, shares = analysis.windowed_shares(samples, 1.0)
+    reacting = [ev for ev in result["events"] if ev["action"] in REACTION_ACTIONS and not ev.get("cause")]
     result["settle"] = [
         {"backend": b, "action": ev["action"], "at_s": ev["fired_s"],
          **analysis.settle_time(times, [s[b] for s in shares], ev["fired_s"], final_window_s=10.0)}
-        for ev in result["events"] for b in ev["backends"]]
+        for ev in reacting for b in ev["backends"]]
+    end_s = samples[-1][0] if samples else 0.0
+    result["reaction"] = []
+    for ev in reacting:
+        for b in ev["backends"]:
+            t = ev["fired_s"]
+            # Until the next event on this backend, or the end.
+            until = min([e["fired_s"] for e in result["events"] if e["fired_s"] > t and b in e["backends"]]
+                        + [end_s])
+            result["reaction"].append({
+                "backend": b, "action": ev["action"], "at_s": t,
+                "share_before": analysis.share_between(samples, b, t - 5.0, t),
+                "share_first_s": analysis.share_between(samples, b, t, t + REACTION_FIRST_S),
+                "share_after": analysis.share_between(samples, b, t + REACTION_FIRST_S, until),
+                "after_until_s": round(until, 3)})
     return result
 
 
-def recorded_segments(duration_s: float, segment_s: float | None) -> list[float]:
-    """The recorded part as Fortio runs of `segment_s` (a remainder under 1 s is dropped)."""
-    if not segment_s or segment_s >= duration_s:
-        return [duration_s]
-    n = int(duration_s // segment_s)
-    rest = duration_s - n * segment_s
-    return [segment_s] * n + ([rest] if rest >= 1 else [])
+def recorded_segments(duration_s: float, segment_s: float | None = None,
+                      named: list[Segment] | None = None) -> list[tuple[str, float]]:
+    """The recorded part as Fortio runs, (name, seconds) each: of `segment_s` (a remainder under 1 s
+    is dropped), else the scenario's named segments (those starting before `duration_s`, which may be
+    shorter than the scenario's), else one run named "run"."""
+    if segment_s and segment_s < duration_s:
+        n = int(duration_s // segment_s)
+        rest = duration_s - n * segment_s
+        lengths = [segment_s] * n + ([rest] if rest >= 1 else [])
+        return [(f"run{k + 1}", x) for k, x in enumerate(lengths)]
+    starts = [s for s in named or [] if s.from_s < duration_s]
+    if len(starts) < 2:
+        return [("run", duration_s)]
+    ends = [s.from_s for s in starts[1:]] + [duration_s]
+    return [(s.name, end - s.from_s) for s, end in zip(starts, ends, strict=True)]
+
+
+@dataclass(order=True)
+class Pending:
+    """An event due at `at_s` of the recorded part: the scenario's, or the stop that follows a leave
+    (`cause` says which leave)."""
+    at_s: float
+    order: int  # keeps equal times in the order they were scheduled
+    event: Event = field(compare=False)
+    cause: str | None = field(default=None, compare=False)
 
 
 @dataclass
 class Recording:
     """What the sampling loop sees during the recorded part."""
-    pending: list[Event]  # scenario events not fired yet, in time order
+    pending: list[Pending]  # events not fired yet, in time order
     samples: list[analysis.Sample] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     aggregator_view: list[tuple] = field(default_factory=list)
     aggregator_killed_at_s: float | None = None
+    left_at_s: dict[int, float] = field(default_factory=dict)  # backend -> when it left the endpoint set
+    scheduled: int = 0  # events the run added (a leave's stop); they sort after equal-time scenario events
+
+
+# The backends cluster's counters kept per Envoy (retries: Istio's policy at work).
+ENVOY_CLUSTER_STATS = ("upstream_rq_total", "upstream_rq_5xx", "upstream_cx_connect_fail",
+                       "upstream_rq_pending_overflow", "upstream_rq_timeout", "upstream_rq_retry",
+                       "upstream_rq_retry_success", "upstream_rq_retry_overflow",
+                       "upstream_cx_destroy_remote_with_active_rq")
 
 
 @dataclass
@@ -148,109 +205,131 @@ class ClientEnvoy:
 
 class PolicyRun:
     """One policy of a scenario on real processes. run() takes the steps in order: start the
-    backends, start the policy's control plane, start the client Envoys, run the load (warm-up,
-    then the recorded part with sampling and events), collect the stats, summarise."""
+    backends and the endpoint set, start the policy's control plane, start the client Envoys, run
+    the load (warm-up, then the recorded part with sampling and events), collect the stats,
+    summarise."""
 
     def __init__(self, scenario: Scenario, policy: str, opts: Options):
         self.scenario = scenario
         self.policy = policy
         self.opts = opts
+        self.name = opts.run_name or policy
         self.warmup_s = scenario.warmup_s if opts.warmup_s is None else opts.warmup_s
         self.duration_s = scenario.duration_s if opts.duration_s is None else opts.duration_s
-        self.log_dir = Path(opts.log_dir or Path(opts.out_dir) / "logs") / policy
+        self.log_dir = Path(opts.log_dir or Path(opts.out_dir) / "logs") / self.name
         self.progress = Progress(opts.progress)
         self.cpu = CpuTracker()
-        self.result: dict = {"policy": policy, "warmup_s": self.warmup_s, "duration_s": self.duration_s,
-                             "log_dir": str(self.log_dir)}
+        self.result: dict = {"policy": policy, "run": self.name, "retries": opts.retries,
+                             "protocol": scenario.protocol, "warmup_s": self.warmup_s,
+                             "duration_s": self.duration_s, "log_dir": str(self.log_dir)}
         self.emu: emulator.Emulator | None = None
+        self.endpoints: EndpointSet | None = None
         self.controller: operator.Controller | None = None
         self.aggregator: aggregator_mod.Aggregator | None = None
-        self.eds_path: Path | None = None
+        self.tap: ReportTap | None = None
         self.clients: list[ClientEnvoy] = []
 
     def run(self) -> dict:
         """Every step, the processes stopped at the end (also on failure); the result entry."""
-        segments = recorded_segments(self.duration_s, self.opts.segment_s)
-        with ProcGroup(self.log_dir) as group:
-            self.start_backends(group)
-            self.start_control_plane(group)
-            self.start_client_envoys(group)
+        segments = recorded_segments(self.duration_s, self.opts.segment_s, self.scenario.segments)
+        try:
+            with ProcGroup(self.log_dir) as group:
+                self.start_backends(group)
+                self.start_control_plane(group)
+                self.start_client_envoys(group)
+                if self.controller is not None:
+                    self.controller.start()
+                if self.warmup_s > 0:
+                    self.run_load(group, "warmup", [("warmup", self.warmup_s)], record=False)
+                for name, pid in list(self.cpu.pids.items()):
+                    self.cpu.track(name, pid)  # CPU counts from the start of the recorded part
+                by_segment = self.run_load(group, "run", segments, record=True)
+                self.collect_stats()
+        finally:
             if self.controller is not None:
-                self.controller.start()
-            if self.warmup_s > 0:
-                self.run_load(group, "warmup", [self.warmup_s], record=False)
-            for name, pid in list(self.cpu.pids.items()):
-                self.cpu.track(name, pid)  # CPU counts from the start of the recorded part
-            by_segment = self.run_load(group, "run", segments, record=True)
-            self.collect_stats()
+                self.controller.stop()
+            if self.tap is not None:
+                self.tap.stop()
         return self.summarise(by_segment, segments)
 
     def start_backends(self, group: ProcGroup) -> None:
-        """Every backend of the scenario in one emulator process."""
+        """Every backend of the scenario in one emulator process (those declared absent bound but not
+        listening), and the endpoint set the client Envoys read: every backend not absent."""
         self.emu = emulator.start(group, backend_settings(self.scenario), seed=self.scenario.seed)
         self.result["backends"] = self.emu.addresses
         self.cpu.track("emulator", self.emu.proc.pid)
+        self.endpoints = EndpointSet(self.log_dir / "eds" / "backends.yaml", self.emu.addresses,
+                                     [b.index for b in self.scenario.backends if not b.absent],
+                                     join_weight=operator.join_weight() if self.policy == "operator" else 1)
 
     def start_control_plane(self, group: ProcGroup) -> None:
         """What decides weights besides the client Envoys: for `operator`, Prometheus scraping the
-        emulator and the operator's controller writing the EDS file (started with the load); for
-        `tailweight`, the aggregator the filters report to. Other policies have none."""
+        emulator and the operator's controller writing the weights of the endpoint set (started with
+        the load); for `tailweight`, the aggregator the filters report to, through a ReportTap that
+        keeps each Envoy's last report. Other policies have none."""
         if self.policy == "operator":
             prom = Prometheus(group, [f"127.0.0.1:{self.emu.admin_port}"], self.log_dir / "prometheus", job="emulator")
             operator.wait_for_cpu(prom, self.emu.addresses)
             self.cpu.track("prometheus", prom.proc.pid)
-            capacity = {a: b.capacity_rps for a, b in zip(self.emu.addresses, self.scenario.backends, strict=True)}
+            members = self.endpoints.member_addresses()
+            capacity = {a: b.capacity_rps for a, b in zip(self.emu.addresses, self.scenario.backends, strict=True)
+                        if a in members}
             initial = operator.converged_weights(capacity)
-            self.eds_path = self.log_dir / "eds" / "backends.yaml"
-            self.eds_path.parent.mkdir(parents=True, exist_ok=True)
-            self.controller = operator.Controller(self.eds_path, initial, lambda: operator.cpu_by_address(prom),
+            self.controller = operator.Controller(self.endpoints, initial, lambda: operator.cpu_by_address(prom),
                                                   self.opts.operator_period_s,
                                                   log=lambda m: self.progress.update(m, force=True))
             self.result["operator"] = {"initial_weights": operator.integer_weights(initial),
                                        "period_s": self.opts.operator_period_s,
+                                       "join_weight": operator.join_weight(),
                                        "start": "converged: weight proportional to capacity, scaled by "
                                                 f"{operator.RULE.median_weight:g}/median"}
         elif self.policy == "tailweight":
             self.aggregator = aggregator_mod.start(group)
             self.cpu.track("aggregator", self.aggregator.proc.pid)
+            self.tap = ReportTap(self.aggregator.port).start()
 
     def start_client_envoys(self, group: ProcGroup) -> None:
-        """One Envoy per client (--concurrency 1) running the policy."""
+        """One Envoy per client (--concurrency 1) running the policy, endpoints from the EDS file."""
         steering = self.policy.startswith("tailweight")
         for i in range(self.scenario.clients.count):
             config = render_client_envoy(
-                self.emu.addresses, self.policy,
+                [], self.policy,
                 wasm_path=paths.WASM if steering else None,
                 plugin_config=plugin_config_for(self.policy, self.opts.report_interval_ms, self.opts.plugin_extra)
                 if steering else None,
-                aggregator_port=self.aggregator.port if self.aggregator else None, eds_path=self.eds_path,
-                node_id=f"client-{i}")
+                aggregator_port=self.tap.port if self.tap else None, eds_path=self.endpoints.path,
+                node_id=f"client-{i}", retries=self.opts.retries, protocol=self.scenario.protocol)
             e = envoy_mod.start(group, f"envoy-{i}", config, log_level="warn")
             self.clients.append(ClientEnvoy(i, e))
             self.cpu.track(f"envoy-{i}", e.proc.pid)
         self.result["envoy_admin"] = [c.envoy.admin for c in self.clients]
 
     def start_fortios(self, group: ProcGroup, phase: str, seconds: float, record: bool) -> list[tuple[Proc, Path]]:
-        """One Fortio per client for `seconds`; returns (process, JSON result path) pairs."""
+        """One Fortio per client for `seconds` (gRPC pings over `streams` streams per connection when
+        the backends speak gRPC); returns (process, JSON result path) pairs."""
         clients = self.scenario.clients
+        grpc = self.scenario.protocol == "grpc"
         loads = []
         for c in self.clients:
             json_path = self.log_dir / f"fortio-{phase}-{c.index}.json"
-            p = fortio.start_load(group, f"fortio-{phase}-{c.index}", c.envoy.url(), clients.qps / clients.count,
-                                  clients.connections, seconds, json_path, clients.payload_bytes)
+            p = fortio.start_load(group, f"fortio-{phase}-{c.index}", c.envoy.address() if grpc else c.envoy.url(),
+                                  clients.qps / clients.count, clients.connections, seconds, json_path,
+                                  clients.payload_bytes, grpc_streams=clients.streams if grpc else None)
             loads.append((p, json_path))
             if record:
                 self.cpu.track(f"fortio-{phase}-{c.index}", p.pid, from_zero=True)
         return loads
 
-    def run_load(self, group: ProcGroup, phase: str, segments: list[float], record: bool) -> list[list[dict]]:
+    def run_load(self, group: ProcGroup, phase: str, segments: list[tuple[str, float]],
+                 record: bool) -> list[list[dict]]:
         """Fortio runs back to back (one per segment, each client), sampling every SAMPLE_S all
         along; when recording, also fires the scenario's events, watches (and maybe kills) the
         aggregator, and stores what it saw in the result. Returns each segment's client results."""
-        seconds = sum(segments)
-        names = [phase] if len(segments) == 1 else [f"{phase}{k + 1}" for k in range(len(segments))]
-        segment_loads = [self.start_fortios(group, names[0], segments[0], record)]
-        recording = Recording(pending=list(self.scenario.events) if record else [])
+        seconds = sum(length for _, length in segments)
+        names = [phase] if len(segments) == 1 else [f"{phase}-{name}" for name, _ in segments]
+        segment_loads = [self.start_fortios(group, names[0], segments[0][1], record)]
+        events = self.scenario.events if record else []
+        recording = Recording(pending=[Pending(ev.at_s, k, ev) for k, ev in enumerate(events)], scheduled=len(events))
         t0 = time.monotonic()
         deadline = t0 + seconds + 30 * len(segments)
         while True:
@@ -263,16 +342,24 @@ class PolicyRun:
                 if len(segment_loads) == len(segments):
                     break
                 k = len(segment_loads)
-                segment_loads.append(self.start_fortios(group, names[k], segments[k], record))
+                segment_loads.append(self.start_fortios(group, names[k], segments[k][1], record))
                 continue
             if time.monotonic() > deadline:
                 raise RuntimeError(f"fortio ({phase}) did not finish within {seconds + 30 * len(segments):.0f} s")
             self.show_progress(phase, recording.samples, now, seconds)
-            time.sleep(max(0.0, SAMPLE_S - ((time.monotonic() - t0) % SAMPLE_S)))
+            # Until the next sample, or sooner when this segment's Fortios end: the next segment
+            # then starts within milliseconds (one extra sample at the boundary), not up to SAMPLE_S.
+            next_sample = t0 + (int((time.monotonic() - t0) / SAMPLE_S) + 1) * SAMPLE_S
+            wait_exited([p for p, _ in segment_loads[-1]], next_sample)
         outs = [[read_fortio(p, json_path) for p, json_path in loads] for loads in segment_loads]
         if record:
             self.result["samples"] = [(round(t, 3), c) for t, c in recording.samples]
             self.result["events"] = recording.events
+            self.result["events_not_fired"] = [{"at_s": p.at_s, "backends": p.event.backends,
+                                                "action": p.event.action, "cause": p.cause}
+                                               for p in recording.pending]
+            self.result["ended_s"] = round(time.monotonic() - t0, 3)
+            self.result["left_at_s"] = {self.emu.addresses[b]: t for b, t in recording.left_at_s.items()}
             self.result["aggregator_killed_at_s"] = recording.aggregator_killed_at_s
             if self.aggregator is not None:
                 self.result["aggregator_view"] = recording.aggregator_view
@@ -287,12 +374,32 @@ class PolicyRun:
         self.cpu.sample()  # before reaping, so a finished Fortio's CPU is still readable
 
     def fire_due_events(self, recording: Recording, t0: float, now: float) -> None:
-        """Send the emulator every scenario event whose time has come."""
+        """Apply every event whose time has come. Most go to the emulator; `join` starts the
+        backends listening (cold) and then adds them to the endpoint set; `leave` removes them from
+        the set and schedules their `stop` `value` seconds later (a deleted pod that drains first)."""
         while recording.pending and recording.pending[0].at_s <= now:
-            ev = recording.pending.pop(0)
-            self.emu.event(ev.backends, ev.action, ev.value)
-            recording.events.append({"at_s": ev.at_s, "fired_s": round(time.monotonic() - t0, 3),
-                                     "backends": ev.backends, "action": ev.action, "value": ev.value})
+            due = recording.pending.pop(0)
+            ev = due.event
+            if ev.action == "leave":
+                self.endpoints.leave(ev.backends)
+                stop = Event(ev.at_s + ev.value, ev.backends, "stop")
+                recording.scheduled += 1
+                bisect.insort(recording.pending, Pending(stop.at_s, recording.scheduled, stop,
+                                                         cause=f"leave at {ev.at_s:g} s"))
+            elif ev.action == "join":
+                self.emu.event(ev.backends, "join")  # answers once the ports listen
+                self.endpoints.join(ev.backends)
+            else:
+                self.emu.event(ev.backends, ev.action, ev.value)
+            fired_s = round(time.monotonic() - t0, 3)
+            if ev.action == "leave":
+                recording.left_at_s.update(dict.fromkeys(ev.backends, fired_s))
+            elif ev.action == "join":
+                for b in ev.backends:
+                    recording.left_at_s.pop(b, None)
+            recording.events.append({"at_s": ev.at_s, "fired_s": fired_s, "backends": ev.backends,
+                                     "action": ev.action, "value": ev.value,
+                                     **({"cause": due.cause} if due.cause else {})})
 
     def watch_aggregator(self, recording: Recording, now: float) -> None:
         """Record the aggregator's view while it lives; kill it at opts.kill_aggregator_at_s."""
@@ -315,24 +422,27 @@ class PolicyRun:
             rps = (sum(c_now) - sum(c_prev)) / max(now - t_prev, 1e-3)
         else:
             rps = 0.0
-        self.progress.update(f"[{self.opts.label} {self.policy}] {phase} {min(now, seconds):5.1f}/{seconds:g} s  "
+        self.progress.update(f"[{self.opts.label} {self.name}] {phase} {min(now, seconds):5.1f}/{seconds:g} s  "
                              f"backends {rps:6.0f} rps")
 
     def collect_stats(self) -> None:
         """Stop the operator's controller (keeping its rounds) and read every Envoy's /stats,
-        kept as text next to the logs (where `make demo` points newcomers) and summarised."""
+        kept as text next to the logs (where `make demo` points newcomers) and summarised; for the
+        tailweight policies, the filter's counters and which endpoints each Envoy tracks against
+        the endpoint set at the end."""
         if self.controller is not None:
             self.controller.stop()
             self.result["operator"]["rounds"] = self.controller.rounds
             self.result["operator"]["errors"] = self.controller.errors
+        live = self.endpoints.member_addresses()
+        self.result["live_endpoints"] = live
+        tracked = self.tap.tracked(CLUSTER) if self.tap is not None else {}
         envoy_stats = []
         for c in self.clients:
             e = c.envoy
             (self.log_dir / f"envoy-{c.index}.stats.txt").write_text(requests.get(f"{e.admin}/stats", timeout=5).text)
-            s = e.stats("cluster.backends.")
-            entry = {k: s.get(f"cluster.backends.{k}", 0) for k in
-                     ("upstream_rq_total", "upstream_rq_5xx", "upstream_cx_connect_fail",
-                      "upstream_rq_pending_overflow", "upstream_rq_timeout")}
+            s = e.stats(f"cluster.{CLUSTER}.")
+            entry = {k: s.get(f"cluster.{CLUSTER}.{k}", 0) for k in ENVOY_CLUSTER_STATS}
             wasm = e.stats("wasmcustom.")
             if wasm:
                 entry["wasmcustom"] = wasm
@@ -340,10 +450,15 @@ class PolicyRun:
                 a = e.stats("cluster.tailweight_aggregator.")
                 entry["aggregator_calls"] = {k: a.get(f"cluster.tailweight_aggregator.{k}", 0) for k in
                                              ("upstream_rq_total", "upstream_rq_2xx", "upstream_cx_connect_fail")}
+            mine = tracked.get(f"client-{c.index}")
+            if mine is not None:
+                entry["tracked"] = {**mine,
+                                    "not_live": [a for a in mine["endpoints"] if a not in live],
+                                    "live_not_tracked": [a for a in live if a not in mine["endpoints"]]}
             envoy_stats.append(entry)
         self.result["envoy_stats"] = envoy_stats
 
-    def summarise(self, by_segment: list[list[dict]], segments: list[float]) -> dict:
+    def summarise(self, by_segment: list[list[dict]], segments: list[tuple[str, float]]) -> dict:
         """Latency and errors over all clients (and per segment), per-client figures, CPU per
         process and per request, then shares and settle times (derive)."""
         result = self.result
@@ -351,8 +466,9 @@ class PolicyRun:
         summary = fortio.summarise(clients)
         result.update(summary)
         if len(by_segment) > 1:
-            result["segments"] = [{"from_s": sum(segments[:k]), "to_s": sum(segments[:k + 1]), **fortio.summarise(seg)}
-                                  for k, seg in enumerate(by_segment)]
+            starts = [sum(length for _, length in segments[:k]) for k in range(len(segments) + 1)]
+            result["segments"] = [{"name": name, "from_s": starts[k], "to_s": starts[k + 1], **fortio.summarise(seg)}
+                                  for k, ((name, _), seg) in enumerate(zip(segments, by_segment, strict=True))]
         result["clients"] = [{"qps": float(c.get("ActualQPS", 0.0)), "requests": fortio.counts(c)[0],
                               "errors": fortio.counts(c)[1], **fortio.client_percentiles(c)} for c in clients]
         used = self.cpu.used()
@@ -368,7 +484,7 @@ class PolicyRun:
         }
         result["cpu_cores"] = round(sum(used.values()) / self.duration_s, 3)
         derive(result)
-        self.progress.done(f"[{self.opts.label} {self.policy}] done: p50 {summary['p50_ms']:.1f} ms, "
+        self.progress.done(f"[{self.opts.label} {self.name}] done: p50 {summary['p50_ms']:.1f} ms, "
                            f"p99 {summary['p99_ms']:.1f} ms, p99.9 {summary['p99.9_ms']:.1f} ms, "
                            f"errors {summary['errors']}/{summary['requests']}")
         return result

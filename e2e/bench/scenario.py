@@ -5,9 +5,11 @@ from pathlib import Path
 
 import yaml
 
-from tailweight_e2e.envoy_configs import POLICIES
+from tailweight_e2e.envoy_configs import POLICIES, PROTOCOLS
 
-ACTIONS = ("speed", "fail", "stop", "recover")
+ACTIONS = ("speed", "fail", "stop", "recover", "join", "leave")
+LEAVE_STOP_S = 3.0  # a leaving backend stops listening this long after it left the endpoint set
+RETRIES = {True: (True,), False: (False,), "both": (True, False)}
 
 
 class ScenarioError(ValueError):
@@ -22,6 +24,10 @@ class Backend:
     speed: float
     jitter: float
     payload_bytes: int
+    protocol: str = "http"
+    cold_factor: float = 1.0
+    cold_s: float = 0.0
+    absent: bool = False  # not in the endpoint set (and not listening) until a `join` event
 
     @property
     def capacity_rps(self) -> float:
@@ -35,6 +41,8 @@ class Clients:
     qps: float
     connections: int
     payload_bytes: int = 0
+    streams: int = 1  # gRPC streams per connection (Fortio -s)
+    retries: tuple[bool, ...] = (True,)  # each policy runs once per entry: with / without Istio's retries
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,14 @@ class Event:
     backends: list[int]
     action: str
     value: float | None = None
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A named part of the recorded part, from `from_s` to the next segment's start (or the end),
+    measured by a Fortio run of its own."""
+    name: str
+    from_s: float
 
 
 @dataclass
@@ -57,10 +73,16 @@ class Scenario:
     policies: list[str]
     sim: dict = field(default_factory=dict)
     path: Path | None = None
+    segments: list[Segment] = field(default_factory=list)
 
     @property
     def capacity_rps(self) -> float:
-        return sum(b.capacity_rps for b in self.backends)
+        """Of the backends in the endpoint set at the start, warm."""
+        return sum(b.capacity_rps for b in self.backends if not b.absent)
+
+    @property
+    def protocol(self) -> str:
+        return self.backends[0].protocol
 
 
 def _check_keys(where: str, data: dict, required: set, optional: set) -> None:
@@ -86,7 +108,7 @@ def _number(where: str, value, lo: float, hi: float, integer: bool = False):
 
 def parse(data: dict, path: Path | None = None) -> Scenario:
     _check_keys("scenario", data, {"name", "backends", "clients", "duration_s", "policies"},
-                {"seed", "warmup_s", "events", "sim"})
+                {"seed", "warmup_s", "events", "sim", "segments"})
     name = data["name"]
     if not isinstance(name, str) or not name or any(c in name for c in "/\\ "):
         raise ScenarioError(f"name: expected a non-empty word usable in file names, got {name!r}")
@@ -95,8 +117,18 @@ def parse(data: dict, path: Path | None = None) -> Scenario:
     backends: list[Backend] = []
     for g, group in enumerate(data["backends"]):
         where = f"backends[{g}]"
-        _check_keys(where, group, {"count", "workers", "base_ms"}, {"speed", "jitter", "payload_bytes"})
+        _check_keys(where, group, {"count", "workers", "base_ms"},
+                    {"speed", "jitter", "payload_bytes", "protocol", "cold_factor", "cold_s", "absent"})
         count = _number(f"{where}.count", group["count"], 1, 1000, integer=True)
+        protocol = group.get("protocol", "http")
+        if protocol not in PROTOCOLS:
+            raise ScenarioError(f"{where}.protocol: expected one of {list(PROTOCOLS)}, got {protocol!r}")
+        if backends and protocol != backends[0].protocol:
+            raise ScenarioError(f"{where}.protocol: {protocol} differs from backends[0]'s "
+                                f"{backends[0].protocol} (the client Envoys speak one protocol to the backends)")
+        absent = group.get("absent", False)
+        if not isinstance(absent, bool):
+            raise ScenarioError(f"{where}.absent: expected true or false, got {absent!r}")
         for _ in range(count):
             backends.append(Backend(
                 index=len(backends),
@@ -106,34 +138,16 @@ def parse(data: dict, path: Path | None = None) -> Scenario:
                 jitter=_number(f"{where}.jitter", group.get("jitter", 0.0), 0, 3),
                 payload_bytes=_number(f"{where}.payload_bytes", group.get("payload_bytes", 0), 0, 16 << 20,
                                       integer=True),
+                protocol=protocol,
+                cold_factor=_number(f"{where}.cold_factor", group.get("cold_factor", 1.0), 1, 1000),
+                cold_s=_number(f"{where}.cold_s", group.get("cold_s", 0.0), 0, 3600),
+                absent=absent,
             ))
-    c = data["clients"]
-    _check_keys("clients", c, {"count", "qps", "connections"}, {"payload_bytes"})
-    clients = Clients(
-        count=_number("clients.count", c["count"], 1, 64, integer=True),
-        qps=_number("clients.qps", c["qps"], 0.1, 1e6),
-        connections=_number("clients.connections", c["connections"], 1, 10000, integer=True),
-        payload_bytes=_number("clients.payload_bytes", c.get("payload_bytes", 0), 0, 16 << 20, integer=True),
-    )
+    if all(b.absent for b in backends):
+        raise ScenarioError("backends: every group is absent: true; the endpoint set must start with one backend")
+    clients = _clients(data["clients"], backends[0].protocol)
     duration_s = _number("duration_s", data["duration_s"], 1, 86400)
-    events = []
-    for e, ev in enumerate(data.get("events") or []):
-        where = f"events[{e}]"
-        _check_keys(where, ev, {"at_s", "backends", "action"}, {"value"})
-        at_s = _number(f"{where}.at_s", ev["at_s"], 0, duration_s)
-        if not isinstance(ev["backends"], list) or not ev["backends"]:
-            raise ScenarioError(f"{where}.backends: expected a non-empty list of backend indices")
-        idx = [_number(f"{where}.backends", i, 0, len(backends) - 1, integer=True) for i in ev["backends"]]
-        if ev["action"] not in ACTIONS:
-            raise ScenarioError(f"{where}.action: expected one of {list(ACTIONS)}, got {ev['action']!r}")
-        value = None
-        if ev["action"] == "speed":
-            if "value" not in ev:
-                raise ScenarioError(f"{where}: action speed needs value (the new multiplier)")
-            value = _number(f"{where}.value", ev["value"], 0.001, 1000)
-        elif "value" in ev:
-            raise ScenarioError(f"{where}: action {ev['action']} takes no value")
-        events.append(Event(at_s, idx, ev["action"], value))
+    events = _events(data.get("events") or [], backends, duration_s)
     policies = data["policies"]
     if not isinstance(policies, list) or not policies:
         raise ScenarioError("policies: expected a non-empty list")
@@ -148,9 +162,106 @@ def parse(data: dict, path: Path | None = None) -> Scenario:
         seed=_number("seed", data.get("seed", 1), 0, 2**63 - 1, integer=True),
         warmup_s=_number("warmup_s", data.get("warmup_s", 0), 0, 3600),
         duration_s=duration_s,
-        backends=backends, clients=clients, events=sorted(events, key=lambda e: e.at_s),
+        backends=backends, clients=clients, events=events,
         policies=list(policies), sim=sim, path=path,
+        segments=_segments(data.get("segments"), duration_s),
     )
+
+
+def _clients(c, protocol: str) -> Clients:
+    _check_keys("clients", c, {"count", "qps", "connections"}, {"payload_bytes", "streams", "retries"})
+    if "streams" in c and protocol != "grpc":
+        raise ScenarioError("clients.streams: only for gRPC backends (Fortio's -s, streams per connection)")
+    retries = c.get("retries", True)
+    if not (isinstance(retries, bool) or retries == "both"):
+        raise ScenarioError(f"clients.retries: expected true, false or both, got {retries!r}")
+    return Clients(
+        count=_number("clients.count", c["count"], 1, 64, integer=True),
+        qps=_number("clients.qps", c["qps"], 0.1, 1e6),
+        connections=_number("clients.connections", c["connections"], 1, 10000, integer=True),
+        payload_bytes=_number("clients.payload_bytes", c.get("payload_bytes", 0), 0, 16 << 20, integer=True),
+        streams=_number("clients.streams", c.get("streams", 1), 1, 1000, integer=True),
+        retries=RETRIES[retries],
+    )
+
+
+def _event(where: str, ev, backends: list[Backend], duration_s: float) -> Event:
+    _check_keys(where, ev, {"at_s", "backends", "action"}, {"value"})
+    at_s = _number(f"{where}.at_s", ev["at_s"], 0, duration_s)
+    if not isinstance(ev["backends"], list) or not ev["backends"]:
+        raise ScenarioError(f"{where}.backends: expected a non-empty list of backend indices")
+    idx = [_number(f"{where}.backends", i, 0, len(backends) - 1, integer=True) for i in ev["backends"]]
+    action = ev["action"]
+    if action not in ACTIONS:
+        raise ScenarioError(f"{where}.action: expected one of {list(ACTIONS)}, got {action!r}")
+    value = None
+    if action == "speed":
+        if "value" not in ev:
+            raise ScenarioError(f"{where}: action speed needs value (the new multiplier)")
+        value = _number(f"{where}.value", ev["value"], 0.001, 1000)
+    elif action == "leave":
+        value = _number(f"{where}.value", ev.get("value", LEAVE_STOP_S), 0, 3600)
+    elif "value" in ev:
+        raise ScenarioError(f"{where}: action {action} takes no value")
+    return Event(at_s, idx, action, value)
+
+
+def _events(raw, backends: list[Backend], duration_s: float) -> list[Event]:
+    """The events in time order (file order among equal times), checked against the endpoint set
+    they change: a join names a backend outside it (declared absent: true, or one that left and has
+    stopped listening), a leave one inside it, and no leave empties it."""
+    if not isinstance(raw, list):
+        raise ScenarioError("events: expected a list")
+    numbered = sorted(((_event(f"events[{e}]", ev, backends, duration_s), e) for e, ev in enumerate(raw)),
+                      key=lambda pair: (pair[0].at_s, pair[1]))
+    members = {b.index for b in backends if not b.absent}
+    stops_at: dict[int, float] = {}  # a backend that left -> when it stops listening
+    for ev, e in numbered:
+        where = f"events[{e}] ({ev.action} at {ev.at_s:g} s)"
+        for b in ev.backends:
+            if ev.action == "join":
+                if b in members:
+                    raise ScenarioError(f"{where}: backend {b} is already in the endpoint set "
+                                        "(a join names a backend declared absent: true, or one that left)")
+                if stops_at.get(b, -1.0) > ev.at_s:
+                    raise ScenarioError(f"{where}: backend {b} left and stops listening at {stops_at[b]:g} s; "
+                                        "it can join again only after that")
+                members.add(b)
+            elif ev.action == "leave":
+                if b not in members:
+                    raise ScenarioError(f"{where}: backend {b} is not in the endpoint set then")
+                members.discard(b)
+                stops_at[b] = ev.at_s + ev.value
+        if not members:
+            raise ScenarioError(f"{where}: leaves the endpoint set empty")
+    return [ev for ev, _ in numbered]
+
+
+def _segments(raw, duration_s: float) -> list[Segment]:
+    """Optional named parts of the recorded part: the first from 0, each later one starting later."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not raw:
+        raise ScenarioError("segments: expected a non-empty list of {name, from_s}")
+    out: list[Segment] = []
+    for k, seg in enumerate(raw):
+        where = f"segments[{k}]"
+        _check_keys(where, seg, {"name", "from_s"}, set())
+        name = seg["name"]
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ScenarioError(f"{where}.name: expected a word (letters, digits, _), got {name!r}")
+        if any(s.name == name for s in out):
+            raise ScenarioError(f"{where}.name: {name!r} is used twice")
+        from_s = _number(f"{where}.from_s", seg["from_s"], 0, duration_s)
+        if not out and from_s != 0:
+            raise ScenarioError(f"{where}.from_s: the first segment starts at 0, got {from_s:g}")
+        if out and from_s <= out[-1].from_s:
+            raise ScenarioError(f"{where}.from_s: expected after {out[-1].from_s:g} (segments[{k - 1}]), "
+                                f"got {from_s:g}")
+        if from_s >= duration_s:
+            raise ScenarioError(f"{where}.from_s: expected before duration_s {duration_s:g}, got {from_s:g}")
+        out.append(Segment(name, from_s))
+    return out
 
 
 def load(path) -> Scenario:

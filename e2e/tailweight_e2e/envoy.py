@@ -34,6 +34,10 @@ class Envoy:
     def url(self, listener: str = "ingress") -> str:
         return f"http://127.0.0.1:{self.port(listener)}/"
 
+    def address(self, listener: str = "ingress") -> str:
+        """host:port of listener `listener`, as gRPC clients name a destination."""
+        return f"127.0.0.1:{self.port(listener)}"
+
     def stats(self, prefix: str = "") -> dict[str, int]:
         """Counters and gauges from /stats (text form), filtered by name prefix."""
         text = requests.get(f"{self.admin}/stats", timeout=5).text

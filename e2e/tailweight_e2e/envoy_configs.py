@@ -2,11 +2,16 @@
 own e2e tests use the same renderer). Pure functions: they return YAML text and touch nothing.
 
 Policies (docs/scenario.md): round_robin, least_request, cswrr_orca, operator (weighted
-least_request, endpoints and weights from a file-based EDS resource), tailweight_local and
-tailweight (the wasm filter before the router, override_host LB with fallback least_request,
-the override header stripped again in the cluster's upstream filters; `tailweight` also has the
-`tailweight_aggregator` cluster the filter reports to).
+least_request on the weights of the EDS resource), tailweight_local and tailweight (the wasm filter
+before the router, override_host LB with fallback least_request, the override header stripped again
+in the cluster's upstream filters; `tailweight` also has the `tailweight_aggregator` cluster the
+filter reports to).
+
+Like an Istio sidecar's outbound cluster and route: Istio's circuit-breaker thresholds (all at
+2^32 - 1), its default route retry policy when asked (`retries`), HTTP/2 to the backends for gRPC
+(`protocol="grpc"`), endpoints from a file-based EDS resource when given one (`eds_path`).
 """
+import copy
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +25,27 @@ CLUSTER = "backends"
 AGGREGATOR_CLUSTER = "tailweight_aggregator"
 LISTENER = "ingress"
 OVERRIDE_HEADER = "x-gateway-destination-endpoint"
+PROTOCOLS = ("http", "grpc")
+
+# Istio's default route retry policy (pilot/pkg/networking/core/route/retry/retry.go, DefaultPolicy):
+# `unavailable` and `cancelled` are gRPC statuses; `retriable-status-codes` lists none by default, so
+# an HTTP 503 is not retried. previous_hosts makes a retry pick another host (up to 5 tries).
+ISTIO_RETRY_POLICY = {
+    "retry_on": "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes",
+    "num_retries": 2,
+    "retry_host_predicate": [{
+        "name": "envoy.retry_host_predicates.previous_hosts",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"},
+    }],
+    "host_selection_retry_max_attempts": 5,
+}
+# Istio's getDefaultCircuitBreakerThresholds (cluster_traffic_policy.go): Envoy's default of 3
+# retries in flight per cluster turns pod churn into 503s, so Istio lifts every limit.
+_UNLIMITED = 2**32 - 1
+ISTIO_CIRCUIT_BREAKERS = {"thresholds": [{
+    "max_connections": _UNLIMITED, "max_pending_requests": _UNLIMITED, "max_requests": _UNLIMITED,
+    "max_retries": _UNLIMITED, "track_remaining": True}]}
 
 Endpoint = str | tuple[str, int]
 
@@ -64,20 +90,38 @@ def lb_policy(policy: str, cswrr_blackout_s: float = 1.0, cswrr_update_s: float 
     raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
 
 
-def _strip_override_header() -> dict:
-    """Upstream filters that remove the override header after the LB read it (a route-level removal
-    would happen before the LB and break steering)."""
-    return {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+def _upstream_protocol_options(protocol: str, strip_override_header: bool) -> dict:
+    """The backends cluster's HTTP protocol: HTTP/1.1, or HTTP/2 cleartext for gRPC (Envoy's
+    defaults: one connection per backend per worker, carrying every stream, as a sidecar does).
+    With `strip_override_header`, upstream filters that remove the override header after the LB
+    read it (a route-level removal would happen before the LB and break steering)."""
+    options = {
         "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-        "explicit_http_config": {"http_protocol_options": {}},
-        "http_filters": [
+        "explicit_http_config": {"http2_protocol_options": {}} if protocol == "grpc"
+        else {"http_protocol_options": {}},
+    }
+    if strip_override_header:
+        options["http_filters"] = [
             {"name": "envoy.filters.http.header_mutation", "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
                 "mutations": {"request_mutations": [{"remove": OVERRIDE_HEADER}]}}},
             {"name": "envoy.filters.http.upstream_codec", "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}},
-        ],
-    }}
+        ]
+    return {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": options}
+
+
+def _eds_cluster(name: str, eds_path: str | Path, lb: dict) -> dict:
+    """A cluster whose endpoints (and weights) come from the file-based EDS resource `eds_path`."""
+    eds_path = Path(eds_path).resolve()
+    return {
+        "name": name, "type": "EDS", "connect_timeout": "1s", "load_balancing_policy": lb,
+        "eds_cluster_config": {"eds_config": {
+            "resource_api_version": "V3",
+            # Envoy reloads the file when it is moved into place in this directory.
+            "path_config_source": {"path": str(eds_path), "watched_directory": {"path": str(eds_path.parent)}},
+        }},
+    }
 
 
 def _static_cluster(name: str, endpoints: Sequence[Endpoint], lb: dict | None = None) -> dict:
@@ -122,15 +166,21 @@ def render_client_envoy(backends: Sequence[Endpoint], policy: str,
                         wasm_path: str | Path | None = None, plugin_config: dict | None = None,
                         aggregator_port: int | None = None, eds_path: str | Path | None = None,
                         node_id: str = "client", route_timeout_s: float = 15.0,
-                        cswrr_blackout_s: float = 1.0, cswrr_update_s: float = 0.5) -> str:
-    """One client sidecar: listener LISTENER routing everything to cluster `backends`. Admin and
-    listener bind 127.0.0.1 port 0 (envoy.start reads the ports Envoy got).
+                        cswrr_blackout_s: float = 1.0, cswrr_update_s: float = 0.5,
+                        retries: bool = False, protocol: str = "http") -> str:
+    """One client sidecar: listener LISTENER (HTTP/1.1 or h2c, whichever the client speaks) routing
+    everything to cluster `backends`. Admin and listener bind 127.0.0.1 port 0 (envoy.start reads
+    the ports Envoy got).
 
-    backends: "ip:port" strings or (ip, port) pairs (ignored for `operator`, which reads `eds_path`,
-    a file written by `write_eds`). tailweight policies need `wasm_path`; `tailweight` also needs
-    `aggregator_port`. `plugin_config` defaults to plugin_config_for(policy)."""
+    backends: "ip:port" strings or (ip, port) pairs, a static endpoint list; ignored when `eds_path`
+    (a file written by `write_eds`) is given, which `operator` needs. tailweight policies need
+    `wasm_path`; `tailweight` also needs `aggregator_port`. `plugin_config` defaults to
+    plugin_config_for(policy). `retries`: Istio's default route retry policy (ISTIO_RETRY_POLICY).
+    `protocol`: "http" (HTTP/1.1 to the backends) or "grpc" (HTTP/2 cleartext)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
     steering = policy.startswith("tailweight")
     if steering and wasm_path is None:
         raise ValueError(f"policy {policy} needs wasm_path (build it with `make wasm`)")
@@ -140,28 +190,22 @@ def render_client_envoy(backends: Sequence[Endpoint], policy: str,
         raise ValueError("policy operator needs eds_path (see write_eds)")
 
     lb = lb_policy(policy, cswrr_blackout_s, cswrr_update_s)
-    if policy == "operator":
-        eds_path = Path(eds_path).resolve()
-        cluster = {
-            "name": CLUSTER, "type": "EDS", "connect_timeout": "1s", "load_balancing_policy": lb,
-            "eds_cluster_config": {"eds_config": {
-                "resource_api_version": "V3",
-                # Envoy reloads the file when it is moved into place in this directory.
-                "path_config_source": {"path": str(eds_path), "watched_directory": {"path": str(eds_path.parent)}},
-            }},
-        }
-    else:
-        cluster = _static_cluster(CLUSTER, backends, lb)
+    cluster = _eds_cluster(CLUSTER, eds_path, lb) if eds_path is not None else _static_cluster(CLUSTER, backends, lb)
+    cluster["circuit_breakers"] = copy.deepcopy(ISTIO_CIRCUIT_BREAKERS)
+    if steering or protocol != "http":
+        cluster["typed_extension_protocol_options"] = _upstream_protocol_options(protocol, steering)
     clusters = [cluster]
     http_filters = []
     if steering:
-        cluster["typed_extension_protocol_options"] = _strip_override_header()
         config = plugin_config if plugin_config is not None else plugin_config_for(policy)
         http_filters.append(wasm_filter(wasm_path, config))
         if policy == "tailweight":
             clusters.append(_static_cluster(AGGREGATOR_CLUSTER, [("127.0.0.1", aggregator_port)]))
     http_filters.append({"name": "envoy.filters.http.router", "typed_config": {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}})
+    route = {"cluster": CLUSTER, "timeout": f"{route_timeout_s}s"}
+    if retries:
+        route["retry_policy"] = copy.deepcopy(ISTIO_RETRY_POLICY)
 
     bootstrap = {
         "node": {"id": node_id, "cluster": "tailweight-bench"},
@@ -178,8 +222,7 @@ def render_client_envoy(backends: Sequence[Endpoint], policy: str,
                         "stat_prefix": LISTENER,
                         "route_config": {"name": "local", "virtual_hosts": [{
                             "name": "all", "domains": ["*"],
-                            "routes": [{"match": {"prefix": "/"},
-                                        "route": {"cluster": CLUSTER, "timeout": f"{route_timeout_s}s"}}],
+                            "routes": [{"match": {"prefix": "/"}, "route": route}],
                         }]},
                         "http_filters": http_filters,
                     },

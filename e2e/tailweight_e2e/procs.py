@@ -28,6 +28,7 @@ import json
 import os
 import random
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -291,6 +292,24 @@ def wait_for(predicate: Callable[[], T], timeout_s: float, what: str, proc: Proc
         delay = min(delay * 1.5, longest)
     tail = ("\n" + proc.log()[-3000:]) if proc is not None else ""
     raise TimeoutError(f"timed out after {timeout_s:g}s waiting for {what}; last: {last!r}{tail}")
+
+
+def wait_exited(procs: Sequence[Proc], until: float) -> bool:
+    """Block until every process in `procs` has exited (True) or the monotonic clock reaches `until`
+    (False), without reaping them: an exited child stays a zombie whose /proc/<pid>/stat (its CPU
+    time) is still readable until something polls it. Waits on a pidfd per process (Linux 5.3+)."""
+    for proc in procs:
+        try:
+            fd = os.pidfd_open(proc.pid)
+        except ProcessLookupError:
+            continue  # already reaped
+        try:
+            remaining = until - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                return False
+        finally:
+            os.close(fd)
+    return True
 
 
 def wait_http(url: str, timeout_s: float = 30.0, proc: Proc | None = None) -> None:

@@ -3,14 +3,17 @@ Envoy config rendering (validated by the real Envoy)."""
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 import yaml
 
-from bench import analysis, fortio, operator, overhead
+from bench import analysis, fortio, operator, overhead, runner
+from bench.membership import EndpointSet
 from bench.scenario import ScenarioError, load, parse
 from tailweight_e2e import envoy, paths
 from tailweight_e2e.envoy_configs import POLICIES, plugin_config_for, render_client_envoy, render_eds, write_eds
+from tailweight_e2e.procs import wait_for
 
 SCENARIOS = paths.REPO / "e2e" / "scenarios"
 
@@ -23,7 +26,8 @@ def minimal(**over):
     return data
 
 
-@pytest.mark.parametrize("name", ["seed-fib.yaml", "slowdown.yaml"])
+@pytest.mark.parametrize("name", ["seed-fib.yaml", "slowdown.yaml", "rollout.yaml", "comeback.yaml",
+                                  "grpc-seed.yaml", "grpc-sinkhole.yaml"])
 def test_shipped_scenarios_load(name):
     s = load(SCENARIOS / name)
     assert s.clients.count >= 4
@@ -42,6 +46,120 @@ def test_slowdown_scenario_slows_one_of_ten_by_five():
     s = load(SCENARIOS / "slowdown.yaml")
     assert len(s.backends) == 10 and len({(b.speed, b.base_ms, b.workers) for b in s.backends}) == 1
     assert [(e.at_s, len(e.backends), e.action, e.value) for e in s.events] == [(20, 1, "speed", 5.0)]
+
+
+def test_rollout_replaces_every_backend_one_by_one_with_one_surge():
+    s = load(SCENARIOS / "rollout.yaml")
+    old = [b.index for b in s.backends if not b.absent]
+    new = [b.index for b in s.backends if b.absent]
+    assert len(old) == len(new) >= 4 and all(s.backends[i].cold_factor > 1 for i in new)
+    joins = [e for e in s.events if e.action == "join"]
+    leaves = [e for e in s.events if e.action == "leave"]
+    assert sorted(b for e in joins for b in e.backends) == new
+    assert sorted(b for e in leaves for b in e.backends) == old
+    # maxSurge 1: each leave follows its join, before the next join.
+    for k, (j, lv) in enumerate(zip(joins, leaves, strict=True)):
+        assert j.at_s < lv.at_s < (joins[k + 1].at_s if k + 1 < len(joins) else s.duration_s)
+    assert [g.name for g in s.segments][:2] == ["steady", "rollout"] and s.segments[1].from_s == joins[0].at_s
+
+
+def test_grpc_scenarios_speak_grpc_with_many_streams():
+    seed = load(SCENARIOS / "seed-fib.yaml")
+    grpc = load(SCENARIOS / "grpc-seed.yaml")
+    assert grpc.protocol == "grpc" and seed.protocol == "http"
+    strip = [(b.workers, b.base_ms, b.speed, b.jitter, b.payload_bytes) for b in seed.backends]
+    assert [(b.workers, b.base_ms, b.speed, b.jitter, b.payload_bytes) for b in grpc.backends] == strip
+    assert grpc.clients.streams > grpc.clients.connections and grpc.clients.qps == 600
+    sink = load(SCENARIOS / "grpc-sinkhole.yaml")
+    assert sink.clients.retries == (True, False)
+    assert [(e.action, len(e.backends)) for e in sink.events] == [("fail", 1)]
+
+
+def test_mesh_keys_parse():
+    s = parse(minimal(
+        backends=[{"count": 1, "workers": 1, "base_ms": 5, "protocol": "grpc"},
+                  {"count": 1, "workers": 1, "base_ms": 5, "protocol": "grpc", "cold_factor": 4, "cold_s": 10,
+                   "absent": True}],
+        clients={"count": 1, "qps": 10, "connections": 2, "streams": 8, "retries": False},
+        segments=[{"name": "steady", "from_s": 0}, {"name": "rollout", "from_s": 2}], duration_s=10,
+        events=[{"at_s": 1, "backends": [1], "action": "join"},
+                {"at_s": 2, "backends": [0], "action": "leave"},  # stops at 5 s
+                {"at_s": 7, "backends": [1], "action": "leave", "value": 0.5},
+                {"at_s": 6, "backends": [0], "action": "join"}]))
+    assert s.protocol == "grpc" and s.capacity_rps == pytest.approx(200.0), "the absent backend is not counted"
+    assert (s.backends[1].cold_factor, s.backends[1].cold_s, s.backends[1].absent) == (4.0, 10.0, True)
+    assert (s.clients.streams, s.clients.retries) == (8, (False,))
+    assert [(e.action, e.value) for e in s.events] == [("join", None), ("leave", 3.0), ("join", None), ("leave", 0.5)]
+    assert [(g.name, g.from_s) for g in s.segments] == [("steady", 0.0), ("rollout", 2.0)]
+    assert parse(minimal()).clients.retries == (True,)
+    assert parse(minimal(clients={"count": 1, "qps": 1, "connections": 1, "retries": "both"})).clients.retries \
+        == (True, False)
+
+
+def test_events_on_several_backends_and_equal_times_keep_file_order():
+    s = parse(minimal(backends=[{"count": 3, "workers": 1, "base_ms": 5},
+                                {"count": 2, "workers": 1, "base_ms": 5, "absent": True}],
+                      events=[{"at_s": 2, "backends": [0, 1], "action": "leave"},
+                              {"at_s": 2, "backends": [3, 4], "action": "join"},
+                              {"at_s": 1, "backends": [2], "action": "speed", "value": 2}]))
+    assert [(e.at_s, e.action, e.backends) for e in s.events] == [
+        (1, "speed", [2]), (2, "leave", [0, 1]), (2, "join", [3, 4])]
+
+
+TWO_AND_ONE_ABSENT = [{"count": 2, "workers": 1, "base_ms": 5},
+                      {"count": 1, "workers": 1, "base_ms": 5, "absent": True}]
+
+
+@pytest.mark.parametrize("over,needle", [
+    ({"backends": [{"count": 1, "workers": 1, "base_ms": 5, "protocol": "h3"}]},
+     "backends[0].protocol: expected one of ['http', 'grpc'], got 'h3'"),
+    ({"backends": [{"count": 1, "workers": 1, "base_ms": 5}, {"count": 1, "workers": 1, "base_ms": 5,
+                                                             "protocol": "grpc"}]},
+     "backends[1].protocol: grpc differs from backends[0]'s http"),
+    ({"backends": [{"count": 1, "workers": 1, "base_ms": 5, "cold_factor": 0.5}]}, "backends[0].cold_factor"),
+    ({"backends": [{"count": 1, "workers": 1, "base_ms": 5, "absent": "yes"}]}, "backends[0].absent: expected true"),
+    ({"backends": [{"count": 2, "workers": 1, "base_ms": 5, "absent": True}]}, "backends: every group is absent"),
+    ({"clients": {"count": 1, "qps": 10, "connections": 1, "streams": 4}}, "clients.streams: only for gRPC"),
+    ({"clients": {"count": 1, "qps": 10, "connections": 1, "retries": 1}}, "clients.retries: expected true"),
+    ({"clients": {"count": 1, "qps": 10, "connections": 1, "retries": "sometimes"}}, "clients.retries"),
+    ({"backends": TWO_AND_ONE_ABSENT, "events": [{"at_s": 1, "backends": [0], "action": "join"}]},
+     "events[0] (join at 1 s): backend 0 is already in the endpoint set"),
+    ({"backends": TWO_AND_ONE_ABSENT, "events": [{"at_s": 1, "backends": [2], "action": "leave"}]},
+     "events[0] (leave at 1 s): backend 2 is not in the endpoint set then"),
+    ({"backends": TWO_AND_ONE_ABSENT, "events": [{"at_s": 1, "backends": [0, 1], "action": "leave"}]},
+     "events[0] (leave at 1 s): leaves the endpoint set empty"),
+    ({"backends": TWO_AND_ONE_ABSENT, "events": [{"at_s": 3, "backends": [1], "action": "leave"},
+                                                  {"at_s": 1, "backends": [0], "action": "leave"}]},
+     "events[0] (leave at 3 s): leaves the endpoint set empty"),
+    ({"backends": TWO_AND_ONE_ABSENT, "events": [{"at_s": 1, "backends": [0], "action": "leave"},
+                                                  {"at_s": 2, "backends": [0], "action": "join"}]},
+     "events[1] (join at 2 s): backend 0 left and stops listening at 4 s"),
+    ({"events": [{"at_s": 1, "backends": [0], "action": "join", "value": 1}]}, "action join takes no value"),
+    ({"events": [{"at_s": 1, "backends": [0], "action": "leave", "value": -1}]}, "events[0].value"),
+    ({"events": "stop at 3"}, "events: expected a list"),
+    ({"segments": []}, "segments: expected a non-empty list"),
+    ({"segments": [{"name": "a", "from_s": 1}]}, "segments[0].from_s: the first segment starts at 0"),
+    ({"segments": [{"name": "a", "from_s": 0}, {"name": "b", "from_s": 0}]}, "segments[1].from_s: expected after 0"),
+    ({"segments": [{"name": "a", "from_s": 0}, {"name": "a", "from_s": 1}]}, "segments[1].name: 'a' is used twice"),
+    ({"segments": [{"name": "a b", "from_s": 0}]}, "segments[0].name"),
+    ({"segments": [{"name": "a", "from_s": 0}, {"name": "b", "from_s": 5}]}, "expected before duration_s 5"),
+    ({"segments": [{"name": "a", "from_s": 0, "to_s": 3}]}, "segments[0]: unknown key(s) ['to_s']"),
+])
+def test_bad_mesh_keys_say_where(over, needle):
+    with pytest.raises(ScenarioError) as e:
+        parse(minimal(**over))
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_recorded_segments_follow_the_scenario_or_the_flag():
+    named = parse(minimal(duration_s=30, segments=[{"name": "steady", "from_s": 0}, {"name": "rollout", "from_s": 10},
+                                                   {"name": "after", "from_s": 25}])).segments
+    assert runner.recorded_segments(30, None, named) == [("steady", 10), ("rollout", 15), ("after", 5)]
+    # A shorter --duration drops the segments that would start after the end.
+    assert runner.recorded_segments(15, None, named) == [("steady", 10), ("rollout", 5)]
+    assert runner.recorded_segments(8, None, named) == [("run", 8)]
+    assert runner.recorded_segments(30, 12, named) == [("run1", 12), ("run2", 12), ("run3", 6)]
+    assert runner.recorded_segments(30) == [("run", 30)]
 
 
 def test_groups_flatten_in_order():
@@ -163,6 +281,20 @@ def test_merged_percentiles_come_from_buckets_not_averages():
     assert abs(s["p90_ms"] - avg_of_p90) > 50
 
 
+def test_grpc_results_count_every_call_not_serving_as_an_error():
+    result = {"DurationHistogram": {"Count": 100, "Data": [{"Start": 0.001, "End": 0.002, "Count": 100}]},
+              "RetCodes": {"SERVING": 97, "ERROR": 3}}
+    assert fortio.counts(result) == (100, 3)
+    s = fortio.summarise([result, {"DurationHistogram": {"Count": 10}, "RetCodes": {"200": 9, "503": 1}}])
+    assert (s["requests"], s["errors"], s["codes"]) == (110, 4, {"SERVING": 97, "ERROR": 3, "200": 9, "503": 1})
+
+
+def test_fortio_grpc_argv_pings_with_streams():
+    argv = fortio.load_argv("127.0.0.1:9", 50, 2, 3, Path("/tmp/x.json"), grpc_streams=8)
+    assert argv[1:6] == ["load", "-grpc", "-ping", "-s", "8"] and argv[-1] == "127.0.0.1:9"
+    assert "-grpc" not in fortio.load_argv("http://127.0.0.1:9/", 50, 2, 3, Path("/tmp/x.json"))
+
+
 def test_overlapping_edge_buckets_merge():
     a = [(0.010, 0.012, 10)]
     b = [(0.011, 0.013, 10)]
@@ -200,6 +332,32 @@ def test_noise_around_a_small_final_share_does_not_hide_a_fast_reaction():
     assert out["settle_share_s"] is None
 
 
+def test_share_between_uses_the_samples_around_the_window():
+    # Backend 1 gets a third until 10 s, then nothing (samples every 0.5 s).
+    samples = [(0.5 * k, [20 * k, 10 * k]) if k <= 20 else (0.5 * k, [20 * k + 30 * (k - 20), 200])
+               for k in range(41)]
+    assert analysis.share_between(samples, 1, 5.0, 10.0) == pytest.approx(1 / 3)
+    assert analysis.share_between(samples, 1, 10.0, 11.0) == 0.0
+    assert analysis.share_between(samples, 1, 10.0, 10.9) == 0.0, "the nearest sample to the end"
+    assert analysis.share_between(samples, 1, -1.0, 3.0) is None, "no sample before the window"
+    assert analysis.share_between(samples, 1, 20.0, 21.0) is None, "nothing after the last sample"
+
+
+def test_derive_reports_the_events_backends_share_right_after_it():
+    samples = [(0.5 * k, [10 * k, 10 * k if k <= 20 else 200 + (k - 20)]) for k in range(61)]
+    result = {"backends": ["a", "b"], "samples": samples,
+              "events": [{"at_s": 10, "fired_s": 10.02, "backends": [1], "action": "fail", "value": None},
+                         {"at_s": 12, "fired_s": 12.0, "backends": [0], "action": "leave", "value": 3},
+                         {"at_s": 15, "fired_s": 15.0, "backends": [0], "action": "stop", "value": None,
+                          "cause": "leave at 12 s"}]}
+    runner.derive(result)
+    (x,) = result["reaction"]  # joins, leaves and a leave's stop are not reactions
+    assert (x["backend"], x["action"], x["after_until_s"]) == (1, "fail", 30.0)
+    assert x["share_before"] == pytest.approx(0.5)
+    assert x["share_first_s"] == pytest.approx(2 / 22) and x["share_after"] == pytest.approx(1 / 11)
+    assert [s["backend"] for s in result["settle"]] == [1]
+
+
 def test_never_settling_and_immediate_settling():
     times = [1.0, 2.0, 3.0, 4.0]
     assert analysis.settle_time(times, [0.1, 0.1, 0.1, 0.1], 1.5, 2)["settle_share_s"] == 0.0
@@ -213,8 +371,8 @@ def _backends():
     return ["127.0.0.1:18001", ("127.0.0.1", 18002)]
 
 
-@pytest.mark.parametrize("policy", POLICIES)
-def test_every_policy_renders_a_valid_envoy_config(policy, tmp_path):
+def _policy_kwargs(policy: str) -> dict:
+    """What render_client_envoy needs beyond the endpoints for `policy` (skips without the filter)."""
     kwargs = {}
     if policy.startswith("tailweight"):
         if not paths.WASM.exists():
@@ -222,11 +380,21 @@ def test_every_policy_renders_a_valid_envoy_config(policy, tmp_path):
         kwargs["wasm_path"] = paths.WASM
     if policy == "tailweight":
         kwargs["aggregator_port"] = 18100
+    return kwargs
+
+
+def _eds_file(tmp_path, weights: dict[str, int]):
+    eds = tmp_path / "eds" / "backends.yaml"
+    eds.parent.mkdir()
+    write_eds(eds, weights)
+    return eds
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_policy_renders_a_valid_envoy_config(policy, tmp_path):
+    kwargs = _policy_kwargs(policy)
     if policy == "operator":
-        eds = tmp_path / "eds" / "backends.yaml"
-        eds.parent.mkdir()
-        write_eds(eds, {"127.0.0.1:18001": 916, "127.0.0.1:18002": 134})
-        kwargs["eds_path"] = eds
+        kwargs["eds_path"] = _eds_file(tmp_path, {"127.0.0.1:18001": 916, "127.0.0.1:18002": 134})
     text = render_client_envoy(_backends(), policy, **kwargs)
     error = envoy.validate(text, tmp_path)
     assert error is None, error
@@ -249,6 +417,34 @@ def test_every_policy_renders_a_valid_envoy_config(policy, tmp_path):
     assert listener["address"]["socket_address"]["port_value"] == 0 and listener["name"] == "ingress"
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_policy_renders_a_valid_mesh_config(policy, tmp_path):
+    """As the harness runs it: endpoints by EDS, Istio's retry policy, HTTP/2 to gRPC backends."""
+    kwargs = _policy_kwargs(policy)
+    eds = _eds_file(tmp_path, {"127.0.0.1:18001": 1, "127.0.0.1:18002": 1})
+    text = render_client_envoy([], policy, eds_path=eds, retries=True, protocol="grpc", **kwargs)
+    error = envoy.validate(text, tmp_path)
+    assert error is None, error
+    config = yaml.safe_load(text)
+    cluster = config["static_resources"]["clusters"][0]
+    assert cluster["type"] == "EDS" and "load_assignment" not in cluster
+    assert cluster["eds_cluster_config"]["eds_config"]["path_config_source"]["path"] == str(eds.resolve())
+    assert cluster["circuit_breakers"]["thresholds"][0]["max_retries"] == 2**32 - 1
+    options = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+    assert options["explicit_http_config"] == {"http2_protocol_options": {}}
+    # The tailweight policies keep the upstream filter that strips the override header.
+    assert ("http_filters" in options) == policy.startswith("tailweight")
+    route = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"][
+        "route_config"]["virtual_hosts"][0]["routes"][0]["route"]
+    retry = route["retry_policy"]
+    assert retry["retry_on"] == "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
+    assert (retry["num_retries"], retry["host_selection_retry_max_attempts"]) == (2, 5)
+    assert [p["name"] for p in retry["retry_host_predicate"]] == ["envoy.retry_host_predicates.previous_hosts"]
+    assert "retry_policy" not in yaml.safe_load(render_client_envoy([], policy, eds_path=eds, **kwargs))[
+        "static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"][
+        "virtual_hosts"][0]["routes"][0]["route"]
+
+
 def test_tailweight_plugin_config_reports_to_the_aggregator_cluster():
     assert plugin_config_for("tailweight") == {
         "aggregator": {"cluster": "tailweight_aggregator", "report_interval_ms": 1000}}
@@ -264,6 +460,51 @@ def test_render_refuses_incomplete_arguments():
         render_client_envoy(_backends(), "tailweight", wasm_path="x.wasm")
     with pytest.raises(ValueError, match="eds_path"):
         render_client_envoy(_backends(), "operator")
+    with pytest.raises(ValueError, match="unknown protocol 'h3'"):
+        render_client_envoy(_backends(), "round_robin", protocol="h3")
+
+
+def _eds(path):
+    doc = yaml.safe_load(path.read_text())
+    eps = doc["resources"][0]["endpoints"][0]["lb_endpoints"]
+    return doc["version_info"], {
+        f"{e['endpoint']['address']['socket_address']['address']}:{e['endpoint']['address']['socket_address']['port_value']}":
+        e["load_balancing_weight"] for e in eps}
+
+
+def test_endpoint_set_joins_leaves_and_keeps_weights(tmp_path):
+    addrs = [f"127.0.0.1:{p}" for p in (1, 2, 3, 4)]
+    path = tmp_path / "eds" / "backends.yaml"
+    eps = EndpointSet(path, addrs, [0, 1, 2], weights={addrs[0]: 500}, join_weight=1000)
+    assert _eds(path) == ("1", {addrs[0]: 500, addrs[1]: 1, addrs[2]: 1})
+    eps.join([3])
+    eps.leave([0, 1])
+    assert eps.members() == [2, 3] and eps.member_addresses() == addrs[2:]
+    assert _eds(path) == ("3", {addrs[2]: 1, addrs[3]: 1000})
+    eps.set_weights({addrs[2]: 300, addrs[0]: 900})  # 0 left meanwhile: ignored
+    assert _eds(path) == ("4", {addrs[2]: 300, addrs[3]: 1000})
+    with pytest.raises(ValueError, match="would empty the endpoint set"):
+        eps.leave([2, 3])
+    assert _eds(path)[1] == {addrs[2]: 300, addrs[3]: 1000}
+    assert sorted(p.name for p in path.parent.iterdir()) == ["backends.yaml"]
+
+
+def test_operator_weighs_only_the_endpoints_in_the_set(tmp_path):
+    addrs = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+    eps = EndpointSet(tmp_path / "eds.yaml", addrs, [0, 1], join_weight=operator.join_weight())
+    m = R.median_weight
+    controller = operator.Controller(eps, {addrs[0]: m, addrs[1]: m},
+                                     lambda: {addrs[0]: 1.0, addrs[1]: 1.0, addrs[2]: 0.0}, period_s=0.05)
+    eps.join([2])
+    assert _eds(eps.path)[1][addrs[2]] == round(R.new_endpoint_weight)
+    eps.leave([0])
+    controller.start()
+    try:
+        wait_for(lambda: len(controller.rounds) >= 1, 10, "an operator round")
+    finally:
+        controller.stop()
+    assert not controller.errors and set(controller.rounds[0]["cpu"]) == {addrs[1], addrs[2]}
+    assert set(_eds(eps.path)[1]) == {addrs[1], addrs[2]} and set(controller.weights) == {addrs[1], addrs[2]}
 
 
 def test_eds_file_is_written_atomically_with_integer_weights(tmp_path):
