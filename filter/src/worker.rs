@@ -51,7 +51,7 @@ pub struct Worker {
     tick_ms: u64,
     last_revision: u64,
     /// Gauges as last recorded (a gauge is set only when it changes).
-    gauges: [u64; 2],
+    gauges: [u64; 3],
 }
 
 impl Worker {
@@ -73,7 +73,7 @@ impl Worker {
             newest_view_us: 0,
             tick_ms: config.sync_interval_ms,
             last_revision: 0,
-            gauges: [u64::MAX; 2],
+            gauges: [u64::MAX; 3],
             config,
         }
     }
@@ -103,17 +103,23 @@ impl Worker {
             let parts: Vec<Part> = self.siblings.iter().map(SiblingSlot::part).collect();
             self.balancer.apply_siblings(&parts, now_us);
         }
-        // Every VM knows the same endpoints after folding its siblings in, so any writer is right.
-        let gauges = [self.balancer.endpoints_tracked() as u64, self.balancer.clusters_paused(now_us) as u64];
-        for ((metric, value), last) in
-            [self.metrics.endpoints_tracked, self.metrics.clusters_paused].into_iter().zip(gauges).zip(&mut self.gauges)
-        {
-            if value != *last {
-                host::record(metric, value);
-                *last = value;
+        // Gauges are process-wide: one VM (slot 0) sets them, each when it changes. Every VM knows
+        // the same endpoints after folding its siblings in, so that one VM's values are the proxy's.
+        if slot == 0 {
+            let gauges = [
+                self.balancer.endpoints_tracked() as u64,
+                self.balancer.clusters_paused(now_us) as u64,
+                if self.newest_view_us > 0 { now_us.saturating_sub(self.newest_view_us) / 1_000 } else { 0 },
+            ];
+            let metrics = [self.metrics.endpoints_tracked, self.metrics.clusters_paused, self.metrics.weights_age_ms];
+            for ((metric, value), last) in metrics.into_iter().zip(gauges).zip(&mut self.gauges) {
+                if value != *last {
+                    host::record(metric, value);
+                    *last = value;
+                }
             }
         }
-        self.apply_views(now_us);
+        self.apply_views();
         if self.reporter.is_some() {
             self.maybe_report(now_us);
         }
@@ -160,7 +166,7 @@ impl Worker {
         changed
     }
 
-    fn apply_views(&mut self, now_us: u64) {
+    fn apply_views(&mut self) {
         let version = shared::views_version();
         if self.views_version == Some(version) {
             return;
@@ -181,9 +187,6 @@ impl Worker {
             }
         }
         self.seen_views.retain(|(c, _)| self.balancer.cluster(c).is_some());
-        if self.newest_view_us > 0 {
-            host::record(self.metrics.weights_age_ms, now_us.saturating_sub(self.newest_view_us) / 1_000);
-        }
     }
 
     /// The first VM to tick in a report period sends this Envoy's report, all slots merged, if
