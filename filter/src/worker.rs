@@ -50,8 +50,10 @@ pub struct Worker {
     /// The tick period set now, and the balancer revision at the last tick.
     tick_ms: u64,
     last_revision: u64,
-    /// Gauges as last recorded (a gauge is set only when it changes).
-    gauges: [u64; 3],
+    /// Gauges as last recorded (a gauge is set only when it changes), and this VM's share of
+    /// clusters_paused.
+    gauges: [u64; 2],
+    paused_counted: i64,
 }
 
 impl Worker {
@@ -73,7 +75,8 @@ impl Worker {
             newest_view_us: 0,
             tick_ms: config.sync_interval_ms,
             last_revision: 0,
-            gauges: [u64::MAX; 3],
+            gauges: [u64::MAX; 2],
+            paused_counted: 0,
             config,
         }
     }
@@ -103,21 +106,24 @@ impl Worker {
             let parts: Vec<Part> = self.siblings.iter().map(SiblingSlot::part).collect();
             self.balancer.apply_siblings(&parts, now_us);
         }
-        // Gauges are process-wide: one VM (slot 0) sets them, each when it changes. Every VM knows
-        // the same endpoints after folding its siblings in, so that one VM's values are the proxy's.
+        // Gauges are process-wide. Every VM knows the same endpoints and views after folding its
+        // siblings in, so one VM (slot 0) sets those, each when it changes; pauses are each worker's
+        // own, so each VM adds the change of its count (the gauge is the sum over workers).
         if slot == 0 {
-            let gauges = [
-                self.balancer.endpoints_tracked() as u64,
-                self.balancer.clusters_paused(now_us) as u64,
-                if self.newest_view_us > 0 { now_us.saturating_sub(self.newest_view_us) / 1_000 } else { 0 },
-            ];
-            let metrics = [self.metrics.endpoints_tracked, self.metrics.clusters_paused, self.metrics.weights_age_ms];
+            let age_ms = if self.newest_view_us > 0 { now_us.saturating_sub(self.newest_view_us) / 1_000 } else { 0 };
+            let gauges = [self.balancer.endpoints_tracked() as u64, age_ms];
+            let metrics = [self.metrics.endpoints_tracked, self.metrics.weights_age_ms];
             for ((metric, value), last) in metrics.into_iter().zip(gauges).zip(&mut self.gauges) {
                 if value != *last {
                     host::record(metric, value);
                     *last = value;
                 }
             }
+        }
+        let paused = self.balancer.clusters_paused(now_us) as i64;
+        if paused != self.paused_counted {
+            host::increment(self.metrics.clusters_paused, paused - self.paused_counted);
+            self.paused_counted = paused;
         }
         self.apply_views();
         if self.reporter.is_some() {
