@@ -307,13 +307,14 @@ impl Balancer {
         let (ttl, p) = (self.settings.endpoint_ttl_us, &self.settings.pick);
         let epoch = now_us / self.settings.inflight_epoch_us;
         let old_epoch = self.epoch.unwrap_or(epoch);
-        let mut forgotten = 0;
+        let (mut forgotten, mut dropped) = (0, false);
         for cluster in self.clusters.values_mut() {
             forgotten += cluster.expire(now_us, ttl);
-            cluster.tick(now_us, old_epoch, epoch);
+            dropped |= cluster.tick(now_us, old_epoch, epoch);
             cluster.refresh_prior(now_us, p);
         }
-        if forgotten > 0 || epoch != old_epoch {
+        // An epoch that dropped no in-flight request changed nothing: an idle worker stays quiet.
+        if forgotten > 0 || dropped {
             self.revision += 1;
         }
         self.epoch = Some(epoch);

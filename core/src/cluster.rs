@@ -256,8 +256,8 @@ impl Cluster {
     }
 
     /// Once per tick: finished ramps end, running ones move the sampler's weights, and requests sent
-    /// two in-flight epochs ago stop counting (see `inflight`).
-    pub fn tick(&mut self, now_us: u64, old_epoch: u64, epoch: u64) {
+    /// two in-flight epochs ago stop counting (see `inflight`). True if that dropped a request.
+    pub fn tick(&mut self, now_us: u64, old_epoch: u64, epoch: u64) -> bool {
         if self.ramping {
             let mut running = false;
             for e in &mut self.endpoints {
@@ -267,11 +267,13 @@ impl Cluster {
             self.ramping = running;
             self.sampler_stale = true;
         }
+        let mut dropped = false;
         if epoch != old_epoch {
             for e in &mut self.endpoints {
-                e.local.inflight.advance(old_epoch, epoch);
+                dropped |= e.local.inflight.advance(old_epoch, epoch);
             }
         }
+        dropped
     }
 
     /// Once per tick: the prior is the median of the fresh latency estimates (like client-side WRR

@@ -31,13 +31,16 @@ impl Inflight {
         }
     }
 
-    /// The epoch moved from `old` to `new`: what was sent two or more epochs before `new` stops counting.
-    pub fn advance(&mut self, old: u64, new: u64) {
+    /// The epoch moved from `old` to `new`: what was sent two or more epochs before `new` stops
+    /// counting. True if that dropped a request still counted.
+    pub fn advance(&mut self, old: u64, new: u64) -> bool {
+        let before = *self;
         if new >= old.saturating_add(2) {
             self.by_parity = [0, 0];
         } else if new == old + 1 {
             self.by_parity[(new % 2) as usize] = 0;
         }
+        *self != before
     }
 }
 
@@ -55,7 +58,7 @@ mod tests {
         f.release(4, 5);
         assert_eq!(f.count(), 2);
         // Epoch 6 begins: the epoch-4 request still waiting stops counting, epoch 5's stays.
-        f.advance(5, 6);
+        assert!(f.advance(5, 6));
         assert_eq!(f.count(), 1);
         f.release(4, 6);
         assert_eq!(f.count(), 1, "a dropped request's release changes nothing");
@@ -70,11 +73,14 @@ mod tests {
         let mut f = Inflight::default();
         f.add(1);
         f.add(2);
-        f.advance(2, 9);
+        assert!(f.advance(2, 9));
         assert_eq!(f.count(), 0);
-        f.advance(9, 9);
+        assert!(!f.advance(9, 9));
         f.add(9);
-        f.advance(9, 9);
+        assert!(!f.advance(9, 9));
         assert_eq!(f.count(), 1, "no epoch change, nothing dropped");
+        assert!(!f.advance(9, 10), "epoch 9's request still counts in epoch 10");
+        assert!(f.advance(10, 11));
+        assert!(!f.advance(11, 12), "nothing left to drop");
     }
 }

@@ -244,7 +244,10 @@ def test_two_workers_are_merged_into_one_report_per_tick_and_an_idle_envoy_is_qu
     client = Client(group, backends.addresses, concurrency=2, policy="tailweight",
                     aggregator_port=recorder.port,
                     plugin_config={"aggregator": {"cluster": envoy_configs.AGGREGATOR_CLUSTER,
-                                                  "report_interval_ms": interval_ms}, "sync_interval_ms": 100})
+                                                  "report_interval_ms": interval_ms}, "sync_interval_ms": 100,
+                                   # In-flight epochs of 0.5 s: several move in the quiet window, and
+                                   # an epoch that drops nothing must not make the Envoy talk.
+                                   "inflight_bound_ms": 1000})
     out = tmp_path / "f.json"
     # 8 s at 100 qps over 16 connections: enough connections that both workers get some.
     proc = group.start("fortio", [paths.fortio(), "load", "-qps", "100", "-c", "16", "-t", "8s", "-json", out,

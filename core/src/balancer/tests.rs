@@ -124,12 +124,18 @@ fn a_request_without_response_headers_stops_counting_after_the_inflight_bound() 
     assert_eq!(waiting(&b) as usize, steered.len());
     b.tick(19_999 * MS);
     assert_eq!(waiting(&b) as usize, steered.len(), "within the bound they count");
+    let revision = b.revision();
     b.tick(20_000 * MS);
     assert_eq!(waiting(&b), 0, "a stream that never answered no longer looks busy");
+    assert!(b.revision() > revision, "dropping in-flight requests changes the snapshot");
     for pick in &steered {
         answer(&mut b, pick, &ok(A, 5 * MS), 20_001 * MS);
     }
     assert_eq!(waiting(&b), 0);
+    let revision = b.revision();
+    b.tick(30_000 * MS);
+    b.tick(50_000 * MS);
+    assert_eq!(b.revision(), revision, "epochs that drop nothing leave an idle worker unchanged");
 }
 
 #[test]
