@@ -207,6 +207,7 @@ mod tests {
             latency_us: Some(latency_us),
             cpu: None,
             reporters: 1,
+            ..Merged::default()
         };
         l.learn(&at(10_000.0), &p, None);
         l.learn(&at(5_000.0), &p, Some(1_000_000));
@@ -222,7 +223,7 @@ mod tests {
         let p = WeightParams::default();
         let mut l = LatencyModel { service_us: Some(10_000.0), concurrency: None };
         // 400 req/s at a 10 ms service time, 50 ms latency: 4 in service.
-        let m = Merged { qps: 400.0, eps: 0.0, inflight: 20.0, latency_us: Some(50_000.0), cpu: None, reporters: 1 };
+        let m = Merged { qps: 400.0, inflight: 20.0, latency_us: Some(50_000.0), reporters: 1, ..Merged::default() };
         l.learn(&m, &p, Some(1_000));
         let service = l.service_us.unwrap();
         assert!(service > 10_000.0 && service < 10_010.0, "rises slowly toward 50 ms: {service}");

@@ -39,8 +39,10 @@
 
 mod book;
 mod capacity;
+mod consensus;
 mod decision;
 mod ejection;
+mod memory;
 mod merge;
 mod normalize;
 mod observation;
@@ -51,11 +53,12 @@ mod reply;
 mod route;
 mod smoothing;
 
-pub use book::{Counts, Rejection, WeightBook};
+pub use book::{Counts, Rejection, WeightBook, TRUSTED_PRINCIPAL};
 pub use capacity::cswrr_weight;
 pub use decision::{ClusterDecision, EndpointDecision, Method};
 pub use merge::{capped_median, clip_contributions, Vote};
 pub use params::{ParamsError, WeightParams};
+pub use reply::ReplyPlan;
 
 #[cfg(test)]
 mod tests;
