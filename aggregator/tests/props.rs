@@ -1,5 +1,5 @@
 //! Property tests of report parsing and merging: nothing panics on any input, and whatever was
-//! merged, every published weight is finite and non-negative, each cluster's weights have mean 1,
+//! merged, every published weight is finite and non-negative, each cluster's counted weights have mean 1,
 //! no weight is below the floor, and the reply passes the filter's own validation.
 
 use proptest::prelude::*;
@@ -69,6 +69,8 @@ fn check_invariants(book: &WeightBook, now: u64) -> Result<(), TestCaseError> {
             prop_assert!(w.is_finite() && *w >= 0.0, "weight {w} in {}", cluster.name);
             prop_assert!(*w >= floor - 1e-9, "weight {w} below the floor");
         }
+        // Mean 1 over the endpoints that count (reported by at least half the principals).
+        let weights: Vec<f64> = cluster.endpoints.iter().filter(|e| e.counted).map(|e| e.weight).collect();
         if !weights.is_empty() {
             let mean = weights.iter().sum::<f64>() / weights.len() as f64;
             prop_assert!((mean - 1.0).abs() < 1e-6, "mean {mean} of {weights:?}");

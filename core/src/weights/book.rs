@@ -106,6 +106,8 @@ struct Scratch {
     ids: Vec<u64>,
     views: Vec<PrincipalView>,
     merged: Vec<Merged>,
+    /// Per endpoint: whether it counts in the cluster's normalisation (`consensus::supported`).
+    counted: Vec<bool>,
     /// Per endpoint of the cluster being recomputed: capacity by CPU, raw capacity, smoothed
     /// weight and its bounds, published weight.
     by_cpu: Vec<Option<f64>>,
@@ -129,6 +131,7 @@ impl Scratch {
         fit(&mut self.ids, observations);
         fit(&mut self.views, observations);
         fit(&mut self.merged, endpoints);
+        fit(&mut self.counted, endpoints);
         fit(&mut self.by_cpu, endpoints);
         fit(&mut self.raw, endpoints);
         fit(&mut self.desired, endpoints);
@@ -245,9 +248,11 @@ impl WeightBook {
                     let layout = *next_layout;
                     *next_layout += 1;
                     *bytes += CLUSTER.of(c.name.len());
+                    record.bytes += CLUSTER.of(c.name.len());
                     clusters.entry(c.name.clone()).or_insert(ClusterRecord {
                         layout,
                         created_us: now_us,
+                        creator: principal,
                         ..ClusterRecord::default()
                     })
                 }
@@ -269,8 +274,9 @@ impl WeightBook {
                             stale = true;
                             if cluster.endpoints.get(&e.address).is_none() {
                                 *bytes += ENDPOINT.of(e.address.len());
+                                record.bytes += ENDPOINT.of(e.address.len());
                             }
-                            cluster.endpoints.get_or_insert(&e.address, now_us)
+                            cluster.endpoints.get_or_insert(&e.address, principal, now_us)
                         }
                     };
                 for (other, until) in superseded.iter().flatten() {
@@ -321,10 +327,9 @@ impl WeightBook {
         }
         let id = self.next_principal;
         self.next_principal = self.next_principal.wrapping_add(1);
-        let bytes = PRINCIPAL.of(name.len());
-        self.principals.insert(id, PrincipalRecord { bytes, ..PrincipalRecord::default() });
+        self.principals.insert(id, PrincipalRecord::default());
         self.principal_ids.insert(name.to_string(), id);
-        self.bytes += bytes;
+        self.bytes += PRINCIPAL.of(name.len());
         id
     }
 
@@ -438,7 +443,7 @@ impl WeightBook {
             + report.clusters.iter().flat_map(|c| &c.endpoints).map(|e| ENDPOINT.of(e.address.len())).sum::<usize>();
         let bytes_quota = p.quota(p.max_bytes);
         let near_budget = self.bytes + upper > p.max_bytes;
-        let near_bytes_quota = held(|r| r.bytes) + reporter_bytes + endpoints_bytes > bytes_quota;
+        let near_bytes_quota = held(|r| r.bytes) + upper > bytes_quota;
         let near_obs_cap = self.observations + in_report > p.max_observations;
         let (mut new_obs, mut new_bytes, mut new_mine) = (0usize, reporter_bytes, reporter_bytes);
         for c in &report.clusters {
@@ -455,6 +460,7 @@ impl WeightBook {
             }
             if cluster.is_none() {
                 new_bytes += CLUSTER.of(c.name.len());
+                new_mine += CLUSTER.of(c.name.len());
             }
             let (mut new_endpoints, mut new_to_me, mut new_here) = (0usize, 0usize, 0usize);
             for e in &c.endpoints {
@@ -465,7 +471,7 @@ impl WeightBook {
                         new_to_me += 1;
                         new_here += 1;
                         new_bytes += ENDPOINT.of(e.address.len()) + observation;
-                        new_mine += observation;
+                        new_mine += ENDPOINT.of(e.address.len()) + observation;
                     }
                     Some(endpoint) => {
                         if known.is_none_or(|r| !endpoint.obs.contains_key(&r.id)) {
@@ -568,7 +574,10 @@ impl WeightBook {
                 s.views.push(PrincipalView { endpoint: at, principal: run[0].0, merged, inflight_factor: 1.0 });
             }
         }
+        s.counted.clear();
+        s.counted.resize(endpoints.len(), true);
         if several_principals {
+            consensus::supported(&s.views, endpoints.len(), cluster.principals.len(), &mut s.counted);
             consensus::combine(&mut s.views, endpoints.len(), p, elapsed_us, &mut s.consensus, &mut s.merged);
             for v in &s.views {
                 for o in endpoints[v.endpoint].obs.values_mut().filter(|o| o.principal == v.principal) {
@@ -577,7 +586,7 @@ impl WeightBook {
             }
         }
         s.by_cpu.clear();
-        for (endpoint, merged) in endpoints.iter_mut().zip(s.merged.iter_mut()) {
+        for ((endpoint, merged), counted) in endpoints.iter_mut().zip(s.merged.iter_mut()).zip(&s.counted) {
             merge::with_metrics_cpu(merged, endpoint.ip, external_cpu, p, now_us);
             let merged = *merged;
             // 2. Learn the slow state: error ratio and ejection, service time and concurrency.
@@ -590,14 +599,24 @@ impl WeightBook {
             let metrics_cpu = endpoint.ip.is_some_and(|ip| external_cpu.contains_key(&ip));
             endpoint.rates.record(metrics_cpu, merged.qps, merged.eps, elapsed_us, p.cpu_window_us, now_us);
             s.by_cpu.push(capacity::by_cpu(&merged, &endpoint.rates, p));
-            endpoint.decision = Some(EndpointDecision::merged(merged, endpoint));
+            endpoint.decision =
+                Some(EndpointDecision { counted: *counted, ..EndpointDecision::merged(merged, endpoint) });
         }
         // 3. Raw capacity by the cluster's method, less the backlog.
-        capacity::rate(endpoints, &s.by_cpu, p, &mut s.sorted, &mut s.raw, now_us);
+        capacity::rate(endpoints, &s.by_cpu, &s.counted, p, &mut s.sorted, &mut s.raw, now_us);
         // 4. Targets, smoothed toward, then bounded and normalized.
         let times = smoothing::Times { elapsed_us, now_us, cluster_created_us: cluster.created_us };
-        smoothing::smooth_toward_targets(endpoints, &s.raw, p, times, &mut s.sorted, &mut s.desired, &mut s.lo_hi);
-        normalize::normalize(&s.desired, &s.lo_hi, &mut s.out);
+        smoothing::smooth_toward_targets(
+            endpoints,
+            &s.raw,
+            &s.counted,
+            p,
+            times,
+            &mut s.sorted,
+            &mut s.desired,
+            &mut s.lo_hi,
+        );
+        normalize::normalize(&s.desired, &s.lo_hi, &s.counted, &mut s.out);
         // 5. Publish.
         reply::publish(endpoints, &s.out);
         cluster.generation += 1;
@@ -700,6 +719,9 @@ impl WeightBook {
             }
             if e.obs.is_empty() {
                 freed += ENDPOINT.of(e.address.len());
+                if let Some(r) = principals.get_mut(&e.creator) {
+                    r.bytes = r.bytes.saturating_sub(ENDPOINT.of(e.address.len()));
+                }
             }
             !e.obs.is_empty()
         });
@@ -716,6 +738,9 @@ impl WeightBook {
             *next_layout += 1;
         }
         if cluster.endpoints.is_empty() {
+            if let Some(r) = principals.get_mut(&cluster.creator) {
+                r.bytes = r.bytes.saturating_sub(CLUSTER.of(name.len()));
+            }
             clusters.remove(name);
             freed += CLUSTER.of(name.len());
         }
@@ -752,7 +777,8 @@ impl WeightBook {
             !list.is_empty()
         });
         self.reporter_count = count;
-        principals.retain(|_, r| r.reporters > 0 || r.observations > 0 || r.clusters > 0);
+        // Until what it entered expires, a principal stays (its id is not reused meanwhile).
+        principals.retain(|_, r| r.reporters > 0 || r.observations > 0 || r.clusters > 0 || r.bytes > 0);
         principal_ids.retain(|name, id| {
             let keep = principals.contains_key(id);
             if !keep {

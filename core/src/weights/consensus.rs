@@ -25,6 +25,18 @@ use super::params::WeightParams;
 use crate::stats::{lower_median, median};
 use std::collections::HashMap;
 
+/// Which endpoints count in the cluster's normalisation (mean raw capacity, mean weight 1, the
+/// capacity method, the median concurrency): those at least half of the cluster's `principals`
+/// report (`views` sorted by endpoint, `endpoints` in all). An endpoint fewer report (say, made up
+/// by a minority) still gets a weight on the same scale, but cannot shift the others'.
+pub(super) fn supported(views: &[PrincipalView], endpoints: usize, principals: usize, out: &mut Vec<bool>) {
+    out.clear();
+    out.resize(endpoints, false);
+    for run in by_endpoint(views) {
+        out[run[0].endpoint] = 2 * run.len() >= principals;
+    }
+}
+
 /// One principal's merged view of one endpoint (level 1), combined by [`combine`].
 #[derive(Debug, Clone, Copy)]
 pub(super) struct PrincipalView {

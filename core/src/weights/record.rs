@@ -22,7 +22,8 @@ pub(super) struct PrincipalRecord {
     pub observations: usize,
     /// Clusters holding at least one of its observations.
     pub clusters: usize,
-    /// What its reporters and their observations cost (`memory.rs`).
+    /// What it costs the book (`memory.rs`): its reporters, their observations, and the endpoints
+    /// and clusters its reports entered, until they expire.
     pub bytes: usize,
 }
 
@@ -49,6 +50,8 @@ pub(super) struct ClusterRecord {
     pub computed_at_us: Option<u64>,
     /// When the book first heard of the cluster (its first endpoints do not slow-start).
     pub created_us: u64,
+    /// The principal whose report created it (its bytes count against that principal's quota).
+    pub creator: u32,
     /// What each principal holds here (for the per-principal quotas, and to know when a recompute
     /// must merge principals apart).
     pub principals: HashMap<u32, Held>,
@@ -112,11 +115,12 @@ impl EndpointRecords {
         &mut self.list[i]
     }
 
-    pub fn get_or_insert(&mut self, address: &str, now_us: u64) -> &mut EndpointRecord {
+    /// The endpoint at `address`, entered (as created by `creator`) if new.
+    pub fn get_or_insert(&mut self, address: &str, creator: u32, now_us: u64) -> &mut EndpointRecord {
         let i = match self.index.get(address) {
             Some(i) => *i,
             None => {
-                self.list.push(EndpointRecord::new(address, now_us));
+                self.list.push(EndpointRecord::new(address, creator, now_us));
                 self.index.insert(address.to_string(), self.list.len() - 1);
                 self.list.len() - 1
             }
@@ -151,6 +155,8 @@ pub(super) struct EndpointRecord {
     pub ip: Option<IpAddr>,
     /// When the book first heard of it (slow start).
     pub first_seen_us: u64,
+    /// The principal whose report entered it (its bytes count against that principal's quota).
+    pub creator: u32,
     /// What each reporter (by id) last said about it.
     pub obs: IdMap<Observation>,
     /// Its observations by principal (usually one entry).
@@ -186,8 +192,9 @@ impl EndpointRecord {
         }
     }
 
-    fn new(address: &str, now_us: u64) -> Self {
+    fn new(address: &str, creator: u32, now_us: u64) -> Self {
         EndpointRecord {
+            creator,
             address: address.to_string(),
             ip: address.parse::<SocketAddr>().ok().map(|a| a.ip()),
             first_seen_us: now_us,

@@ -516,8 +516,25 @@ fn lies() -> Vec<(&'static str, Vec<(&'static str, Traffic)>)> {
         ("A gets none", vec![(B, ok(huge, 10_000)), (C, ok(huge, 50_000))]),
         ("A is fast, B and C slow", vec![(A, ok(huge, 1)), (B, ok(huge, 3_000_000_000)), (C, ok(huge, 3_000_000_000))]),
         ("A is failing and slow", vec![(A, Traffic { errors: 40, ..ok(50, 3_000_000_000) }), (B, normal(10_000))]),
+        (
+            "fast made-up endpoints beside the real ones",
+            vec![(A, normal(10_000)), (B, normal(10_000)), (C, normal(50_000))]
+                .into_iter()
+                .chain(FAKE.map(|f| (f, ok(huge, 1))))
+                .collect(),
+        ),
+        (
+            "made-up endpoints at no CPU",
+            FAKE.map(|f| (f, Traffic { cpu: Some(0.000_1), ..ok(huge, 1) }))
+                .into_iter()
+                .chain([(A, ok(huge, 1))])
+                .collect(),
+        ),
     ]
 }
+
+/// Endpoints no honest reporter knows.
+const FAKE: [&str; 6] = ["10.9.0.1:80", "10.9.0.2:80", "10.9.0.3:80", "10.9.0.4:80", "10.9.0.5:80", "10.9.0.6:80"];
 
 const LATENCY_TRUTH: [(&str, Traffic); 3] = [
     (A, Traffic { requests: 50, errors: 0, latency_us: 10_000, inflight: 1, cpu: None }),
@@ -535,6 +552,7 @@ fn cpu_lies() -> Vec<(&'static str, Vec<(&'static str, Traffic)>)> {
         ("A is idle, C busy", vec![(A, t(1_000_000, 0.000_1)), (B, t(50, 0.2)), (C, t(50, 1_000.0))]),
         ("all traffic goes to A at no CPU", vec![(A, t(1_000_000, 0.01))]),
         ("C gets none", vec![(A, t(1_000_000, 0.2)), (B, t(1_000_000, 0.2))]),
+        ("made-up endpoints at no CPU", FAKE.map(|f| (f, t(1_000_000, 0.000_1))).to_vec()),
     ]
 }
 
@@ -669,10 +687,13 @@ fn the_memory_budget_refuses_what_would_exceed_it_and_frees_what_expires() {
     let before = book.counts();
     assert_eq!(book.ingest(&report("r1", 100), SEC), Err(Rejection::MemoryBudget));
     assert_eq!(book.counts(), before);
-    // A principal's share of the budget is bounded the same way.
-    let mut shared = WeightBook::new(WeightParams { max_bytes: 4 * one, principal_share: 0.1, ..Default::default() });
+    // A principal's share of the budget is bounded the same way, the endpoints and clusters its
+    // reports entered included.
+    let mut shared = WeightBook::new(WeightParams { max_bytes: 10 * one, principal_share: 0.15, ..Default::default() });
     shared.ingest_as(&report("r0", 100), "mallory", SEC).unwrap();
-    assert_eq!(shared.ingest_as(&report("r1", 100), "mallory", SEC), Err(Rejection::PrincipalMemory));
+    let mut elsewhere = report("r0", 100);
+    elsewhere.clusters[0].name = "another".into();
+    assert_eq!(shared.ingest_as(&elsewhere, "mallory", SEC), Err(Rejection::PrincipalMemory));
     shared.ingest_as(&report("r1", 100), "alice", SEC).unwrap();
     // What expires is given back.
     book.expire(10 * SEC);
