@@ -381,7 +381,9 @@ impl<'a> Fields<'a> {
             Some(unknown) => {
                 let mut known = self.read.clone();
                 known.sort_unstable();
-                Err(self.error(unknown, format!("unknown field (known: {})", known.join(", "))))
+                // The name is the user's: escaped (the error stays one line) and cut short.
+                let shown: String = unknown.chars().take(64).collect::<String>().escape_debug().to_string();
+                Err(self.error(&shown, format!("unknown field (known: {})", known.join(", "))))
             }
         }
     }
@@ -505,6 +507,13 @@ mod tests {
         let input = format!(r#"{{"header": "{}"}}"#, "A".repeat(500));
         let err = FilterConfig::parse(input.as_bytes()).unwrap_err().to_string();
         assert!(err.contains("a string of 500 bytes"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_field_with_a_newline_is_named_on_one_line() {
+        // Found by fuzzing.
+        let err = FilterConfig::parse(b"{\"e\\nrror\": 1}").unwrap_err().to_string();
+        assert!(err.starts_with("field `e\\nrror`: unknown field") && !err.contains('\n'), "{err}");
     }
 
     #[test]

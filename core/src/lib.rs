@@ -13,6 +13,7 @@ pub mod inflight;
 pub mod orca;
 pub mod outcome;
 pub mod rng;
+pub mod shared_data;
 pub mod snapshot;
 pub mod stats;
 pub mod steering;

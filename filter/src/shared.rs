@@ -10,8 +10,8 @@
 //! `on_configure`, where the main-thread VM comes before the worker VMs are cloned from it.
 
 use crate::host;
-use serde::{Deserialize, Serialize};
-use tailweight_core::wire::{ClusterReport, ClusterView};
+use tailweight_core::shared_data::{parse_counter, parse_slot, parse_stored_view};
+pub use tailweight_core::shared_data::{Slot, StoredView};
 
 const PREFIX: &str = "tailweight.";
 /// CAS retries before giving up for this tick (contention is between a handful of VMs).
@@ -21,25 +21,12 @@ fn key(name: &str) -> String {
     format!("{PREFIX}{name}")
 }
 
-#[derive(Serialize, Deserialize)]
-pub struct Slot {
-    pub written_us: u64,
-    pub clusters: Vec<ClusterReport>,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct StoredView {
-    pub received_us: u64,
-    pub ttl_ms: u32,
-    pub view: ClusterView,
-}
-
 /// Read-modify-write of a decimal counter with CAS. `update` returns the new value, or None to leave it.
 fn update_counter(name: &str, mut update: impl FnMut(u64) -> Option<u64>) -> Option<u64> {
     let key = key(name);
     for _ in 0..CAS_RETRIES {
         let (bytes, cas) = host::shared_get(&key);
-        let current = parse_counter(bytes);
+        let current = parse_counter(bytes.as_deref());
         let next = update(current)?;
         if host::shared_set(&key, next.to_string().as_bytes(), cas) {
             return Some(next);
@@ -68,11 +55,7 @@ pub fn slots_claimed() -> u64 {
 }
 
 fn read_counter(name: &str) -> u64 {
-    parse_counter(host::shared_get(&key(name)).0)
-}
-
-fn parse_counter(bytes: Option<Vec<u8>>) -> u64 {
-    bytes.and_then(|b| std::str::from_utf8(&b).ok()?.parse().ok()).unwrap_or(0)
+    parse_counter(host::shared_get(&key(name)).0.as_deref())
 }
 
 pub fn publish_slot(slot: u64, snapshot: &Slot) {
@@ -83,7 +66,7 @@ pub fn publish_slot(slot: u64, snapshot: &Slot) {
 
 pub fn read_slot(slot: u64) -> Option<Slot> {
     let (bytes, _) = host::shared_get(&key(&format!("slot.{slot}")));
-    serde_json::from_slice(&bytes?).ok()
+    parse_slot(&bytes?)
 }
 
 /// Claim report period `epoch`: true for exactly one caller per epoch.
@@ -108,6 +91,6 @@ pub fn view_if_changed(cluster: &str, seen: Option<u32>) -> Option<(StoredView, 
     if cas == seen {
         return None;
     }
-    let view = serde_json::from_slice(&bytes?).ok()?;
+    let view = parse_stored_view(&bytes?)?;
     Some((view, cas))
 }

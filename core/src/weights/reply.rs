@@ -94,25 +94,32 @@ impl PublishedCluster {
 #[derive(Debug, Clone)]
 pub struct ReplyPlan {
     ttl_ms: u32,
-    /// Each cluster's published view, or its name while it has none yet (no recompute so far).
-    clusters: Vec<Result<Arc<PublishedCluster>, String>>,
-    /// The asker's own counted in-flight requests, by endpoint address (only where it has any).
+    clusters: Vec<PlannedCluster>,
+}
+
+/// One cluster of a [`ReplyPlan`].
+#[derive(Debug, Clone)]
+struct PlannedCluster {
+    /// Its published view, or its name while it has none yet (no recompute so far).
+    view: Result<Arc<PublishedCluster>, String>,
+    /// The asker's own counted in-flight requests there, by endpoint address (only where it has
+    /// any).
     own: Vec<(String, f64)>,
 }
 
 impl ReplyPlan {
     /// `serde_json::to_vec(&book.reply(..))`, byte for byte, as of the plan.
     pub fn render(&self, out: &mut Vec<u8>) {
-        let own: HashMap<&str, f64> = self.own.iter().map(|(a, v)| (a.as_str(), *v)).collect();
         out.extend_from_slice(b"{\"version\":");
         write_json(out, &wire::VERSION);
         out.extend_from_slice(b",\"ttl_ms\":");
         write_json(out, &self.ttl_ms);
         out.extend_from_slice(b",\"clusters\":[");
-        for (i, cluster) in self.clusters.iter().enumerate() {
+        for (i, PlannedCluster { view: cluster, own }) in self.clusters.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
+            let own: HashMap<&str, f64> = own.iter().map(|(a, v)| (a.as_str(), *v)).collect();
             out.extend_from_slice(b"{\"name\":");
             let published = match cluster {
                 Ok(published) => {
@@ -143,7 +150,7 @@ impl ReplyPlan {
 
     /// Endpoints the reply will carry.
     pub fn endpoints(&self) -> usize {
-        self.clusters.iter().map(|c| c.as_ref().map_or(0, |p| p.endpoints())).sum()
+        self.clusters.iter().map(|c| c.view.as_ref().map_or(0, |p| p.endpoints())).sum()
     }
 }
 
@@ -209,31 +216,35 @@ impl WeightBook {
         max_endpoints: usize,
     ) -> ReplyPlan {
         let asking = self.principal_id(principal).and_then(|id| self.reporter(reporter, id, None));
-        let mut plan = ReplyPlan { ttl_ms: self.view_ttl_ms(asking), clusters: Vec::new(), own: Vec::new() };
+        let mut plan = ReplyPlan { ttl_ms: self.view_ttl_ms(asking), clusters: Vec::new() };
         let mut budget = max_endpoints;
         for (i, name) in clusters.into_iter().enumerate() {
             let Some(cluster) = self.clusters.get(name) else { continue };
             let Some(published) = &cluster.published else {
-                plan.clusters.push(Err(name.to_string()));
+                plan.clusters.push(PlannedCluster { view: Err(name.to_string()), own: Vec::new() });
                 continue;
             };
             if published.endpoints() > budget {
                 continue;
             }
             budget -= published.endpoints();
-            plan.clusters.push(Ok(published.clone()));
-            let Some(r) = asking else { continue };
-            // Its last report's endpoints here, by its route when the list has not moved since.
-            let add = |e: &EndpointRecord| {
-                let own = e.own_inflight(asking, now_us);
-                if own > 0.0 {
-                    plan.own.push((e.address.clone(), own));
+            let mut own = Vec::new();
+            if let Some(r) = asking {
+                // Its last report's endpoints here, by its route when the list has not moved since.
+                let add = |e: &EndpointRecord| {
+                    let mine = e.own_inflight(asking, now_us);
+                    if mine > 0.0 {
+                        own.push((e.address.clone(), mine));
+                    }
+                };
+                match r.routes.get(i).filter(|route| route.layout == cluster.layout) {
+                    Some(route) => {
+                        route.index.iter().filter_map(|at| cluster.endpoints.get_at(*at as usize)).for_each(add)
+                    }
+                    None => cluster.endpoints.iter().filter(|e| e.obs.contains_key(&r.id)).for_each(add),
                 }
-            };
-            match r.routes.get(i).filter(|route| route.layout == cluster.layout) {
-                Some(route) => route.index.iter().filter_map(|at| cluster.endpoints.get_at(*at as usize)).for_each(add),
-                None => cluster.endpoints.iter().filter(|e| e.obs.contains_key(&r.id)).for_each(add),
             }
+            plan.clusters.push(PlannedCluster { view: Ok(published.clone()), own });
         }
         plan
     }
