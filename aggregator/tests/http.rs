@@ -349,19 +349,20 @@ async fn with_xfcc_identity_a_reports_principal_is_the_meshs_and_ids_it_invents_
 async fn with_a_header_identity_each_principal_holds_its_share_of_the_limits() {
     let s = TestAggregator::start(|c| {
         c.identity = "header:x-principal".parse().unwrap();
-        c.max_endpoints_per_cluster = 8;
+        c.max_endpoints_per_cluster = 4;
         c.principal_share = 0.25;
     })
     .await;
     let mallory = [("x-principal", "mallory")];
-    let fake: Vec<String> = (1..=3).map(|i| format!("10.9.9.{i}:80")).collect();
+    let fake: Vec<String> = (1..=8).map(|i| format!("10.9.9.{i}:80")).collect();
     let fake: Vec<&str> = fake.iter().map(String::as_str).collect();
-    let (status, body) = s.post_with(&mallory, report("m", 1, &fake).to_string()).await;
+    // Four made-up endpoints by one reporter id, four more by another: one principal, four at most.
+    assert_eq!(s.post_with(&mallory, report("m1", 1, &fake[..4]).to_string()).await.0, 200);
+    let (status, body) = s.post_with(&mallory, report("m2", 1, &fake[4..]).to_string()).await;
     assert_eq!(status, 429, "{body}");
     assert!(body.starts_with("principal_endpoints: "), "{body}");
-    assert_eq!(s.post_with(&mallory, report("m", 1, &fake[..2]).to_string()).await.0, 200);
     // The cluster is not full for others.
-    let honest = ["10.0.0.1:80", "10.0.0.2:80"];
+    let honest = ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80"];
     assert_eq!(s.post_with(&[("x-principal", "alice")], report("a", 1, &honest).to_string()).await.0, 200);
     s.stop().await;
 }
@@ -476,5 +477,20 @@ async fn one_principal_cannot_hold_every_request_slot() {
     assert_eq!((status, line.as_str()), (503, "principal: 1 reports of \"mallory\" in progress; retry after 1 s\n"));
     assert_eq!(s.post_with(&[("x-principal", "alice")], body).await.0, 200);
     drop(held);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn large_bodies_are_parsed_as_well() {
+    let s = TestAggregator::start(|c| c.max_body_bytes = 1 << 20).await;
+    let addresses: Vec<String> = (0..1_000).map(|i| format!("10.1.{}.{}:8080", i / 250, i % 250)).collect();
+    let addresses: Vec<&str> = addresses.iter().map(String::as_str).collect();
+    let body = report("pod-a", 10, &addresses).to_string();
+    assert!(body.len() > 64 * 1024, "{}", body.len());
+    let (status, reply) = s.post(body.clone()).await;
+    assert_eq!(status, 200, "{reply}");
+    let (status, line) = s.post(body.replacen("\"version\":1", "\"version\":1,", 1)).await;
+    assert_eq!(status, 400);
+    assert!(line.starts_with("malformed report: "), "{line}");
     s.stop().await;
 }

@@ -74,7 +74,7 @@ impl std::fmt::Display for Rejection {
             Rejection::MemoryBudget => "the memory budget is spent",
             Rejection::PrincipalReporters => "this identity's share of the reporter limit is reached",
             Rejection::PrincipalClusters => "this identity's share of the cluster limit is reached",
-            Rejection::PrincipalEndpoints => "this identity's share of the per-cluster endpoint limit is reached",
+            Rejection::PrincipalEndpoints => "this identity names as many endpoints of the cluster as one may",
             Rejection::PrincipalMemory => "this identity's share of the memory budget is spent",
         };
         f.write_str(what)
@@ -430,9 +430,10 @@ impl WeightBook {
                 return Err(Rejection::PrincipalClusters);
             }
         }
-        let endpoint_quota = p.quota(p.max_endpoints_per_cluster);
+        let (endpoint_quota, endpoint_room) = (p.max_endpoints_per_cluster, p.cluster_endpoint_room());
         // Memory: an upper bound first (everything in the report new), exact only near a limit.
-        let reporter_bytes = ROUTE.of(0) * report.clusters.len()
+        let new_routes = report.clusters.len().saturating_sub(known.map_or(0, |r| r.routes.len()));
+        let reporter_bytes = ROUTE.of(0) * new_routes
             + if known.is_none() { REPORTER.of(report.reporter.len()) } else { 0 }
             + if principal.is_none() { PRINCIPAL.of(principal_name.len()) } else { 0 };
         let endpoints_bytes: usize =
@@ -450,7 +451,7 @@ impl WeightBook {
             let cluster = self.clusters.get(&c.name);
             let existing = cluster.map_or(0, |cl| cl.endpoints.len());
             let mine = held_in(cluster).endpoints;
-            if existing + c.endpoints.len() <= p.max_endpoints_per_cluster
+            if existing + c.endpoints.len() <= endpoint_room
                 && mine + c.endpoints.len() <= endpoint_quota
                 && !near_obs_cap
                 && !near_budget
@@ -485,7 +486,7 @@ impl WeightBook {
                     }
                 }
             }
-            if existing + new_endpoints > p.max_endpoints_per_cluster {
+            if existing + new_endpoints > endpoint_room {
                 return Err(Rejection::TooManyEndpoints);
             }
             if mine + new_to_me > endpoint_quota {

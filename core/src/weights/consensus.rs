@@ -4,8 +4,8 @@
 //! reporters into its view of each endpoint. Then:
 //!
 //! - **Volume.** Each principal's total request rate over the cluster is clipped at `sum_clip` x
-//!   the largest other principal's, and so is its total in-flight count: the whole principal is
-//!   scaled at once, so its split over the endpoints stands.
+//!   the median principal's (with two principals: the other's), and so is its total in-flight
+//!   count: the whole principal is scaled at once, so its split over the endpoints stands.
 //! - **One other principal** on an endpoint: they bound each other as two reporters do
 //!   (`merge.rs`): sums clipped at `sum_clip` x the other's, medians with capped votes.
 //! - **Three or more: the majority decides.** One vote per principal: the error ratio is the lower
@@ -95,20 +95,48 @@ pub(super) struct ConsensusScratch {
     buffers: Buffers,
 }
 
-/// The factor that clips `total` at `clip` x the largest positive other total (`top`, `second`: the
-/// two largest totals), 1 if no other is positive.
-fn clip_factor(total: f64, top: f64, second: f64, clip: f64) -> f64 {
-    let largest_other = if total >= top { second } else { top };
-    if total > 0.0 && largest_other > 0.0 {
-        (clip * largest_other / total).min(1.0)
-    } else {
-        1.0
+/// The volume a principal's total (requests, or in flight) is clipped against: with three or more
+/// principals, the median of the positive totals (a minority of principals, together, cannot
+/// raise it); with two, the other's (as between two reporters). None: nothing to clip against.
+fn volume_reference(totals: &[f64], values: &mut Vec<f64>) -> VolumeReference {
+    values.clear();
+    values.extend(totals.iter().copied().filter(|t| *t > 0.0));
+    if values.len() >= 3 {
+        return VolumeReference::Median(median(values).unwrap_or(0.0));
     }
+    let (top, second) = values.iter().fold((0.0, 0.0), |(a, b), v| if *v > a { (*v, a) } else { (a, b.max(*v)) });
+    VolumeReference::LargestOther { top, second }
 }
 
-/// The two largest of `values`.
-fn top_two(values: impl Iterator<Item = f64>) -> (f64, f64) {
-    values.fold((0.0, 0.0), |(a, b), v| if v > a { (v, a) } else { (a, b.max(v)) })
+#[derive(Debug, Clone, Copy)]
+enum VolumeReference {
+    Median(f64),
+    /// The two largest totals (the largest other is the first, except for the first itself).
+    LargestOther {
+        top: f64,
+        second: f64,
+    },
+}
+
+impl VolumeReference {
+    /// The factor that clips `total` at `clip` x the reference (1 if there is none).
+    fn factor(self, total: f64, clip: f64) -> f64 {
+        let reference = match self {
+            VolumeReference::Median(m) => m,
+            VolumeReference::LargestOther { top, second } => {
+                if total >= top {
+                    second
+                } else {
+                    top
+                }
+            }
+        };
+        if total > 0.0 && reference > 0.0 {
+            (clip * reference / total).min(1.0)
+        } else {
+            1.0
+        }
+    }
 }
 
 /// The endpoint of each run of `views` (sorted by endpoint) and the run.
@@ -142,13 +170,15 @@ pub(super) fn combine(
         t.inflight += v.merged.inflight;
         t.endpoints += 1;
     }
-    // Volume: whole principals clipped against the largest other.
-    let (top_qps, second_qps) = top_two(table.totals.iter().map(|t| t.qps));
-    let (top_inflight, second_inflight) = top_two(table.totals.iter().map(|t| t.inflight));
+    // Volume: whole principals clipped against the others'.
+    let qps: Vec<f64> = table.totals.iter().map(|t| t.qps).collect();
+    let inflight: Vec<f64> = table.totals.iter().map(|t| t.inflight).collect();
+    let qps_reference = volume_reference(&qps, &mut buffers.values);
+    let inflight_reference = volume_reference(&inflight, &mut buffers.values);
     factors.clear();
     for t in table.totals.iter_mut() {
-        let f = clip_factor(t.qps, top_qps, second_qps, p.sum_clip);
-        let g = clip_factor(t.inflight, top_inflight, second_inflight, p.sum_clip);
+        let f = qps_reference.factor(t.qps, p.sum_clip);
+        let g = inflight_reference.factor(t.inflight, p.sum_clip);
         factors.push((f, g));
         t.qps *= f;
         t.inflight *= g;

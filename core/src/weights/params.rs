@@ -70,8 +70,8 @@ pub struct WeightParams {
     /// (0..0.5): see `consensus.rs`. 0.024 keeps any endpoint's share within a factor
     /// 1.024 / 0.976 < 1.05 of the honest one.
     pub split_tolerance: f64,
-    /// Per-principal quota: the share (0..=1] of each cap (reporters, observations, clusters,
-    /// endpoints per cluster) one principal may hold; 1 = no quota.
+    /// Per-principal quota: the share (0..=1] of each cap (reporters, clusters, bytes) one principal
+    /// may hold, and of a cluster's endpoint room; 1 = no quota.
     pub principal_share: f64,
     /// Server-side bound on a reporter's interval: its ttl and windows use at most this, whatever
     /// interval it claims.
@@ -80,7 +80,8 @@ pub struct WeightParams {
     pub max_reporters: usize,
     /// ...clusters...
     pub max_clusters: usize,
-    /// ...endpoints in one cluster...
+    /// ...endpoints of one cluster one principal may name (a cluster holds `cluster_endpoint_room`
+    /// from all principals)...
     pub max_endpoints_per_cluster: usize,
     /// Reporter x endpoint observations in all (bounds memory under churn).
     pub max_observations: usize,
@@ -137,6 +138,12 @@ impl WeightParams {
     /// One principal's quota of a cap: `ceil(cap x principal_share)`, at least 1.
     pub fn quota(&self, cap: usize) -> usize {
         ((cap as f64 * self.principal_share).ceil() as usize).clamp(1, cap.max(1))
+    }
+
+    /// Endpoints one cluster may hold: `max_endpoints_per_cluster / principal_share`, so that one
+    /// principal naming as many as it may fills a share of the room (all of it with one principal).
+    pub fn cluster_endpoint_room(&self) -> usize {
+        (self.max_endpoints_per_cluster as f64 / self.principal_share).floor() as usize
     }
 
     /// The interval the book uses for a reporter claiming `interval_ms`: at most `max_interval_us`.

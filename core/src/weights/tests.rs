@@ -482,8 +482,9 @@ fn world_of_principals(
 
 /// Traffic moved by the attackers, per endpoint the honest principals report: the relative change
 /// of its share of those endpoints' weight, `(w_e / sum w)` in `lied` over the same in `fair` (the
-/// world without the attackers), minus 1; an endpoint ejected in one world and not the other moved
-/// all of its traffic (1). The largest over the endpoints.
+/// world where the attacking principals report the truth, as the honest ones do), minus 1; an
+/// endpoint ejected in one world and not the other moved all of its traffic (1). The largest over
+/// the endpoints.
 fn traffic_moved(fair: &World, lied: &World, endpoints: &[&str]) -> f64 {
     let share = |w: &World, e: &str| {
         let weights = w.weights();
@@ -572,9 +573,9 @@ fn invented_reporter_ids_of_the_trusted_principal_can_eject_a_healthy_endpoint()
 #[test]
 fn one_principal_with_many_ids_moves_any_endpoints_traffic_by_at_most_5_percent() {
     for (truth, lies) in [(LATENCY_TRUTH.to_vec(), lies()), (cpu_truth(), cpu_lies())] {
-        let fair = world_of_principals(4, &[], &[], &truth);
-        for (what, lie) in &lies {
-            for ids in [1, 2, 7] {
+        for ids in [1, 2, 7] {
+            let fair = world_of_principals(4, &[("mallory", ids)], &truth, &truth);
+            for (what, lie) in &lies {
                 let lied = world_of_principals(4, &[("mallory", ids)], lie, &truth);
                 let moved = traffic_moved(&fair, &lied, &[A, B, C]);
                 assert!(
@@ -590,10 +591,11 @@ fn one_principal_with_many_ids_moves_any_endpoints_traffic_by_at_most_5_percent(
 
 #[test]
 fn liars_in_two_principals_move_any_endpoints_traffic_by_at_most_5_percent() {
+    let liars = [("mallory", 3), ("trudy", 2)];
     for (truth, lies) in [(LATENCY_TRUTH.to_vec(), lies()), (cpu_truth(), cpu_lies())] {
-        let fair = world_of_principals(3, &[], &[], &truth);
+        let fair = world_of_principals(3, &liars, &truth, &truth);
         for (what, lie) in &lies {
-            let lied = world_of_principals(3, &[("mallory", 3), ("trudy", 2)], lie, &truth);
+            let lied = world_of_principals(3, &liars, lie, &truth);
             let moved = traffic_moved(&fair, &lied, &[A, B, C]);
             assert!(moved <= BOUND, "{what}: moved {moved:.4}, {:?} vs {:?}", lied.weights(), fair.weights());
         }
@@ -601,13 +603,23 @@ fn liars_in_two_principals_move_any_endpoints_traffic_by_at_most_5_percent() {
 }
 
 #[test]
-fn a_principals_in_flight_claims_move_traffic_by_at_most_5_percent() {
-    let fair = world_of_principals(4, &[], &[], &LATENCY_TRUTH);
-    for inflight in [3, 1_000_000] {
-        let lie = [(C, Traffic { inflight, ..ok(50, 50_000) }), (A, ok(50, 10_000)), (B, ok(50, 10_000))];
-        let lied = world_of_principals(4, &[("mallory", 5)], &lie, &LATENCY_TRUTH);
-        let moved = traffic_moved(&fair, &lied, &[A, B, C]);
-        assert!(moved <= BOUND, "in flight {inflight}: moved {moved:.4}, {:?} vs {:?}", lied.weights(), fair.weights());
+fn in_flight_claims_of_one_or_two_principals_move_traffic_by_at_most_5_percent() {
+    // The honest principals hold different in-flight counts per endpoint (none on A).
+    let at = |inflight, latency| Traffic { inflight, ..ok(50, latency) };
+    let truth = [(A, at(0, 10_000)), (B, at(2, 10_000)), (C, at(4, 50_000))];
+    for liars in [&[("mallory", 5)][..], &[("mallory", 3), ("trudy", 3)]] {
+        let fair = world_of_principals(4, liars, &truth, &truth);
+        for inflight in [3, 1_000_000] {
+            let lie = [(C, at(inflight, 50_000)), (B, at(inflight, 10_000)), (A, ok(50, 10_000))];
+            let lied = world_of_principals(4, liars, &lie, &truth);
+            let moved = traffic_moved(&fair, &lied, &[A, B, C]);
+            assert!(
+                moved <= BOUND,
+                "in flight {inflight}: moved {moved:.4}, {:?} vs {:?}",
+                lied.weights(),
+                fair.weights()
+            );
+        }
     }
 }
 
@@ -626,7 +638,7 @@ fn a_principal_holds_at_most_its_share_of_each_cap() {
     let p = WeightParams {
         max_reporters: 8,
         max_clusters: 8,
-        max_endpoints_per_cluster: 8,
+        max_endpoints_per_cluster: 4,
         max_observations: 40,
         principal_share: 0.25,
         ..Default::default()
@@ -639,22 +651,28 @@ fn a_principal_holds_at_most_its_share_of_each_cap() {
     };
     let cluster = |name: &str, from, n| ClusterReport { name: name.into(), endpoints: endpoints(from, n) };
     let report = |name: &str, clusters| report_of(name, clusters);
-    // Quotas: 2 reporters, 2 clusters, 2 endpoints per cluster, 10 observations.
-    book.ingest_as(&report("a", vec![cluster("c0", 0, 2)]), "mallory", SEC).unwrap();
+    // Quotas: 2 reporters, 2 clusters, 4 endpoints of one cluster (whose room is 16).
+    book.ingest_as(&report("a", vec![cluster("c0", 0, 4)]), "mallory", SEC).unwrap();
     book.ingest_as(&report("b", vec![cluster("c0", 0, 2)]), "mallory", SEC).unwrap();
     let before = book.counts();
     let cases = [
         (report("c", vec![cluster("c0", 0, 1)]), Rejection::PrincipalReporters),
-        (report("a", vec![cluster("c0", 0, 3)]), Rejection::PrincipalEndpoints),
+        (report("b", vec![cluster("c0", 2, 3)]), Rejection::PrincipalEndpoints),
         (report("a", vec![cluster("c1", 0, 1), cluster("c2", 0, 1)]), Rejection::PrincipalClusters),
     ];
     for (r, why) in cases {
         assert_eq!(book.ingest_as(&r, "mallory", 2 * SEC), Err(why));
         assert_eq!(book.counts(), before, "{why:?} changed something");
     }
-    // Others are not locked out: a fresh principal gets its own share, in the same cluster too.
-    book.ingest_as(&report("a", vec![cluster("c0", 4, 2)]), "alice", 2 * SEC).unwrap();
-    assert_eq!(book.counts().endpoints, 4);
+    // Others are not locked out of the cluster mallory filled its share of: each gets its own.
+    for (i, other) in ["alice", "bob", "carol"].into_iter().enumerate() {
+        book.ingest_as(&report("a", vec![cluster("c0", 4 * (i + 1), 4)]), other, 2 * SEC).unwrap();
+    }
+    assert_eq!(book.counts().endpoints, 16);
+    assert_eq!(
+        book.ingest_as(&report("a", vec![cluster("c0", 16, 1)]), "dave", 2 * SEC),
+        Err(Rejection::TooManyEndpoints)
+    );
     // A principal's quotas free up when what it said expires.
     book.expire(10 * SEC);
     assert_eq!(book.counts(), Counts::default());
@@ -682,11 +700,15 @@ fn the_memory_budget_refuses_what_would_exceed_it_and_frees_what_expires() {
     probe.ingest(&report("r0", 100), SEC).unwrap();
     let one = probe.counts().bytes;
     // Room for the first report and not for a second reporter's observations of the same endpoints.
-    let mut book = WeightBook::new(WeightParams { max_bytes: one + one / 10, ..Default::default() });
+    let mut book = WeightBook::new(WeightParams { max_bytes: one, ..Default::default() });
     book.ingest(&report("r0", 100), SEC).unwrap();
     let before = book.counts();
     assert_eq!(book.ingest(&report("r1", 100), SEC), Err(Rejection::MemoryBudget));
     assert_eq!(book.counts(), before);
+    // A full book still takes what those it holds report again.
+    let mut again = report("r0", 100);
+    again.clusters[0].endpoints[0].requests = 7;
+    book.ingest(&again, 2 * SEC).unwrap();
     // A principal's share of the budget is bounded the same way, the endpoints and clusters its
     // reports entered included.
     let mut shared = WeightBook::new(WeightParams { max_bytes: 10 * one, principal_share: 0.15, ..Default::default() });
