@@ -132,8 +132,8 @@ pub struct ServiceConfig {
     /// split of its traffic may differ from theirs and still count (see docs/weights.md).
     #[arg(long, env = "TAILWEIGHT_SPLIT_TOLERANCE", default_value_t = WeightParams::default().split_tolerance)]
     pub split_tolerance: f64,
-    /// The share (0..1] of each limit (memory, reporters, clusters, endpoints per cluster) one
-    /// principal may hold.
+    /// The share (0..1] of each limit (the weight book's memory, reporters, clusters) one principal
+    /// may hold; a cluster has room for max-endpoints-per-cluster / this many endpoints.
     #[arg(long, env = "TAILWEIGHT_PRINCIPAL_SHARE", default_value_t = 0.25)]
     pub principal_share: f64,
     /// Cap: live reporters (principal, name, incarnation), a count; a report from one more gets
@@ -144,7 +144,8 @@ pub struct ServiceConfig {
     /// budget).
     #[arg(long, env = "TAILWEIGHT_MAX_CLUSTERS")]
     pub max_clusters: Option<usize>,
-    /// Cap: endpoints tracked per cluster, a count (also the most one report may name per cluster).
+    /// Cap: endpoints of one cluster one principal may name, a count (also the most one report may
+    /// name per cluster); the cluster holds this / principal-share from all principals.
     #[arg(long, env = "TAILWEIGHT_MAX_ENDPOINTS_PER_CLUSTER", default_value_t = WeightParams::default().max_endpoints_per_cluster)]
     pub max_endpoints_per_cluster: usize,
     /// Cap: reporter x endpoint pairs in all, a count (default: from the memory budget).

@@ -108,6 +108,9 @@ async fn report(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
 
 type Refusal = (RejectReason, StatusCode, String);
 
+/// Bodies larger than this are parsed off the request's worker (`spawn_blocking`).
+const PARSE_ELSEWHERE_BYTES: usize = 64 * 1024;
+
 /// Identity, body, parse, merge (under the book's lock, with what the reply needs), reply (after).
 async fn handle_report(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, Refusal> {
     let vouched = state
@@ -125,7 +128,17 @@ async fn handle_report(state: &AppState, headers: &HeaderMap, body: Body) -> Res
         None => None,
     };
     let bytes = read_limited(headers, body, state.limits.max_body_bytes).await?;
-    let report = wire::parse_report(&bytes, &state.limits.wire).map_err(|e| {
+    // A large body is parsed on the blocking pool, so that the reports behind it on this worker
+    // do not wait the milliseconds it takes.
+    let parsed = if bytes.len() > PARSE_ELSEWHERE_BYTES {
+        let wire_limits = state.limits.wire;
+        tokio::task::spawn_blocking(move || wire::parse_report(&bytes, &wire_limits))
+            .await
+            .unwrap_or_else(|e| Err(ReportError::Malformed(format!("the parser failed: {e}"))))
+    } else {
+        wire::parse_report(&bytes, &state.limits.wire)
+    };
+    let report = parsed.map_err(|e| {
         let reason = match e {
             ReportError::Malformed(_) => RejectReason::Malformed,
             ReportError::UnsupportedVersion(_) => RejectReason::UnsupportedVersion,
@@ -133,7 +146,6 @@ async fn handle_report(state: &AppState, headers: &HeaderMap, body: Body) -> Res
         };
         (reason, StatusCode::BAD_REQUEST, e.to_string())
     })?;
-    drop(bytes);
     let principal = vouched.as_deref().unwrap_or(&report.reporter);
     let now = state.now_us();
     let names = report.clusters.iter().map(|c| c.name.as_str());
