@@ -42,6 +42,9 @@ struct Span {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct PublishedCluster {
     name: String,
+    /// The cluster's layout when it was published: while it is the same, the i-th endpoint here is
+    /// the i-th of the cluster's list.
+    layout: u64,
     bytes: Vec<u8>,
     spans: Vec<Span>,
     inflight: Vec<f64>,
@@ -50,7 +53,7 @@ pub(crate) struct PublishedCluster {
 impl PublishedCluster {
     /// The view of `cluster` (its endpoints with a decision, in the list's order).
     pub(super) fn of(name: &str, cluster: &ClusterRecord) -> PublishedCluster {
-        let mut p = PublishedCluster { name: name.to_string(), ..PublishedCluster::default() };
+        let mut p = PublishedCluster { name: name.to_string(), layout: cluster.layout, ..PublishedCluster::default() };
         for e in cluster.endpoints.iter() {
             let Some(d) = &e.decision else { continue };
             let json = &mut p.bytes;
@@ -102,9 +105,17 @@ pub struct ReplyPlan {
 struct PlannedCluster {
     /// Its published view, or its name while it has none yet (no recompute so far).
     view: Result<Arc<PublishedCluster>, String>,
-    /// The asker's own counted in-flight requests there, by endpoint address (only where it has
-    /// any).
-    own: Vec<(String, f64)>,
+    /// The asker's own counted in-flight requests there (only where it has any).
+    own: Own,
+}
+
+/// Where the asker's own in-flight requests are in a published view.
+#[derive(Debug, Clone)]
+enum Own {
+    /// By position in the view, ascending (the cluster's list has not moved since it was published).
+    ByPosition(Vec<(u32, f64)>),
+    /// By address (it has).
+    ByAddress(Vec<(String, f64)>),
 }
 
 impl ReplyPlan {
@@ -119,7 +130,14 @@ impl ReplyPlan {
             if i > 0 {
                 out.push(b',');
             }
-            let own: HashMap<&str, f64> = own.iter().map(|(a, v)| (a.as_str(), *v)).collect();
+            let by_address: HashMap<&str, f64> = match own {
+                Own::ByAddress(own) => own.iter().map(|(a, v)| (a.as_str(), *v)).collect(),
+                Own::ByPosition(_) => HashMap::new(),
+            };
+            let mut by_position = match own {
+                Own::ByPosition(own) => own.as_slice(),
+                Own::ByAddress(_) => &[],
+            };
             out.extend_from_slice(b"{\"name\":");
             let published = match cluster {
                 Ok(published) => {
@@ -137,7 +155,14 @@ impl ReplyPlan {
                     if k > 0 {
                         out.push(b',');
                     }
-                    let mine = own.get(p.address(span)).copied().unwrap_or(0.0);
+                    let mine = match by_position.split_first() {
+                        Some((&(at, mine), rest)) if at as usize == k => {
+                            by_position = rest;
+                            mine
+                        }
+                        Some(_) => 0.0,
+                        None => by_address.get(p.address(span)).copied().unwrap_or(0.0),
+                    };
                     out.extend_from_slice(&p.bytes[span.start as usize..span.split as usize]);
                     write_json(out, &(inflight - mine).max(0.0));
                     out.extend_from_slice(&p.bytes[span.split as usize..span.end as usize]);
@@ -221,29 +246,41 @@ impl WeightBook {
         for (i, name) in clusters.into_iter().enumerate() {
             let Some(cluster) = self.clusters.get(name) else { continue };
             let Some(published) = &cluster.published else {
-                plan.clusters.push(PlannedCluster { view: Err(name.to_string()), own: Vec::new() });
+                plan.clusters.push(PlannedCluster { view: Err(name.to_string()), own: Own::ByPosition(Vec::new()) });
                 continue;
             };
             if published.endpoints() > budget {
                 continue;
             }
             budget -= published.endpoints();
-            let mut own = Vec::new();
-            if let Some(r) = asking {
-                // Its last report's endpoints here, by its route when the list has not moved since.
-                let add = |e: &EndpointRecord| {
-                    let mine = e.own_inflight(asking, now_us);
-                    if mine > 0.0 {
-                        own.push((e.address.clone(), mine));
+            let own = match asking {
+                None => Own::ByPosition(Vec::new()),
+                Some(r) => match r.routes.get(i).filter(|route| route.layout == cluster.layout) {
+                    // Its last report's endpoints here, by its route (the list has not moved since).
+                    Some(route) if published.layout == cluster.layout => {
+                        let mut own: Vec<(u32, f64)> = route
+                            .index
+                            .iter()
+                            .filter(|at| (**at as usize) < published.endpoints())
+                            .filter_map(|at| {
+                                Some((*at, cluster.endpoints.get_at(*at as usize)?.own_inflight(asking, now_us)))
+                            })
+                            .filter(|(_, mine)| *mine > 0.0)
+                            .collect();
+                        own.sort_unstable_by_key(|(at, _)| *at);
+                        Own::ByPosition(own)
                     }
-                };
-                match r.routes.get(i).filter(|route| route.layout == cluster.layout) {
-                    Some(route) => {
-                        route.index.iter().filter_map(|at| cluster.endpoints.get_at(*at as usize)).for_each(add)
-                    }
-                    None => cluster.endpoints.iter().filter(|e| e.obs.contains_key(&r.id)).for_each(add),
-                }
-            }
+                    _ => Own::ByAddress(
+                        cluster
+                            .endpoints
+                            .iter()
+                            .filter(|e| e.obs.contains_key(&r.id))
+                            .map(|e| (e.address.clone(), e.own_inflight(asking, now_us)))
+                            .filter(|(_, mine)| *mine > 0.0)
+                            .collect(),
+                    ),
+                },
+            };
             plan.clusters.push(PlannedCluster { view: Ok(published.clone()), own });
         }
         plan
