@@ -32,7 +32,7 @@ bench-hostile:
 	  --server-arg=--identity=header:x-tailweight-principal --server-arg=--memory-limit-mib=192 \
 	  --json bench/results/hostile.json --md bench/results/hostile.md
 
-# Bytes the weight book holds per unit (the figures core/src/weights/memory.rs is built on).
+# Bytes the weight book holds per unit, measured with a counting allocator (the figures
+# core/src/weights/memory.rs is built on; core/tests/memory.rs, an ignored test).
 bench-memory:
-	$(CARGO) build --locked --release -p tailweight-aggregator-loadgen --bin tailweight-book-memory
-	nice target/release/tailweight-book-memory
+	nice $(CARGO) test --locked --release -p tailweight-core --test memory -- --ignored --nocapture measure_bytes_per_unit

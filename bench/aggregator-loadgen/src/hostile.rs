@@ -590,16 +590,7 @@ pub async fn run(addr: SocketAddr, pid: Option<u32>, fleet: Arc<Fleet>, args: &L
         aggregator_metrics: aggregator_metrics(addr).await,
         machine,
     };
-    let md = markdown(&results);
-    print!("{md}");
-    if let Some(path) = &args.json {
-        let body = serde_json::to_vec_pretty(&results).map_err(|e| e.to_string())?;
-        std::fs::write(path, body).map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    if let Some(path) = &args.md {
-        std::fs::write(path, md).map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    Ok(())
+    crate::publish(args, &results, markdown(&results))
 }
 
 fn markdown(r: &HostileResults) -> String {
@@ -635,19 +626,23 @@ fn markdown(r: &HostileResults) -> String {
         opt(r.rss_peak_mib, 1),
         r.pod_limit_mib
     ));
+    let moved = |m: &Moved| {
+        format!(
+            "{:.2}% (mean {:.3}%), {} ejections flipped",
+            100.0 * m.max_share_change,
+            100.0 * m.mean_share_change,
+            m.ejections_flipped
+        )
+    };
     s.push_str(&format!(
-        "| weights moved by the attackers (largest change of an endpoint's share, {} attacked clusters) | {:.2}% (mean {:.3}%), {} ejections flipped | <= 5% |\n",
+        "| weights moved by the attackers (largest change of an endpoint's share, {} attacked clusters) | {} | <= 5% |\n",
         r.weights_moved.clusters,
-        100.0 * r.weights_moved.max_share_change,
-        100.0 * r.weights_moved.mean_share_change,
-        r.weights_moved.ejections_flipped
+        moved(&r.weights_moved)
     ));
     s.push_str(&format!(
-        "| the same in {} control clusters nobody lied about (drift) | {:.2}% (mean {:.3}%), {} flipped | |\n\n",
+        "| the same in {} control clusters nobody lied about (drift) | {} | |\n\n",
         r.weights_moved_control.clusters,
-        100.0 * r.weights_moved_control.max_share_change,
-        100.0 * r.weights_moved_control.mean_share_change,
-        r.weights_moved_control.ejections_flipped
+        moved(&r.weights_moved_control)
     ));
     s.push_str("| attack | sent | outcomes |\n|---|---:|---|\n");
     for (name, t) in &r.attacks {

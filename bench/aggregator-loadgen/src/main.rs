@@ -715,10 +715,14 @@ async fn run(args: LoadgenArgs) -> Result<(), String> {
             time_inprocess(&fleet, args.inprocess_reports)
         }),
     };
-    let md = markdown(&results);
+    publish(&args, &results, markdown(&results))
+}
+
+/// Print the results' markdown and write it and their JSON where `--md` and `--json` say.
+fn publish(args: &LoadgenArgs, results: &impl Serialize, md: String) -> Result<(), String> {
     print!("{md}");
     if let Some(path) = &args.json {
-        let body = serde_json::to_vec_pretty(&results).map_err(|e| e.to_string())?;
+        let body = serde_json::to_vec_pretty(results).map_err(|e| e.to_string())?;
         std::fs::write(path, body).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     if let Some(path) = &args.md {
