@@ -1,9 +1,11 @@
 //! Command line and environment (every flag has a TAILWEIGHT_* variable).
 
+use crate::budget::{BookBudget, ServiceLimits};
+use crate::identity::IdentitySource;
 use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::time::Duration;
-use tailweight_core::weights::{ParamsError, WeightParams};
+use tailweight_core::weights::WeightParams;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -25,9 +27,48 @@ pub struct ServiceConfig {
     /// per report).
     #[arg(long, env = "TAILWEIGHT_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
+    /// Where a report's principal comes from: the identity whose reporters count as one voice in
+    /// the weights (however many reporter names it uses) and get one share of each limit.
+    /// `xfcc`: the URI SAN (SPIFFE ID) of the last element of x-forwarded-client-cert, which the
+    /// aggregator's own Istio sidecar appends after verifying the caller's mTLS certificate (trusts
+    /// that only that sidecar can reach this port: the Deployment's default in a mesh).
+    /// `header:<name>`: that header's value (trusts a proxy in front to set it and to remove it from
+    /// callers). `report`: the report's own `reporter` field (trusts every caller to say who it is:
+    /// for tests and meshless setups, where one caller inventing names is as many principals).
+    /// A request without the identity gets 403.
+    #[arg(long, env = "TAILWEIGHT_IDENTITY", default_value = "report", verbatim_doc_comment)]
+    pub identity: IdentitySource,
+    /// The memory the service may use, in MiB (below the pod's limit: the Deployment's is 256 MiB):
+    /// connections and requests in progress get their most (see the flags below), the weight book
+    /// the rest, counted as it grows (a report that would exceed it gets 429).
+    #[arg(long, env = "TAILWEIGHT_MEMORY_LIMIT_MIB", default_value_t = 192, value_parser = clap::value_parser!(u64).range(32..=1 << 20))]
+    pub memory_limit_mib: u64,
+    /// Open connections at most, a count; one more is answered 503 with Retry-After and closed.
+    #[arg(long, env = "TAILWEIGHT_MAX_CONNECTIONS", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
+    /// Reports and weight queries in progress at most (reading, handling, answering), a count;
+    /// beyond, 503 with Retry-After at once.
+    #[arg(long, env = "TAILWEIGHT_MAX_CONCURRENT_REQUESTS", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub max_concurrent_requests: u64,
+    /// Reports of one principal in progress at most, a count (with --identity xfcc or header:
+    /// one caller cannot hold every slot); beyond, 503 with Retry-After.
+    #[arg(long, env = "TAILWEIGHT_MAX_REQUESTS_PER_PRINCIPAL", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub max_requests_per_principal: u64,
+    /// Time a client has to send a request's headers, in milliseconds; also how long an idle
+    /// keep-alive connection stays open. Past it the connection is closed.
+    #[arg(long, env = "TAILWEIGHT_HEADER_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub header_timeout_ms: u64,
+    /// Time a request has from its headers to the end of its answer (reading the body included),
+    /// in milliseconds; past it, 408.
+    #[arg(long, env = "TAILWEIGHT_BODY_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub body_timeout_ms: u64,
     /// Largest accepted request body, in bytes; larger gets 413.
-    #[arg(long, env = "TAILWEIGHT_MAX_BODY_BYTES", default_value_t = 1 << 20)]
+    #[arg(long, env = "TAILWEIGHT_MAX_BODY_BYTES", default_value_t = 512 << 10)]
     pub max_body_bytes: usize,
+    /// Endpoints one reply carries at most, a count (clusters that would take it past are left
+    /// out of it).
+    #[arg(long, env = "TAILWEIGHT_MAX_REPLY_ENDPOINTS", default_value_t = 2_048)]
+    pub max_reply_endpoints: usize,
     /// How often weights are recomputed and silent reporters expired, in milliseconds.
     #[arg(long, env = "TAILWEIGHT_RECOMPUTE_INTERVAL_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
     pub recompute_interval_ms: u64,
@@ -83,20 +124,35 @@ pub struct ServiceConfig {
     /// The reply's ttl, in the asking reporter's report intervals (at least 3 s).
     #[arg(long, env = "TAILWEIGHT_VIEW_TTL_INTERVALS", default_value_t = WeightParams::default().view_ttl_intervals)]
     pub view_ttl_intervals: f64,
-    /// Cap: live reporters (name, incarnation), a count; a report from one more gets 429.
-    #[arg(long, env = "TAILWEIGHT_MAX_REPORTERS", default_value_t = WeightParams::default().max_reporters)]
-    pub max_reporters: usize,
-    /// Cap: clusters tracked, a count; a report naming one more gets 429.
-    #[arg(long, env = "TAILWEIGHT_MAX_CLUSTERS", default_value_t = WeightParams::default().max_clusters)]
-    pub max_clusters: usize,
-    /// Cap: endpoints tracked per cluster, a count (also the most one report may name per cluster).
+    /// Longest report interval the service takes from a report, in milliseconds: a reporter
+    /// claiming a longer one still expires after the ttl intervals of this.
+    #[arg(long, env = "TAILWEIGHT_MAX_INTERVAL_MS", default_value_t = WeightParams::default().max_interval_us / 1_000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    pub max_interval_ms: u64,
+    /// With three or more principals on an endpoint, the ratio (0..0.5) by which one principal's
+    /// split of its traffic may differ from theirs and still count (see docs/weights.md).
+    #[arg(long, env = "TAILWEIGHT_SPLIT_TOLERANCE", default_value_t = WeightParams::default().split_tolerance)]
+    pub split_tolerance: f64,
+    /// The share (0..1] of each limit (the weight book's memory, reporters, clusters) one principal
+    /// may hold; a cluster has room for max-endpoints-per-cluster / this many endpoints.
+    #[arg(long, env = "TAILWEIGHT_PRINCIPAL_SHARE", default_value_t = 0.25)]
+    pub principal_share: f64,
+    /// Cap: live reporters (principal, name, incarnation), a count; a report from one more gets
+    /// 429 (default: as many as the memory budget could hold).
+    #[arg(long, env = "TAILWEIGHT_MAX_REPORTERS")]
+    pub max_reporters: Option<usize>,
+    /// Cap: clusters tracked, a count; a report naming one more gets 429 (default: from the memory
+    /// budget).
+    #[arg(long, env = "TAILWEIGHT_MAX_CLUSTERS")]
+    pub max_clusters: Option<usize>,
+    /// Cap: endpoints of one cluster one principal may name, a count (also the most one report may
+    /// name per cluster); the cluster holds this / principal-share from all principals.
     #[arg(long, env = "TAILWEIGHT_MAX_ENDPOINTS_PER_CLUSTER", default_value_t = WeightParams::default().max_endpoints_per_cluster)]
     pub max_endpoints_per_cluster: usize,
-    /// Cap: reporter x endpoint pairs in all, a count (bounds memory under churn).
-    #[arg(long, env = "TAILWEIGHT_MAX_OBSERVATIONS", default_value_t = WeightParams::default().max_observations)]
-    pub max_observations: usize,
-    /// Clusters one report may carry, a count; more gets 400.
-    #[arg(long, env = "TAILWEIGHT_MAX_CLUSTERS_PER_REPORT", default_value_t = 256)]
+    /// Cap: reporter x endpoint pairs in all, a count (default: from the memory budget).
+    #[arg(long, env = "TAILWEIGHT_MAX_OBSERVATIONS")]
+    pub max_observations: Option<usize>,
+    /// Clusters one report may carry, a count (the filter sends one); more gets 400.
+    #[arg(long, env = "TAILWEIGHT_MAX_CLUSTERS_PER_REPORT", default_value_t = 16)]
     pub max_clusters_per_report: usize,
 
     // ---- CPU from a Prometheus-compatible query API ----
@@ -139,8 +195,22 @@ pub struct ServiceConfig {
 }
 
 impl ServiceConfig {
-    /// The weight parameters, checked (the error names the first bad one).
-    pub fn weight_params(&self) -> Result<WeightParams, ParamsError> {
+    /// The limits that bound what connections and requests hold.
+    pub fn service_limits(&self) -> ServiceLimits {
+        ServiceLimits {
+            memory_limit_bytes: usize::try_from(self.memory_limit_mib << 20).unwrap_or(usize::MAX),
+            max_connections: self.max_connections as usize,
+            max_concurrent_requests: self.max_concurrent_requests as usize,
+            max_body_bytes: self.max_body_bytes,
+            max_reply_endpoints: self.max_reply_endpoints,
+        }
+    }
+
+    /// The weight parameters, with the caps the memory budget leaves for the book, checked (the
+    /// error is one line naming the first bad setting).
+    pub fn weight_params(&self) -> Result<WeightParams, String> {
+        let BookBudget { max_bytes, max_reporters, max_clusters, max_observations } =
+            self.service_limits().book_budget()?;
         let p = WeightParams {
             max_step: self.max_step,
             floor: self.floor,
@@ -152,22 +222,34 @@ impl ServiceConfig {
             error_penalty: self.error_penalty,
             vote_cap: self.vote_cap,
             sum_clip: self.sum_clip,
+            split_tolerance: self.split_tolerance,
+            principal_share: self.principal_share,
+            max_interval_us: self.max_interval_ms.saturating_mul(1_000),
             reporter_ttl_intervals: self.reporter_ttl_intervals,
             view_ttl_intervals: self.view_ttl_intervals,
-            max_reporters: self.max_reporters,
-            max_clusters: self.max_clusters,
+            max_bytes,
+            max_reporters: self.max_reporters.unwrap_or(max_reporters),
+            max_clusters: self.max_clusters.unwrap_or(max_clusters),
             max_endpoints_per_cluster: self.max_endpoints_per_cluster,
-            max_observations: self.max_observations,
+            max_observations: self.max_observations.unwrap_or(max_observations),
             cpu_max_age_us: self.cpu_max_age_ms.saturating_mul(1_000),
             cpu_window_us: self.cpu_window_ms.saturating_mul(1_000),
             ..WeightParams::default()
         };
-        p.validate()?;
+        p.validate().map_err(|e| e.to_string())?;
         Ok(p)
     }
 
     pub fn recompute_interval(&self) -> Duration {
         Duration::from_millis(self.recompute_interval_ms)
+    }
+
+    pub fn header_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_timeout_ms)
+    }
+
+    pub fn body_timeout(&self) -> Duration {
+        Duration::from_millis(self.body_timeout_ms)
     }
 
     /// Defaults with a listen address, for tests.
@@ -228,6 +310,7 @@ mod tests {
             let unit = match flag.rsplit('-').next() {
                 Some("ms") => "milliseconds",
                 Some("bytes") => "bytes",
+                Some("mib") => "MiB",
                 Some("intervals") => "intervals",
                 _ => continue,
             };
@@ -236,8 +319,33 @@ mod tests {
     }
 
     #[test]
-    fn defaults_are_the_weight_books() {
+    fn defaults_are_the_weight_books_with_caps_from_the_memory_budget() {
         let c = ServiceConfig::for_tests("127.0.0.1:0".parse().unwrap());
-        assert_eq!(c.weight_params().unwrap(), WeightParams::default());
+        let p = c.weight_params().unwrap();
+        let budget = c.service_limits().book_budget().unwrap();
+        let (max_bytes, max_reporters, max_observations) = (p.max_bytes, p.max_reporters, p.max_observations);
+        assert_eq!(
+            (max_bytes, max_reporters, max_observations),
+            (budget.max_bytes, budget.max_reporters, budget.max_observations)
+        );
+        assert!(max_bytes > 100 << 20 && max_bytes < 192 << 20, "{max_bytes}");
+        let expected = WeightParams {
+            principal_share: 0.25,
+            max_bytes,
+            max_reporters,
+            max_clusters: budget.max_clusters,
+            max_observations,
+            ..WeightParams::default()
+        };
+        assert_eq!(p, expected);
+        assert_eq!(c.identity, IdentitySource::Report);
+    }
+
+    #[test]
+    fn a_budget_too_small_for_the_connections_is_one_line() {
+        let mut c = ServiceConfig::for_tests("127.0.0.1:0".parse().unwrap());
+        c.memory_limit_mib = 32;
+        let err = c.weight_params().unwrap_err();
+        assert!(err.starts_with("memory_limit_mib: 32 MiB") && !err.contains('\n'), "{err}");
     }
 }

@@ -1,12 +1,13 @@
-//! The timer that recomputes weights and expires silent reporters. One cluster per lock hold
-//! (recompute, then expire it), with a yield in between, so reports keep flowing while thousands of
-//! clusters are processed.
+//! The timer that expires silent reporters and recomputes weights. One cluster per lock hold
+//! (expire what went silent, then recompute and publish its reply view), with a yield in between,
+//! so reports keep flowing while thousands of clusters are processed.
 
 use crate::state::AppState;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Recompute every cluster, then expire. Returns the time spent holding the book.
+/// Expire and recompute every cluster, then expire reporters. Returns the time spent holding the
+/// book.
 pub async fn once(state: &AppState) -> Duration {
     let names = state.book().cluster_names();
     let mut busy = Duration::ZERO;
@@ -15,8 +16,8 @@ pub async fn once(state: &AppState) -> Duration {
         {
             let mut book = state.book();
             let now = state.now_us();
-            book.recompute_cluster(&name, now);
             book.expire_cluster(&name, now);
+            book.recompute_cluster(&name, now);
         }
         busy += t.elapsed();
         tokio::task::yield_now().await;

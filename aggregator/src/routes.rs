@@ -1,9 +1,12 @@
-//! HTTP API: `POST /v1/report`, `GET /v1/weights[?cluster=]`, `GET /metrics`, `/healthz`, `/readyz`.
-//! Every 4xx body is one line of text naming the problem.
+//! HTTP API: `POST /v1/report`, `GET /v1/weights[?cluster=|?after=&limit=]`, `GET /metrics`,
+//! `/healthz`, `/readyz`. Every 4xx and 5xx body is one line of text naming the problem; 503s carry
+//! `Retry-After`. Reports and weight queries share `--max-concurrent-requests` (beyond: shed at
+//! once) and the `--body-timeout-ms` deadline.
 
 use crate::metrics::RejectReason;
 use crate::state::AppState;
 use axum::body::{Body, Bytes};
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -14,11 +17,25 @@ use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Instant;
 use tailweight_core::wire::{self, ReportError};
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tower::{BoxError, ServiceBuilder};
+
+/// Seconds a shed request is told to wait (`Retry-After`).
+pub const RETRY_AFTER_S: u64 = 1;
 
 pub fn router(state: Arc<AppState>) -> Router {
+    let shed_state = state.clone();
+    let limits = ServiceBuilder::new()
+        .layer(HandleErrorLayer::new(move |e: BoxError| {
+            let state = shed_state.clone();
+            async move { refused_before_handling(&state, e) }
+        }))
+        .load_shed()
+        .layer(GlobalConcurrencyLimitLayer::new(state.limits.max_concurrent_requests))
+        .timeout(state.limits.body_timeout);
+    let limited = Router::new().route(wire::REPORT_PATH, post(report)).route("/v1/weights", get(weights)).layer(limits);
     Router::new()
-        .route(wire::REPORT_PATH, post(report))
-        .route("/v1/weights", get(weights))
+        .merge(limited)
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -29,6 +46,33 @@ pub fn router(state: Arc<AppState>) -> Router {
             text(StatusCode::NOT_FOUND, "path: not found (see /v1/report, /v1/weights, /metrics, /healthz, /readyz)")
         })
         .with_state(state)
+}
+
+/// 503 with Retry-After when `--max-concurrent-requests` are in progress, 408 past
+/// `--body-timeout-ms`.
+fn refused_before_handling(state: &AppState, e: BoxError) -> Response {
+    if e.is::<tower::load_shed::error::Overloaded>() {
+        state.metrics.shed("overloaded");
+        return retry_later(format!(
+            "overloaded: {} requests in progress; retry after {RETRY_AFTER_S} s",
+            state.limits.max_concurrent_requests
+        ));
+    }
+    if e.is::<tower::timeout::error::Elapsed>() {
+        state.metrics.shed("timeout");
+        return text(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("request: not complete within {} ms", state.limits.body_timeout.as_millis()),
+        );
+    }
+    text(StatusCode::INTERNAL_SERVER_ERROR, format!("request: {e}"))
+}
+
+/// 503 with `Retry-After` and a one-line reason.
+fn retry_later(line: String) -> Response {
+    let mut response = text(StatusCode::SERVICE_UNAVAILABLE, line);
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
+    response
 }
 
 /// A 4xx (or 5xx) with a one-line text body.
@@ -51,7 +95,11 @@ async fn report(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
         }
         Err((reason, status, line)) => {
             state.metrics.rejected(reason);
-            text(status, line)
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                retry_later(line)
+            } else {
+                text(status, line)
+            }
         }
     };
     state.metrics.report_seconds.observe(started.elapsed().as_secs_f64());
@@ -60,9 +108,37 @@ async fn report(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
 
 type Refusal = (RejectReason, StatusCode, String);
 
+/// Bodies larger than this are parsed off the request's worker (`spawn_blocking`).
+const PARSE_ELSEWHERE_BYTES: usize = 64 * 1024;
+
+/// Identity, body, parse, merge (under the book's lock, with what the reply needs), reply (after).
 async fn handle_report(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, Refusal> {
-    let bytes = read_limited(headers, body, state.max_body_bytes).await?;
-    let report = wire::parse_report(&bytes, &state.limits).map_err(|e| {
+    let vouched = state
+        .identity
+        .principal(headers)
+        .map_err(|e| (RejectReason::NoIdentity, StatusCode::FORBIDDEN, e.to_string()))?;
+    let _slot = match &vouched {
+        Some(principal) => Some(state.enter(principal).ok_or_else(|| {
+            let line = format!(
+                "principal: {} reports of {principal:?} in progress; retry after {RETRY_AFTER_S} s",
+                state.limits.max_requests_per_principal
+            );
+            (RejectReason::PrincipalBusy, StatusCode::SERVICE_UNAVAILABLE, line)
+        })?),
+        None => None,
+    };
+    let bytes = read_limited(headers, body, state.limits.max_body_bytes).await?;
+    // A large body is parsed on the blocking pool, so that the reports behind it on this worker
+    // do not wait the milliseconds it takes.
+    let parsed = if bytes.len() > PARSE_ELSEWHERE_BYTES {
+        let wire_limits = state.limits.wire;
+        tokio::task::spawn_blocking(move || wire::parse_report(&bytes, &wire_limits))
+            .await
+            .unwrap_or_else(|e| Err(ReportError::Malformed(format!("the parser failed: {e}"))))
+    } else {
+        wire::parse_report(&bytes, &state.limits.wire)
+    };
+    let report = parsed.map_err(|e| {
         let reason = match e {
             ReportError::Malformed(_) => RejectReason::Malformed,
             ReportError::UnsupportedVersion(_) => RejectReason::UnsupportedVersion,
@@ -70,13 +146,17 @@ async fn handle_report(state: &AppState, headers: &HeaderMap, body: Body) -> Res
         };
         (reason, StatusCode::BAD_REQUEST, e.to_string())
     })?;
+    let principal = vouched.as_deref().unwrap_or(&report.reporter);
     let now = state.now_us();
-    // The reply is mostly JSON prepared at the last recompute: a copy plus one number per endpoint.
-    let mut reply = Vec::with_capacity(bytes.len());
-    let mut book = state.book();
-    book.ingest(&report, now)
-        .map_err(|r| (RejectReason::Cap(r), StatusCode::TOO_MANY_REQUESTS, format!("{}: {r}", r.as_str())))?;
-    book.reply_json(&report.reporter, report.clusters.iter().map(|c| c.name.as_str()), now, &mut reply);
+    let names = report.clusters.iter().map(|c| c.name.as_str());
+    let plan = {
+        let mut book = state.book();
+        book.ingest_as(&report, principal, now)
+            .map_err(|r| (RejectReason::Cap(r), StatusCode::TOO_MANY_REQUESTS, format!("{}: {r}", r.as_str())))?;
+        book.reply_plan(principal, &report.reporter, names, now, state.limits.max_reply_endpoints)
+    };
+    let mut reply = Vec::with_capacity(64 + 200 * plan.endpoints());
+    plan.render(&mut reply);
     Ok(reply)
 }
 
@@ -97,28 +177,69 @@ async fn read_limited(headers: &HeaderMap, body: Body, limit: usize) -> Result<B
     }
 }
 
+/// `GET /v1/weights` pages: clusters by name, at most this many per page by default, at most
+/// `MAX_PAGE_CLUSTERS` on request, and no more clusters once a page holds `PAGE_ENDPOINTS` endpoints.
+const PAGE_CLUSTERS: usize = 64;
+const MAX_PAGE_CLUSTERS: usize = 1_024;
+const PAGE_ENDPOINTS: usize = 8_192;
+
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct WeightsQuery {
     cluster: Option<String>,
+    after: Option<String>,
+    limit: Option<usize>,
 }
 
+/// One cluster (`?cluster=`), or a page of clusters by name after `?after=` (`?limit=`, default 64,
+/// at most 1,024; fewer once the page holds 8,192 endpoints) with the name to ask `after` next
+/// (`next`, null on the last page). The book's lock is held to copy the names, then the page.
 async fn weights(
     State(state): State<Arc<AppState>>,
     query: Result<Query<WeightsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Ok(Query(q)) = query else {
-        return text(StatusCode::BAD_REQUEST, "query: expected at most `cluster=<name>`");
+        return text(
+            StatusCode::BAD_REQUEST,
+            "query: expected `cluster=<name>`, or `after=<name>` and `limit=<count>`",
+        );
     };
-    let (decisions, counts, now) = {
+    let limit = q.limit.unwrap_or(PAGE_CLUSTERS);
+    if limit == 0 || limit > MAX_PAGE_CLUSTERS {
+        return text(StatusCode::BAD_REQUEST, format!("limit: {limit} is outside 1..={MAX_PAGE_CLUSTERS}"));
+    }
+    let (mut names, counts) = match &q.cluster {
+        Some(name) => (vec![name.clone()], state.book().counts()),
+        None => {
+            let book = state.book();
+            (book.cluster_names(), book.counts())
+        }
+    };
+    names.sort_unstable();
+    let after = q.after.as_deref().unwrap_or("");
+    let page: Vec<&str> =
+        names.iter().map(String::as_str).filter(|n| q.cluster.is_some() || *n > after).take(limit).collect();
+    let (mut decisions, now) = {
         let book = state.book();
-        (book.decisions(q.cluster.as_deref()), book.counts(), state.now_us())
+        (book.decisions_of(page.iter().copied()), state.now_us())
     };
     if let Some(name) = &q.cluster {
         if decisions.is_empty() {
             return text(StatusCode::NOT_FOUND, format!("cluster: {name:?} is not tracked"));
         }
     }
-    let body = serde_json::json!({ "now_us": now, "counts": counts, "clusters": decisions });
+    let mut endpoints = 0;
+    let fits = decisions
+        .iter()
+        .position(|d| {
+            endpoints += d.endpoints.len();
+            endpoints > PAGE_ENDPOINTS
+        })
+        .map_or(decisions.len(), |at| at.max(1));
+    decisions.truncate(fits);
+    let more = q.cluster.is_none() && names.iter().filter(|n| n.as_str() > after).count() > decisions.len();
+    let next = more.then(|| decisions.last().map(|d| d.name.clone())).flatten();
+    let body = serde_json::json!({ "now_us": now, "counts": counts, "clusters": decisions, "next": next });
     match serde_json::to_vec_pretty(&body) {
         Ok(bytes) => json(bytes),
         Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("weights: {e}")),

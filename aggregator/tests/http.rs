@@ -31,8 +31,28 @@ impl TestAggregator {
     }
 
     async fn post(&self, body: impl Into<reqwest::Body>) -> (u16, String) {
-        let r = reqwest::Client::new().post(format!("{}/v1/report", self.url)).body(body).send().await.unwrap();
+        self.post_with(&[], body).await
+    }
+
+    async fn post_with(&self, headers: &[(&str, &str)], body: impl Into<reqwest::Body>) -> (u16, String) {
+        let mut request = reqwest::Client::new().post(format!("{}/v1/report", self.url)).body(body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let r = request.send().await.unwrap();
         (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    fn addr(&self) -> &str {
+        self.url.trim_start_matches("http://")
+    }
+
+    /// A raw connection that sent `request` (and keeps the socket open).
+    async fn raw(&self, request: &[u8]) -> tokio::net::TcpStream {
+        use tokio::io::AsyncWriteExt;
+        let mut tcp = tokio::net::TcpStream::connect(self.addr()).await.unwrap();
+        tcp.write_all(request).await.unwrap();
+        tcp
     }
 
     async fn get(&self, path: &str) -> (u16, String) {
@@ -145,7 +165,7 @@ async fn health_readiness_and_metrics() {
 /// Each bad report: its status, a fragment of its one-line reason, its metric reason.
 #[tokio::test]
 async fn every_class_of_bad_input_gets_a_4xx_with_one_line_and_changes_nothing() {
-    let s = TestAggregator::start(|c| c.max_reporters = 2).await;
+    let s = TestAggregator::start(|c| c.max_reporters = Some(2)).await;
     s.post(report("pod-a", 10, &["10.0.0.1:80"]).to_string()).await;
     s.settle().await;
     let before = s.get("/v1/weights").await.1;
@@ -282,4 +302,195 @@ async fn shutdown_finishes_and_the_listener_closes() {
     let url = s.url.clone();
     s.stop().await;
     assert!(reqwest::get(format!("{url}/healthz")).await.is_err());
+}
+
+/// What the server sends on `tcp` until it closes it (bounded: a test that waited forever would
+/// hang; the server's own timeouts are far shorter).
+async fn until_closed(mut tcp: tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut response = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), tcp.read_to_end(&mut response)).await;
+    assert!(read.is_ok(), "the server kept the connection open: {}", String::from_utf8_lossy(&response));
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+/// The x-forwarded-client-cert an Istio sidecar appends for a caller of service account `sa`.
+fn xfcc(sa: &str) -> String {
+    format!(
+        "By=spiffe://cluster.local/ns/tailweight/sa/tailweight-aggregator;Hash=00ff;Subject=\"\";\
+         URI=spiffe://cluster.local/ns/shop/sa/{sa}"
+    )
+}
+
+#[tokio::test]
+async fn with_xfcc_identity_a_reports_principal_is_the_meshs_and_ids_it_invents_are_one_voice() {
+    let s = TestAggregator::start(|c| c.identity = "xfcc".parse().unwrap()).await;
+    let (status, body) = s.post(report("pod-a", 10, &["10.0.0.1:80"]).to_string()).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (403, "x-forwarded-client-cert: missing (the caller's identity comes from it)\n")
+    );
+    let mallory = xfcc("mallory");
+    for id in ["fake-1", "fake-2", "fake-3"] {
+        let (status, body) =
+            s.post_with(&[("x-forwarded-client-cert", &mallory)], report(id, 10, &["10.0.0.1:80"]).to_string()).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let alice = xfcc("alice");
+    s.post_with(&[("x-forwarded-client-cert", &alice)], report("pod-a", 10, &["10.0.0.1:80"]).to_string()).await;
+    let counts = &serde_json::from_str::<Value>(&s.get("/v1/weights").await.1).unwrap()["counts"];
+    assert_eq!((counts["principals"].as_u64(), counts["reporters"].as_u64()), (Some(2), Some(4)));
+    let page = s.get("/metrics").await.1;
+    assert_eq!(metric(&page, "tailweight_reports_rejected_total{reason=\"no_identity\"}"), 1.0);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn with_a_header_identity_each_principal_holds_its_share_of_the_limits() {
+    let s = TestAggregator::start(|c| {
+        c.identity = "header:x-principal".parse().unwrap();
+        c.max_endpoints_per_cluster = 4;
+        c.principal_share = 0.25;
+    })
+    .await;
+    let mallory = [("x-principal", "mallory")];
+    let fake: Vec<String> = (1..=8).map(|i| format!("10.9.9.{i}:80")).collect();
+    let fake: Vec<&str> = fake.iter().map(String::as_str).collect();
+    // Four made-up endpoints by one reporter id, four more by another: one principal, four at most.
+    assert_eq!(s.post_with(&mallory, report("m1", 1, &fake[..4]).to_string()).await.0, 200);
+    let (status, body) = s.post_with(&mallory, report("m2", 1, &fake[4..]).to_string()).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(body.starts_with("principal_endpoints: "), "{body}");
+    // The cluster is not full for others.
+    let honest = ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80"];
+    assert_eq!(s.post_with(&[("x-principal", "alice")], report("a", 1, &honest).to_string()).await.0, 200);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_reply_carries_the_reported_clusters_within_the_endpoint_cap() {
+    let s = TestAggregator::start(|c| c.max_reply_endpoints = 3).await;
+    let four = ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80"];
+    s.post(report("pod-a", 10, &four).to_string()).await;
+    s.post(report("pod-b", 10, &four[..2]).to_string()).await;
+    s.settle().await;
+    // Four endpoints do not fit in a reply of three: the cluster is left out.
+    let (status, body) = s.post(report("pod-a", 20, &four).to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["clusters"], json!([]));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn weights_come_in_pages_of_clusters() {
+    let s = TestAggregator::start(|_| {}).await;
+    for i in 0..5 {
+        let mut r = report(&format!("pod-{i}"), 10, &["10.0.0.1:80"]);
+        r["clusters"][0]["name"] = json!(format!("c{i}"));
+        s.post(r.to_string()).await;
+    }
+    s.settle().await;
+    let mut seen = Vec::new();
+    let mut after = String::new();
+    loop {
+        let (status, body) = s.get(&format!("/v1/weights?limit=2&after={after}")).await;
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let names: Vec<String> =
+            v["clusters"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().into()).collect();
+        assert!(names.len() <= 2);
+        seen.extend(names);
+        match v["next"].as_str() {
+            Some(next) => after = next.to_string(),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["c0", "c1", "c2", "c3", "c4"]);
+    assert_eq!(s.get("/v1/weights?limit=0").await.0, 400);
+    assert_eq!(s.get("/v1/weights?bogus=1").await.0, 400);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn beyond_the_concurrent_requests_a_request_is_shed_with_retry_after() {
+    let s = TestAggregator::start(|c| c.max_concurrent_requests = 1).await;
+    // One report whose body never finishes holds the only slot.
+    let held = s.raw(b"POST /v1/report HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let r = reqwest::Client::new().post(format!("{}/v1/report", s.url)).body("{}").send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert_eq!(r.text().await.unwrap(), "overloaded: 1 requests in progress; retry after 1 s\n");
+    // Health and metrics are never shed.
+    assert_eq!(s.get("/healthz").await.0, 200);
+    drop(held);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_body_that_does_not_arrive_in_time_gets_408_and_the_connection_closes() {
+    let s = TestAggregator::start(|c| c.body_timeout_ms = 200).await;
+    let tcp = s.raw(b"POST /v1/report HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"version\"").await;
+    let response = until_closed(tcp).await;
+    assert!(response.starts_with("HTTP/1.1 408"), "{response}");
+    assert!(response.ends_with("request: not complete within 200 ms\n"), "{response}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn headers_that_do_not_arrive_in_time_close_the_connection() {
+    let s = TestAggregator::start(|c| c.header_timeout_ms = 200).await;
+    // A slowloris: a request line and no end of headers.
+    let tcp = s.raw(b"POST /v1/report HTTP/1.1\r\nhost: x\r\n").await;
+    until_closed(tcp).await;
+    // An idle keep-alive connection is closed the same way.
+    until_closed(s.raw(b"").await).await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn beyond_the_connection_limit_a_connection_gets_503_and_is_closed() {
+    let s = TestAggregator::start(|c| c.max_connections = 2).await;
+    let (_a, _b) = (s.raw(b"").await, s.raw(b"").await);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let response = until_closed(s.raw(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").await).await;
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    assert!(response.contains("retry-after: 1\r\n"), "{response}");
+    assert!(response.ends_with("connections: the limit is reached; retry after 1 s\n"), "{response}");
+    let page = s.state.metrics.render();
+    assert_eq!(metric(&page, "tailweight_connections_refused_total"), 1.0);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn one_principal_cannot_hold_every_request_slot() {
+    let s = TestAggregator::start(|c| {
+        c.identity = "header:x-principal".parse().unwrap();
+        c.max_requests_per_principal = 1;
+    })
+    .await;
+    let held =
+        s.raw(b"POST /v1/report HTTP/1.1\r\nhost: x\r\nx-principal: mallory\r\ncontent-length: 100\r\n\r\n{").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let body = report("pod-a", 10, &["10.0.0.1:80"]).to_string();
+    let (status, line) = s.post_with(&[("x-principal", "mallory")], body.clone()).await;
+    assert_eq!((status, line.as_str()), (503, "principal: 1 reports of \"mallory\" in progress; retry after 1 s\n"));
+    assert_eq!(s.post_with(&[("x-principal", "alice")], body).await.0, 200);
+    drop(held);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn large_bodies_are_parsed_as_well() {
+    let s = TestAggregator::start(|c| c.max_body_bytes = 1 << 20).await;
+    let addresses: Vec<String> = (0..1_000).map(|i| format!("10.1.{}.{}:8080", i / 250, i % 250)).collect();
+    let addresses: Vec<&str> = addresses.iter().map(String::as_str).collect();
+    let body = report("pod-a", 10, &addresses).to_string();
+    assert!(body.len() > 64 * 1024, "{}", body.len());
+    let (status, reply) = s.post(body.clone()).await;
+    assert_eq!(status, 200, "{reply}");
+    let (status, line) = s.post(body.replacen("\"version\":1", "\"version\":1,", 1)).await;
+    assert_eq!(status, 400);
+    assert!(line.starts_with("malformed report: "), "{line}");
+    s.stop().await;
 }

@@ -1,5 +1,5 @@
 //! Property tests of report parsing and merging: nothing panics on any input, and whatever was
-//! merged, every published weight is finite and non-negative, each cluster's weights have mean 1,
+//! merged, every published weight is finite and non-negative, each cluster's counted weights have mean 1,
 //! no weight is below the floor, and the reply passes the filter's own validation.
 
 use proptest::prelude::*;
@@ -58,6 +58,9 @@ fn report() -> impl Strategy<Value = Report> {
         })
 }
 
+/// Who the reports come from: the trusted principal, or one of two others.
+const PRINCIPALS: [&str; 3] = [tailweight_core::weights::TRUSTED_PRINCIPAL, "p1", "p2"];
+
 fn check_invariants(book: &WeightBook, now: u64) -> Result<(), TestCaseError> {
     let floor = book.params().floor;
     for cluster in book.decisions(None) {
@@ -66,6 +69,8 @@ fn check_invariants(book: &WeightBook, now: u64) -> Result<(), TestCaseError> {
             prop_assert!(w.is_finite() && *w >= 0.0, "weight {w} in {}", cluster.name);
             prop_assert!(*w >= floor - 1e-9, "weight {w} below the floor");
         }
+        // Mean 1 over the endpoints that count (reported by at least half the principals).
+        let weights: Vec<f64> = cluster.endpoints.iter().filter(|e| e.counted).map(|e| e.weight).collect();
         if !weights.is_empty() {
             let mean = weights.iter().sum::<f64>() / weights.len() as f64;
             prop_assert!((mean - 1.0).abs() < 1e-6, "mean {mean} of {weights:?}");
@@ -75,13 +80,14 @@ fn check_invariants(book: &WeightBook, now: u64) -> Result<(), TestCaseError> {
             prop_assert!((0.0..=1.0).contains(&e.error_ratio), "error ratio {}", e.error_ratio);
         }
     }
-    for r in 0..4 {
-        let reply = book.reply(&format!("r{r}"), ["c0", "c1", "c2"], now);
+    for (r, principal) in (0..4).flat_map(|r| PRINCIPALS.map(|p| (r, p))) {
+        let reply = book.reply_as(principal, &format!("r{r}"), ["c0", "c1", "c2"], now);
         let limits = Limits { max_clusters: 16, max_endpoints_per_cluster: 64 };
         prop_assert!(reply.validate(&limits).is_ok(), "{:?}", reply.validate(&limits));
-        // The service's fast path writes exactly the serialised reply.
+        // The service's path, the plan taken under the lock and rendered after, writes exactly
+        // the serialised reply.
         let mut fast = Vec::new();
-        book.reply_json(&format!("r{r}"), ["c0", "c1", "c2"], now, &mut fast);
+        book.reply_plan(principal, &format!("r{r}"), ["c0", "c1", "c2"], now, usize::MAX).render(&mut fast);
         prop_assert_eq!(fast, serde_json::to_vec(&reply).unwrap());
     }
     Ok(())
@@ -111,7 +117,7 @@ proptest! {
 
     #[test]
     fn merging_any_valid_reports_keeps_the_invariants(
-        steps in proptest::collection::vec((report(), 0u64..3_000_000, any::<bool>(), any::<bool>()), 1..40),
+        steps in proptest::collection::vec((report(), 0usize..3, 0u64..3_000_000, any::<bool>(), any::<bool>()), 1..40),
         cpu in proptest::collection::vec((0u8..6, prop_oneof![0.0f64..2.0, Just(f64::NAN), Just(-3.0)]), 0..6),
     ) {
         let mut book = WeightBook::new(WeightParams::default());
@@ -119,11 +125,11 @@ proptest! {
         for (ip, value) in cpu {
             book.set_external_cpu(format!("10.0.0.{ip}").parse().unwrap(), value, now);
         }
-        for (report, dt, recompute, expire) in steps {
+        for (report, principal, dt, recompute, expire) in steps {
             now += dt;
             // Only what validation lets through reaches the book, as in the service.
             if report.validate(&Limits::default()).is_ok() {
-                let _ = book.ingest(&report, now);
+                let _ = book.ingest_as(&report, PRINCIPALS[principal], now);
             }
             if recompute {
                 book.recompute(now);

@@ -358,7 +358,7 @@ impl Balancer {
                     let Some(slot) = slot else { continue };
                     let endpoint = cluster.endpoint_mut(slot);
                     if sibling.live {
-                        endpoint.siblings.inflight += e.inflight;
+                        endpoint.siblings.inflight = endpoint.siblings.inflight.saturating_add(e.inflight);
                     }
                     if e.latency_ewma_us > 0 {
                         let sampled_us = age_us(e.latency_age_ms);

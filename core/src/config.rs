@@ -387,6 +387,13 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_field_with_a_newline_is_named_on_one_line() {
+        // Found by fuzzing.
+        let err = FilterConfig::parse(b"{\"e\\nrror\": 1}").unwrap_err().to_string();
+        assert!(err.starts_with("field `e\\nrror`: unknown field") && !err.contains('\n'), "{err}");
+    }
+
+    #[test]
     fn non_utf8_is_rejected() {
         assert_eq!(FilterConfig::parse(b"\xff").unwrap_err().to_string(), "configuration is not UTF-8");
     }

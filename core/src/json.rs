@@ -613,7 +613,11 @@ impl<'a> Fields<'a> {
         match self.members.iter().map(|(k, _)| k).find(|k| !self.read.contains(&k.as_str())) {
             None => Ok(()),
             // The known fields in the order they were read (sorting them is code the filter carries).
-            Some(unknown) => Err(self.error(unknown, format!("unknown field (known: {})", self.read.join(", ")))),
+            Some(unknown) => {
+                // The name is the user's: escaped (the error stays one line) and cut short.
+                let shown: String = unknown.chars().take(64).collect::<String>().escape_debug().to_string();
+                Err(self.error(&shown, format!("unknown field (known: {})", self.read.join(", "))))
+            }
         }
     }
 }

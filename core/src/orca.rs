@@ -91,7 +91,9 @@ fn parse_text(body: &str) -> Result<OrcaLoad, OrcaError> {
     for pair in body.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) =
             pair.split_once('=').ok_or_else(|| OrcaError::NotKeyValue(truncate(pair, 40).to_string()))?;
-        let value = crate::json::number(value.trim()).ok_or_else(|| OrcaError::NotANumber(key.trim().to_string()))?;
+        // The key goes into a one-line error: escaped (a newline stays visible) and cut short.
+        let not_a_number = || OrcaError::NotANumber(truncate(key.trim(), 40).escape_debug().to_string());
+        let value = crate::json::number(value.trim()).ok_or_else(not_a_number)?;
         set(&mut load, key.trim(), value)?;
     }
     Ok(load)
@@ -272,6 +274,8 @@ mod tests {
             Err(OrcaError::OutOfRange { key: "cpu_utilization".into(), value: -1.0 })
         );
         assert_eq!(parse("TEXT eps=x").unwrap_err().to_string(), "endpoint-load-metrics: eps is not a number");
+        // Found by fuzzing: a key with a newline made a two-line error.
+        assert_eq!(parse("TEXT a\nb=x").unwrap_err().to_string(), "endpoint-load-metrics: a\\nb is not a number");
         assert_eq!(parse("BIN abc"), Err(OrcaError::UnknownFormat("BIN abc".into())));
     }
 

@@ -86,7 +86,8 @@ pub fn merge(parts: &[Part], now_us: u64) -> Vec<ClusterReport> {
                 m.errors = m.errors.saturating_add(e.errors);
                 m.latency_sum_us = m.latency_sum_us.saturating_add(e.latency_sum_us);
                 if part.live {
-                    m.inflight = m.inflight.saturating_add(e.inflight);
+                    // Capped where the wire caps it: a report above it would be refused whole.
+                    m.inflight = m.inflight.saturating_add(e.inflight).min(crate::wire::MAX_INFLIGHT);
                 }
                 let age = e.latency_age_ms.saturating_add(extra_ms);
                 if e.latency_ewma_us > 0 && (m.latency_ewma_us == 0 || age < m.latency_age_ms) {

@@ -17,6 +17,17 @@ pub fn median(values: &mut [f64]) -> Option<f64> {
     Some((lower + upper) / 2.0)
 }
 
+/// The lower median: the smaller middle value for an even count (the middle one for an odd count),
+/// by selection: O(n), reorders `values`.
+pub fn lower_median(values: &mut [f64]) -> Option<f64> {
+    let n = values.len();
+    if n == 0 {
+        return None;
+    }
+    let (_, middle, _) = values.select_nth_unstable_by((n - 1) / 2, |a, b| a.total_cmp(b));
+    Some(*middle)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -27,6 +38,10 @@ mod tests {
         assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), Some(2.5));
         assert_eq!(median(&mut [7.0]), Some(7.0));
         assert_eq!(median(&mut []), None);
+        assert_eq!(lower_median(&mut [4.0, 1.0, 2.0, 3.0]), Some(2.0));
+        assert_eq!(lower_median(&mut [3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(lower_median(&mut [0.0, 1.0]), Some(0.0));
+        assert_eq!(lower_median(&mut []), None);
     }
 
     #[test]

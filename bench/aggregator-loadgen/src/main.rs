@@ -20,6 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailweight_core::wire::{ClusterReport, EndpointReport, Report, VERSION};
 
+mod hostile;
+
 #[derive(Debug, Parser)]
 #[command(name = "tailweight-loadgen", about = "Benchmark driver for tailweight-aggregator")]
 struct LoadgenArgs {
@@ -55,6 +57,20 @@ struct LoadgenArgs {
     /// Also time the handling logic alone (parse, merge, reply, serialise) for this many reports.
     #[arg(long, default_value_t = 200_000)]
     inprocess_reports: u64,
+    /// Honest principals (0: none; else each report carries `x-tailweight-principal: sa-<k>`, for
+    /// an aggregator started with `--identity header:x-tailweight-principal`); a cluster's
+    /// reporters spread over them.
+    #[arg(long, default_value_t = 0)]
+    principals: usize,
+    /// An argument for the started aggregator (repeatable), e.g. `--server-arg=--memory-limit-mib=192`.
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    server_args: Vec<String>,
+    /// The hostile run instead of the rate steps: a baseline of honest reports, then the same with
+    /// every attack at once (see hostile.rs).
+    #[arg(long)]
+    hostile: bool,
+    #[command(flatten)]
+    attack: hostile::AttackArgs,
 }
 
 /// The service's work per report without HTTP: what one core spends on the logic itself.
@@ -87,10 +103,12 @@ fn time_inprocess(fleet: &Fleet, reports: u64) -> InProcess {
         let t0 = Instant::now();
         if let Ok(report) = parse_report(&body, &limits) {
             let t1 = Instant::now();
-            if book.ingest(&report, now).is_ok() {
+            // As the service does with --identity report: the reporter is its own principal.
+            if book.ingest_as(&report, &report.reporter, now).is_ok() {
                 let t2 = Instant::now();
                 let mut out = Vec::with_capacity(body.len());
-                book.reply_json(&report.reporter, report.clusters.iter().map(|c| c.name.as_str()), now, &mut out);
+                let names = report.clusters.iter().map(|c| c.name.as_str());
+                book.reply_plan(&report.reporter, &report.reporter, names, now, usize::MAX).render(&mut out);
                 std::hint::black_box(out);
                 let t3 = Instant::now();
                 let mut p = phases.borrow_mut();
@@ -169,7 +187,7 @@ impl Drop for AggregatorProcess {
     }
 }
 
-fn start_server(binary: &PathBuf, cpu: usize) -> Result<(AggregatorProcess, SocketAddr), String> {
+fn start_server(binary: &PathBuf, cpu: usize, extra: &[String]) -> Result<(AggregatorProcess, SocketAddr), String> {
     use std::os::unix::process::CommandExt;
     let port =
         std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
@@ -179,6 +197,7 @@ fn start_server(binary: &PathBuf, cpu: usize) -> Result<(AggregatorProcess, Sock
         .arg(cpu.to_string())
         .arg(binary)
         .args(["--listen", &addr.to_string(), "--worker-threads", "1", "--log", "warn"])
+        .args(extra)
         .process_group(0)
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
@@ -228,6 +247,8 @@ struct Fleet {
     reporters: usize,
     endpoints: usize,
     clusters: usize,
+    /// Honest principals (0: reports carry none).
+    principals: usize,
     next: AtomicU64,
     templates: Vec<Template>,
 }
@@ -243,8 +264,9 @@ struct Template {
 const MARK: [u64; 3] = [9_000_000_001, 9_000_000_002, 9_000_000_000_003];
 
 impl Fleet {
-    fn new(reporters: usize, endpoints: usize, clusters: usize) -> Fleet {
-        let mut fleet = Fleet { reporters, endpoints, clusters, next: AtomicU64::new(0), templates: Vec::new() };
+    fn new(reporters: usize, endpoints: usize, clusters: usize, principals: usize) -> Fleet {
+        let mut fleet =
+            Fleet { reporters, endpoints, clusters, principals, next: AtomicU64::new(0), templates: Vec::new() };
         fleet.templates = (0..reporters).map(|r| fleet.template(r)).collect();
         fleet
     }
@@ -256,7 +278,7 @@ impl Fleet {
                 let [requests, errors, latency_sum_us] = counters(e);
                 let latency = 1_000 + 100 * e as u64;
                 EndpointReport {
-                    address: format!("10.{}.{}.{}:8080", cluster / 250, cluster % 250, e + 1),
+                    address: Fleet::address(cluster, e),
                     requests,
                     errors,
                     latency_sum_us,
@@ -275,10 +297,7 @@ impl Fleet {
             incarnation: 1,
             // Slow enough that no reporter expires between its reports at the lowest rate.
             interval_ms: 10_000,
-            clusters: vec![ClusterReport {
-                name: format!("outbound|8080||svc-{cluster}.bench.svc.cluster.local"),
-                endpoints,
-            }],
+            clusters: vec![ClusterReport { name: Fleet::cluster_name(cluster), endpoints }],
         }
     }
 
@@ -308,20 +327,39 @@ impl Fleet {
         [requests, errors, (requests - errors) * (1_000 + 100 * e as u64)]
     }
 
+    /// The principal reporter `r` reports as: the reporters of one cluster are spread over them.
+    fn principal(&self, reporter: usize) -> Option<String> {
+        (self.principals > 0).then(|| format!("sa-{}", (reporter / self.clusters) % self.principals))
+    }
+
+    fn address(cluster: usize, e: usize) -> String {
+        format!("10.{}.{}.{}:8080", cluster / 250, cluster % 250, e + 1)
+    }
+
+    fn cluster_name(cluster: usize) -> String {
+        format!("outbound|8080||svc-{cluster}.bench.svc.cluster.local")
+    }
+
     fn body(&self) -> Vec<u8> {
+        self.next_report().1
+    }
+
+    /// The next report: its reporter and body.
+    fn next_report(&self) -> (usize, Vec<u8>) {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let reporter = (n % self.reporters as u64) as usize;
         let round = n / self.reporters as u64 + 1;
-        let Some(t) = self.templates.get(reporter) else { return Vec::new() };
+        let Some(t) = self.templates.get(reporter) else { return (reporter, Vec::new()) };
         let mut body = t.bytes.clone();
         for &(at, width, e, k) in &t.slots {
             let value = Fleet::counters(round, e)[usize::from(k)];
             if !write_padded(&mut body[at..at + width], value) {
                 // Too wide for its slot (a very long run): render the whole report instead.
-                return serde_json::to_vec(&self.report(reporter, |e| Fleet::counters(round, e))).unwrap_or_default();
+                let whole = self.report(reporter, |e| Fleet::counters(round, e));
+                return (reporter, serde_json::to_vec(&whole).unwrap_or_default());
             }
         }
-        body
+        (reporter, body)
     }
 }
 
@@ -404,11 +442,14 @@ async fn drive(
             }
         }
         k += 1;
-        let body = fleet.body();
-        let request = hyper::Request::post("/v1/report")
+        let (reporter, body) = fleet.next_report();
+        let mut request = hyper::Request::post("/v1/report")
             .header(hyper::header::HOST, "aggregator")
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(body)));
+            .header(hyper::header::CONTENT_TYPE, "application/json");
+        if let Some(principal) = fleet.principal(reporter) {
+            request = request.header(hostile::PRINCIPAL_HEADER, principal);
+        }
+        let request = request.body(Full::new(Bytes::from(body)));
         let Ok(request) = request else {
             tally.failed += 1;
             continue;
@@ -614,7 +655,7 @@ async fn run(args: LoadgenArgs) -> Result<(), String> {
     let mut _server = None;
     let (addr, pid) = match (&args.aggregator, args.target) {
         (Some(binary), _) => {
-            let (server, addr) = start_server(binary, args.server_cpu)?;
+            let (server, addr) = start_server(binary, args.server_cpu, &args.server_args)?;
             let pid = server.child.id();
             _server = Some(server);
             (addr, Some(pid))
@@ -625,7 +666,11 @@ async fn run(args: LoadgenArgs) -> Result<(), String> {
     wait_healthy(addr).await?;
     let ticks = clock_ticks();
     let server = pid.map(|p| (p, ticks));
-    let fleet = Arc::new(Fleet::new(args.reporters, args.endpoints, args.clusters.min(args.reporters)));
+    let fleet =
+        Arc::new(Fleet::new(args.reporters, args.endpoints, args.clusters.min(args.reporters), args.principals));
+    if args.hostile {
+        return hostile::run(addr, pid, fleet, &args).await;
+    }
     // Every reporter reports once (then twice, so each has a window of differences).
     eprintln!("warm-up: {} reporters x {} endpoints", args.reporters, args.endpoints);
     let warmup = run_step(addr, &fleet, args.connections, None, Some(2 * args.reporters as u64), 120, server).await;
@@ -670,10 +715,14 @@ async fn run(args: LoadgenArgs) -> Result<(), String> {
             time_inprocess(&fleet, args.inprocess_reports)
         }),
     };
-    let md = markdown(&results);
+    publish(&args, &results, markdown(&results))
+}
+
+/// Print the results' markdown and write it and their JSON where `--md` and `--json` say.
+fn publish(args: &LoadgenArgs, results: &impl Serialize, md: String) -> Result<(), String> {
     print!("{md}");
     if let Some(path) = &args.json {
-        let body = serde_json::to_vec_pretty(&results).map_err(|e| e.to_string())?;
+        let body = serde_json::to_vec_pretty(results).map_err(|e| e.to_string())?;
         std::fs::write(path, body).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     if let Some(path) = &args.md {

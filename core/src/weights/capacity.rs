@@ -136,11 +136,11 @@ fn hold(
 }
 
 /// One method per cluster (raw capacities in different units must not be compared): CPU when at
-/// least half of the endpoints that can be rated at all can be rated by CPU.
-fn cluster_method(endpoints: &[EndpointRecord], by_cpu: &[Option<f64>]) -> Method {
-    let by_cpu_count = by_cpu.iter().flatten().count();
-    let rated_count =
-        endpoints.iter().zip(by_cpu).filter(|(e, cpu)| cpu.is_some() || e.latency.service_us.is_some()).count();
+/// least half of the `counted` endpoints that can be rated at all can be rated by CPU.
+fn cluster_method(endpoints: &[EndpointRecord], by_cpu: &[Option<f64>], counted: &[bool]) -> Method {
+    let counted = || endpoints.iter().zip(by_cpu).zip(counted).filter(|(_, c)| **c).map(|(e, _)| e);
+    let by_cpu_count = counted().filter(|(_, cpu)| cpu.is_some()).count();
+    let rated_count = counted().filter(|(e, cpu)| cpu.is_some() || e.latency.service_us.is_some()).count();
     if by_cpu_count > 0 && by_cpu_count * 2 >= rated_count {
         Method::Cpu
     } else {
@@ -150,19 +150,20 @@ fn cluster_method(endpoints: &[EndpointRecord], by_cpu: &[Option<f64>]) -> Metho
 
 /// Step 3: each endpoint's raw capacity by the cluster's method (held while it cannot be rated),
 /// less its backlog, into `raw` (None: no capacity, the median target). Endpoints never seen
-/// saturated count with the cluster's median learned concurrency (else 1). `by_cpu` is aligned
-/// with `endpoints`; `sorted` is scratch.
+/// saturated count with the median learned concurrency of the `counted` ones (else 1). `by_cpu`
+/// and `counted` are aligned with `endpoints`; `sorted` is scratch.
 pub(super) fn rate(
     endpoints: &mut [EndpointRecord],
     by_cpu: &[Option<f64>],
+    counted: &[bool],
     p: &WeightParams,
     sorted: &mut Vec<f64>,
     raw: &mut Vec<Option<f64>>,
     now_us: u64,
 ) {
-    let method = cluster_method(endpoints, by_cpu);
+    let method = cluster_method(endpoints, by_cpu, counted);
     sorted.clear();
-    sorted.extend(endpoints.iter().filter_map(|e| e.latency.concurrency));
+    sorted.extend(endpoints.iter().zip(counted).filter(|(_, c)| **c).filter_map(|(e, _)| e.latency.concurrency));
     let median_concurrency = median(sorted).unwrap_or(1.0);
     raw.clear();
     for (endpoint, by_cpu) in endpoints.iter_mut().zip(by_cpu) {
@@ -207,6 +208,7 @@ mod tests {
             latency_us: Some(latency_us),
             cpu: None,
             reporters: 1,
+            ..Merged::default()
         };
         l.learn(&at(10_000.0), &p, None);
         l.learn(&at(5_000.0), &p, Some(1_000_000));
@@ -222,7 +224,7 @@ mod tests {
         let p = WeightParams::default();
         let mut l = LatencyModel { service_us: Some(10_000.0), concurrency: None };
         // 400 req/s at a 10 ms service time, 50 ms latency: 4 in service.
-        let m = Merged { qps: 400.0, eps: 0.0, inflight: 20.0, latency_us: Some(50_000.0), cpu: None, reporters: 1 };
+        let m = Merged { qps: 400.0, inflight: 20.0, latency_us: Some(50_000.0), reporters: 1, ..Merged::default() };
         l.learn(&m, &p, Some(1_000));
         let service = l.service_us.unwrap();
         assert!(service > 10_000.0 && service < 10_010.0, "rises slowly toward 50 ms: {service}");

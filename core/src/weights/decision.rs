@@ -39,6 +39,9 @@ pub struct EndpointDecision {
     pub error_ratio: f64,
     pub ejected: bool,
     pub reporters: usize,
+    /// Counts in the cluster's normalisation: reported by at least half of the cluster's
+    /// principals (see `consensus::supported`); the cluster's counted weights have mean 1.
+    pub counted: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -72,6 +75,7 @@ impl EndpointDecision {
             error_ratio: e.ejection.error_ratio,
             ejected: e.ejection.ejected,
             reporters: m.reporters,
+            counted: true,
         }
     }
 }

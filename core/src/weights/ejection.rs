@@ -87,7 +87,7 @@ mod tests {
     use super::*;
 
     fn window(qps: f64, eps: f64) -> Merged {
-        Merged { qps, eps, inflight: 0.0, latency_us: None, cpu: None, reporters: 1 }
+        Merged { qps, eps, reporters: 1, ..Merged::default() }
     }
 
     #[test]

@@ -10,8 +10,8 @@
 //!   `clip` x (the largest other contribution). A single reporter adds at most `clip` x the largest
 //!   honest contribution, and can lower the sum only by withholding its own.
 //!
-//! [`merge_endpoint`] applies them to one endpoint (step 1 of the recompute); docs/weights.md
-//! works out what that bounds.
+//! [`merge_reporters`] applies them to one endpoint's reporters (step 1 of the recompute, within one
+//! principal); `consensus.rs` combines principals; docs/weights.md works out what that bounds.
 
 use super::observation::Observation;
 use super::params::WeightParams;
@@ -119,8 +119,8 @@ pub(super) struct MergedCpu {
     pub at_us: u64,
 }
 
-/// One endpoint's numbers merged over its live reporters.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// One endpoint's numbers merged over its live reporters (those of one principal, or all).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(super) struct Merged {
     pub qps: f64,
     pub eps: f64,
@@ -128,6 +128,10 @@ pub(super) struct Merged {
     pub latency_us: Option<f64>,
     pub cpu: Option<MergedCpu>,
     pub reporters: usize,
+    /// The votes behind `latency_us` (successes, or one per peak-EWMA sample) and `cpu` (request
+    /// rates, at least 1 each): what the principal weighs in with between two principals.
+    pub latency_votes: f64,
+    pub cpu_votes: f64,
 }
 
 /// Reused buffers: merging allocates nothing in steady state.
@@ -136,53 +140,42 @@ pub(super) struct MergeScratch {
     votes: Vec<Vote>,
     qps: Vec<f64>,
     eps: Vec<f64>,
-    inflight: Vec<f64>,
     active: Vec<bool>,
-    ids: Vec<u64>,
+    /// Each merged reporter's in-flight count as clipped, aligned with the `ids` merged.
+    pub inflight: Vec<f64>,
 }
 
-/// Step 1: merge what the live reporters of one endpoint say. Request, error and in-flight rates
-/// are [`clip_contributions`] sums (errors at most the requests); a reporter is active when it
-/// sends requests or holds some in flight. Latency is a [`capped_median`] of each reporter's mean
-/// over its last window, voting with its successes (without successes there, its recent peak-EWMA
-/// with one vote); ORCA CPU a capped median of the fresh samples voting with their request rate
-/// (at least 1). Of ORCA and the metrics store, the fresher CPU value wins. Records each
-/// reporter's counted in-flight share (the asker's own share leaves `peer_inflight`).
-pub(super) fn merge_endpoint(
-    obs: &mut IdMap<Observation>,
-    ip: Option<IpAddr>,
+/// Step 1, within one principal (or all reporters, when the book holds one principal): merge what
+/// the live reporters `ids` say about one endpoint. Request, error and in-flight rates are
+/// [`clip_contributions`] sums (errors at most the requests); a reporter is active when it sends
+/// requests or holds some in flight. Latency is a [`capped_median`] of each reporter's mean over
+/// its last window, voting with its successes (without successes there, its recent peak-EWMA with
+/// one vote); ORCA CPU a capped median of the fresh samples voting with their request rate (at
+/// least 1). Leaves each reporter's counted in-flight share in `s.inflight`.
+pub(super) fn merge_reporters(
+    obs: &IdMap<Observation>,
+    ids: &[u64],
     p: &WeightParams,
     s: &mut MergeScratch,
-    external_cpu: &HashMap<IpAddr, (f64, u64)>,
     now_us: u64,
 ) -> Merged {
     s.qps.clear();
     s.eps.clear();
     s.inflight.clear();
     s.active.clear();
-    s.ids.clear();
-    for (id, o) in obs.iter() {
-        if !o.live(now_us) {
-            continue;
-        }
+    for o in ids.iter().filter_map(|id| obs.get(id)) {
         let (qps, eps) = o.rates(now_us);
-        s.ids.push(*id);
         s.qps.push(qps);
         s.eps.push(eps);
         s.inflight.push(f64::from(o.inflight));
         s.active.push(qps > 0.0 || o.inflight > 0);
     }
-    let reporters = s.ids.len();
+    let reporters = s.qps.len();
     let qps = clip_contributions(&mut s.qps, &s.active, p.sum_clip);
     let eps = clip_contributions(&mut s.eps, &s.active, p.sum_clip).min(qps);
     let inflight = clip_contributions(&mut s.inflight, &s.active, p.sum_clip);
-    for (id, counted) in s.ids.iter().zip(&s.inflight) {
-        if let Some(o) = obs.get_mut(id) {
-            o.counted_inflight = *counted;
-        }
-    }
     s.votes.clear();
-    for o in obs.values().filter(|o| o.live(now_us)) {
+    for o in ids.iter().filter_map(|id| obs.get(id)) {
         match (o.mean_latency_us, o.ewma) {
             (Some(mean), _) if o.successes > 0 && o.window_until_us > now_us => {
                 s.votes.push(Vote { value: mean, weight: o.successes as f64 })
@@ -193,10 +186,11 @@ pub(super) fn merge_endpoint(
             _ => {}
         }
     }
+    let latency_votes = s.votes.iter().map(|v| v.weight).sum();
     let latency_us = capped_median(&mut s.votes, p.vote_cap);
     s.votes.clear();
     let mut orca_at = 0u64;
-    for o in obs.values().filter(|o| o.live(now_us)) {
+    for o in ids.iter().filter_map(|id| obs.get(id)) {
         if let Some((cpu, at)) = o.cpu {
             if now_us.saturating_sub(at) <= p.cpu_max_age_us {
                 s.votes.push(Vote { value: cpu, weight: o.rates(now_us).0.max(1.0) });
@@ -204,20 +198,32 @@ pub(super) fn merge_endpoint(
             }
         }
     }
-    let orca = capped_median(&mut s.votes, p.vote_cap).map(|utilization| MergedCpu {
+    let cpu_votes = s.votes.iter().map(|v| v.weight).sum();
+    let cpu = capped_median(&mut s.votes, p.vote_cap).map(|utilization| MergedCpu {
         utilization,
         source: CpuOrigin::Orca,
         at_us: orca_at,
     });
+    Merged { qps, eps, inflight, latency_us, cpu, reporters, latency_votes, cpu_votes }
+}
+
+/// Of the merged ORCA value and the metrics store's value for the endpoint's IP, the fresher one
+/// (a metrics-store value older than `cpu_max_age_us` does not count).
+pub(super) fn with_metrics_cpu(
+    m: &mut Merged,
+    ip: Option<IpAddr>,
+    external_cpu: &HashMap<IpAddr, (f64, u64)>,
+    p: &WeightParams,
+    now_us: u64,
+) {
     let external = ip
         .and_then(|ip| external_cpu.get(&ip).copied())
         .filter(|(_, at)| now_us.saturating_sub(*at) <= p.cpu_max_age_us)
         .map(|(utilization, at_us)| MergedCpu { utilization, source: CpuOrigin::Metrics, at_us });
-    let cpu = match (orca, external) {
+    m.cpu = match (m.cpu, external) {
         (Some(o), Some(x)) => Some(if o.at_us >= x.at_us { o } else { x }),
         (o, x) => o.or(x),
     };
-    Merged { qps, eps, inflight, latency_us, cpu, reporters }
 }
 
 #[cfg(test)]

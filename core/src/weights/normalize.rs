@@ -13,15 +13,26 @@ pub fn bounds(previous: Option<f64>, max_step: f64, floor: f64) -> (f64, f64) {
     }
 }
 
-/// Write into `out` the weights for `desired` (positive, finite) within `lo_hi`; mean 1.
-pub fn normalize(desired: &[f64], lo_hi: &[(f64, f64)], out: &mut Vec<f64>) {
+/// Write into `out` the weights for `desired` (positive, finite) within `lo_hi`, with mean 1 over
+/// the endpoints `counted` says (all of them, unless a cluster has endpoints too few of its
+/// principals report: see `consensus::supported`); the others get the same scale.
+pub fn normalize(desired: &[f64], lo_hi: &[(f64, f64)], counted: &[bool], out: &mut Vec<f64>) {
     out.clear();
-    let n = desired.len();
+    let n = counted.iter().filter(|c| **c).count();
     if n == 0 {
+        out.extend(desired.iter().zip(lo_hi).map(|(d, (lo, hi))| d.clamp(*lo, *hi)));
         return;
     }
     let target = n as f64;
-    let sum_at = |c: f64| -> f64 { desired.iter().zip(lo_hi).map(|(d, (lo, hi))| (c * d).clamp(*lo, *hi)).sum() };
+    let sum_at = |c: f64| -> f64 {
+        desired
+            .iter()
+            .zip(lo_hi)
+            .zip(counted)
+            .filter(|(_, c)| **c)
+            .map(|((d, (lo, hi)), _)| (c * d).clamp(*lo, *hi))
+            .sum()
+    };
     // Bracket c in log space, then bisect: 200 halvings of the log interval are far more than enough.
     let (mut lo_c, mut hi_c) = (1.0f64, 1.0f64);
     let mut guard = 0;
@@ -45,13 +56,19 @@ pub fn normalize(desired: &[f64], lo_hi: &[(f64, f64)], out: &mut Vec<f64>) {
         }
     }
     out.extend(desired.iter().zip(lo_hi).map(|(d, (lo, hi))| (hi_c * d).clamp(*lo, *hi)));
-    // Remove the last rounding error on the endpoints not pinned at a bound (if any).
-    let sum: f64 = out.iter().sum();
-    let free: f64 = out.iter().zip(lo_hi).filter(|(w, (lo, hi))| **w > *lo && **w < *hi).map(|(w, _)| *w).sum();
+    // Remove the last rounding error on the counted endpoints not pinned at a bound (if any).
+    let sum: f64 = out.iter().zip(counted).filter(|(_, c)| **c).map(|(w, _)| *w).sum();
+    let free: f64 = out
+        .iter()
+        .zip(lo_hi)
+        .zip(counted)
+        .filter(|((w, (lo, hi)), c)| **c && **w > *lo && **w < *hi)
+        .map(|((w, _), _)| *w)
+        .sum();
     if free > 0.0 && sum.is_finite() {
         let k = 1.0 + (target - sum) / free;
-        for (w, (lo, hi)) in out.iter_mut().zip(lo_hi) {
-            if *w > *lo && *w < *hi {
+        for ((w, (lo, hi)), c) in out.iter_mut().zip(lo_hi).zip(counted) {
+            if *c && *w > *lo && *w < *hi {
                 *w *= k;
             }
         }
@@ -70,7 +87,7 @@ mod tests {
     fn unbounded_weights_are_the_desired_ones_scaled_to_mean_one() {
         let d = [1.0, 2.0, 5.0];
         let mut out = vec![];
-        normalize(&d, &[(0.0, f64::INFINITY); 3], &mut out);
+        normalize(&d, &[(0.0, f64::INFINITY); 3], &[true; 3], &mut out);
         assert!((mean(&out) - 1.0).abs() < 1e-12);
         assert!((out[2] / out[0] - 5.0).abs() < 1e-9);
     }
@@ -81,7 +98,7 @@ mod tests {
         let desired = [100.0, 1.0, 1.0, 0.0001];
         let lo_hi: Vec<_> = prev.iter().map(|p| bounds(Some(*p), 1.5, 0.05)).collect();
         let mut out = vec![];
-        normalize(&desired, &lo_hi, &mut out);
+        normalize(&desired, &lo_hi, &[true; 4], &mut out);
         assert!((mean(&out) - 1.0).abs() < 1e-9, "{out:?}");
         for (w, p) in out.iter().zip(prev) {
             assert!(*w <= p * 1.5 + 1e-12 && *w >= p / 1.5 - 1e-12, "{out:?}");
@@ -94,7 +111,15 @@ mod tests {
     fn floor_lifts_a_tiny_weight_at_once() {
         let lo_hi = [bounds(Some(0.01), 1.5, 0.05), bounds(Some(1.99), 1.5, 0.05)];
         let mut out = vec![];
-        normalize(&[0.0001, 1.0], &lo_hi, &mut out);
+        normalize(&[0.0001, 1.0], &lo_hi, &[true; 2], &mut out);
         assert!(out[0] >= 0.05 - 1e-12 && (mean(&out) - 1.0).abs() < 1e-9, "{out:?}");
+    }
+
+    #[test]
+    fn endpoints_left_out_of_the_mean_take_the_same_scale() {
+        let mut out = vec![];
+        normalize(&[1.0, 3.0, 1_000.0], &[(0.0, f64::INFINITY); 3], &[true, true, false], &mut out);
+        assert!((out[0] + out[1] - 2.0).abs() < 1e-12 && (out[1] / out[0] - 3.0).abs() < 1e-9, "{out:?}");
+        assert!((out[2] / out[0] - 1_000.0).abs() < 1e-6, "{out:?}");
     }
 }

@@ -8,6 +8,8 @@ use crate::wire::{self, EndpointReport};
 #[derive(Debug, Clone)]
 pub(super) struct Observation {
     pub incarnation: u64,
+    /// The book's id of the principal whose reporter said it (see `WeightBook::ingest_as`).
+    pub principal: u32,
     /// Cumulative counters at the start of the current window.
     pub requests: u64,
     errors: u64,
@@ -32,9 +34,10 @@ pub(super) struct Observation {
 }
 
 impl Observation {
-    pub fn first(e: &EndpointReport, incarnation: u64, expires_us: u64, now_us: u64) -> Self {
+    pub fn first(e: &EndpointReport, incarnation: u64, principal: u32, expires_us: u64, now_us: u64) -> Self {
         let mut o = Observation {
             incarnation,
+            principal,
             requests: e.requests,
             errors: e.errors,
             latency_sum_us: e.latency_sum_us,

@@ -62,18 +62,34 @@ pub struct WeightParams {
     /// Lying-reporter guard of medians: each vote <= vote_cap x the other votes (< 1).
     pub vote_cap: f64,
     /// Lying-reporter guard of sums: each contribution <= sum_clip x the largest other active
-    /// contribution (>= 1).
+    /// contribution (>= 1), among one principal's reporters and between two principals; with two or
+    /// more principals in a cluster, also each principal's total over the cluster.
     pub sum_clip: f64,
+    /// With three or more principals on an endpoint, each principal's requests and in-flight count
+    /// there stay within this ratio of what the consensus split of its own total puts there
+    /// (0..0.5): see `consensus.rs`. 0.024 keeps any endpoint's share within a factor
+    /// 1.024 / 0.976 < 1.05 of the honest one.
+    pub split_tolerance: f64,
+    /// Per-principal quota: the share (0..=1] of each cap (reporters, clusters, bytes) one principal
+    /// may hold, and of a cluster's endpoint room; 1 = no quota.
+    pub principal_share: f64,
+    /// Server-side bound on a reporter's interval: its ttl and windows use at most this, whatever
+    /// interval it claims.
+    pub max_interval_us: u64,
     /// Caps; a report that would exceed one is rejected whole. Live reporters (name, incarnation)...
     pub max_reporters: usize,
     /// ...clusters...
     pub max_clusters: usize,
-    /// ...endpoints in one cluster...
+    /// ...endpoints of one cluster one principal may name (a cluster holds `cluster_endpoint_room`
+    /// from all principals)...
     pub max_endpoints_per_cluster: usize,
     /// Reporter x endpoint observations in all (bounds memory under churn).
     pub max_observations: usize,
     /// IPs whose CPU the metrics store may tell (new IPs beyond it are ignored).
     pub max_cpu_entries: usize,
+    /// Bytes the book may hold, as `memory.rs` counts them (a report that would take it past is
+    /// refused).
+    pub max_bytes: usize,
 }
 
 impl Default for WeightParams {
@@ -105,16 +121,36 @@ impl Default for WeightParams {
             latency_sample_max_age_us: 10_000_000,
             vote_cap: 0.5,
             sum_clip: 2.0,
+            split_tolerance: 0.024,
+            principal_share: 1.0,
+            max_interval_us: 10_000_000,
             max_reporters: 50_000,
             max_clusters: 4_096,
             max_endpoints_per_cluster: 2_048,
             max_observations: 2_000_000,
             max_cpu_entries: 100_000,
+            max_bytes: 8 << 30,
         }
     }
 }
 
 impl WeightParams {
+    /// One principal's quota of a cap: `ceil(cap x principal_share)`, at least 1.
+    pub fn quota(&self, cap: usize) -> usize {
+        ((cap as f64 * self.principal_share).ceil() as usize).clamp(1, cap.max(1))
+    }
+
+    /// Endpoints one cluster may hold: `max_endpoints_per_cluster / principal_share`, so that one
+    /// principal naming as many as it may fills a share of the room (all of it with one principal).
+    pub fn cluster_endpoint_room(&self) -> usize {
+        (self.max_endpoints_per_cluster as f64 / self.principal_share).floor() as usize
+    }
+
+    /// The interval the book uses for a reporter claiming `interval_ms`: at most `max_interval_us`.
+    pub fn interval_us(&self, interval_ms: u32) -> u64 {
+        (u64::from(interval_ms) * 1_000).min(self.max_interval_us)
+    }
+
     /// The first bad field, if any.
     pub fn validate(&self) -> Result<(), ParamsError> {
         let positive = [
@@ -145,8 +181,12 @@ impl WeightParams {
             (self.backlog_drain_us >= 0.0 && self.backlog_drain_us.is_finite(), "backlog_drain_us must be >= 0"),
             (self.vote_cap > 0.0 && self.vote_cap < 1.0, "vote_cap must be in (0, 1)"),
             (self.sum_clip >= 1.0 && self.sum_clip.is_finite(), "sum_clip must be >= 1"),
+            ((0.0..0.5).contains(&self.split_tolerance), "split_tolerance must be in [0, 0.5)"),
+            (self.principal_share > 0.0 && self.principal_share <= 1.0, "principal_share must be in (0, 1]"),
+            (self.max_interval_us >= 10_000, "max_interval_us must be >= 10000"),
             (self.max_reporters > 0 && self.max_clusters > 0, "max_reporters and max_clusters must be > 0"),
             (self.max_endpoints_per_cluster > 0 && self.max_observations > 0, "endpoint caps must be > 0"),
+            (self.max_bytes > 0, "max_bytes must be > 0"),
         ];
         match checks.iter().find(|(ok, _)| !ok) {
             Some((_, rule)) => Err(ParamsError::OutOfRange(rule)),

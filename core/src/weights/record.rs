@@ -7,17 +7,33 @@ use super::decision::EndpointDecision;
 use super::ejection::Ejection;
 use super::observation::Observation;
 use super::rate_history::RateHistory;
-use super::reply::PreparedJson;
+use super::reply::PublishedCluster;
 use super::route::Route;
 use crate::hash::IdMap;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+
+/// One principal: an identity the service vouches for (a mesh identity, or a reporter name when the
+/// service trusts report bodies), and what it holds of the book (bounded by the quotas).
+#[derive(Debug, Clone, Default)]
+pub(super) struct PrincipalRecord {
+    /// Live reporter incarnations.
+    pub reporters: usize,
+    pub observations: usize,
+    /// Clusters holding at least one of its observations.
+    pub clusters: usize,
+    /// What it costs the book (`memory.rs`): its reporters, their observations, and the endpoints
+    /// and clusters its reports entered, until they expire.
+    pub bytes: usize,
+}
 
 /// One live incarnation of a reporter name.
 #[derive(Debug, Clone)]
 pub(super) struct ReporterRecord {
     /// The book's own id for it (keys its observations).
     pub id: u64,
+    /// The principal it reported as (a name is one reporter per principal).
+    pub principal: u32,
     pub incarnation: u64,
     pub interval_us: u64,
     pub expires_us: u64,
@@ -34,6 +50,13 @@ pub(super) struct ClusterRecord {
     pub computed_at_us: Option<u64>,
     /// When the book first heard of the cluster (its first endpoints do not slow-start).
     pub created_us: u64,
+    /// The principal whose report created it (its bytes count against that principal's quota).
+    pub creator: u32,
+    /// What each principal holds here (for the per-principal quotas, and to know when a recompute
+    /// must merge principals apart).
+    pub principals: HashMap<u32, Held>,
+    /// The reply view published by the last recompute.
+    pub published: Option<std::sync::Arc<PublishedCluster>>,
 }
 
 impl ClusterRecord {
@@ -41,6 +64,14 @@ impl ClusterRecord {
     pub fn elapsed_us(&self, now_us: u64) -> Option<u64> {
         self.computed_at_us.map(|t| now_us.saturating_sub(t))
     }
+}
+
+/// What one principal holds in one cluster.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Held {
+    pub observations: usize,
+    /// Endpoints with at least one of its observations.
+    pub endpoints: usize,
 }
 
 /// A cluster's endpoints: a vector (recomputes walk it in order) with an index by address.
@@ -76,15 +107,20 @@ impl EndpointRecords {
         std::hint::black_box(sum);
     }
 
+    pub fn get_at(&self, i: usize) -> Option<&EndpointRecord> {
+        self.list.get(i)
+    }
+
     pub fn at(&mut self, i: usize) -> &mut EndpointRecord {
         &mut self.list[i]
     }
 
-    pub fn get_or_insert(&mut self, address: &str, now_us: u64) -> &mut EndpointRecord {
+    /// The endpoint at `address`, entered (as created by `creator`) if new.
+    pub fn get_or_insert(&mut self, address: &str, creator: u32, now_us: u64) -> &mut EndpointRecord {
         let i = match self.index.get(address) {
             Some(i) => *i,
             None => {
-                self.list.push(EndpointRecord::new(address, now_us));
+                self.list.push(EndpointRecord::new(address, creator, now_us));
                 self.index.insert(address.to_string(), self.list.len() - 1);
                 self.list.len() - 1
             }
@@ -94,10 +130,6 @@ impl EndpointRecords {
 
     pub fn iter(&self) -> std::slice::Iter<'_, EndpointRecord> {
         self.list.iter()
-    }
-
-    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, EndpointRecord> {
-        self.list.iter_mut()
     }
 
     pub fn as_mut_slice(&mut self) -> &mut [EndpointRecord] {
@@ -123,8 +155,12 @@ pub(super) struct EndpointRecord {
     pub ip: Option<IpAddr>,
     /// When the book first heard of it (slow start).
     pub first_seen_us: u64,
+    /// The principal whose report entered it (its bytes count against that principal's quota).
+    pub creator: u32,
     /// What each reporter (by id) last said about it.
     pub obs: IdMap<Observation>,
+    /// Its observations by principal (usually one entry).
+    pub principals: Vec<(u32, u32)>,
     /// The latency path's service time and concurrency.
     pub latency: LatencyModel,
     pub ejection: Ejection,
@@ -134,23 +170,42 @@ pub(super) struct EndpointRecord {
     pub decision: Option<EndpointDecision>,
     /// Merged counts over the window of a metrics-store CPU value (kept while the IP has one).
     pub rates: RateHistory,
-    pub json: PreparedJson,
 }
 
 impl EndpointRecord {
-    fn new(address: &str, now_us: u64) -> Self {
+    /// Whether `principal` has an observation here.
+    pub fn held_by(&self, principal: u32) -> bool {
+        self.principals.iter().any(|(p, _)| *p == principal)
+    }
+
+    /// Count one more observation of `principal`; true if it is its first here.
+    pub fn add_principal(&mut self, principal: u32) -> bool {
+        match self.principals.iter_mut().find(|(p, _)| *p == principal) {
+            Some((_, n)) => {
+                *n += 1;
+                false
+            }
+            None => {
+                self.principals.push((principal, 1));
+                true
+            }
+        }
+    }
+
+    fn new(address: &str, creator: u32, now_us: u64) -> Self {
         EndpointRecord {
+            creator,
             address: address.to_string(),
             ip: address.parse::<SocketAddr>().ok().map(|a| a.ip()),
             first_seen_us: now_us,
             obs: IdMap::default(),
+            principals: Vec::new(),
             latency: LatencyModel::default(),
             ejection: Ejection::default(),
             weight: None,
             held: None,
             decision: None,
             rates: RateHistory::default(),
-            json: PreparedJson::default(),
         }
     }
 }

@@ -1,18 +1,13 @@
-//! The reply to a reporter: each endpoint's view in JSON, mostly prepared at recompute (step 5) so
-//! that answering a report is a copy plus one number per endpoint.
+//! The reply to a reporter: each cluster's view in JSON, rendered at recompute (step 5) into one
+//! shared buffer per cluster, so that answering a report takes the buffer (a reference count)
+//! under the book's lock and writes the reply outside it: a copy plus one number per endpoint.
 
-use super::book::WeightBook;
-use super::record::{EndpointRecord, ReporterRecord};
+use super::book::{WeightBook, TRUSTED_PRINCIPAL};
+use super::record::{ClusterRecord, EndpointRecord, ReporterRecord};
 use crate::wire::{self, ClusterView, EndpointView, Reply};
 use serde::Serialize;
-
-/// An endpoint's reply JSON around `peer_inflight` (the only per-asker value), made at recompute:
-/// `bytes[..split]` goes before it, the rest after (one buffer: one cache miss per reply).
-#[derive(Debug, Clone, Default)]
-pub(super) struct PreparedJson {
-    bytes: Vec<u8>,
-    split: usize,
-}
+use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Append `value` as JSON (serde_json's own formatting, so replies match `to_vec(&reply)` exactly).
 fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
@@ -21,7 +16,7 @@ fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 }
 
 /// Step 5: each endpoint's weight (`weights`, aligned with `endpoints`; a non-finite or negative
-/// one is 1, none above `wire::MAX_WEIGHT`) into its record and decision, and its reply JSON made.
+/// one is 1, none above `wire::MAX_WEIGHT`) into its record and decision.
 pub(super) fn publish(endpoints: &mut [EndpointRecord], weights: &[f64]) {
     for (endpoint, w) in endpoints.iter_mut().zip(weights) {
         let w = if w.is_finite() && *w >= 0.0 { w.min(wire::MAX_WEIGHT) } else { 1.0 };
@@ -29,7 +24,158 @@ pub(super) fn publish(endpoints: &mut [EndpointRecord], weights: &[f64]) {
         if let Some(d) = endpoint.decision.as_mut() {
             d.weight = w;
         }
-        endpoint.prepare_json();
+    }
+}
+
+/// Where one endpoint's JSON is in a [`PublishedCluster`]'s buffer: `start..split` goes before
+/// `peer_inflight` (the only per-asker value), `split..end` after; `address` is the address.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: u32,
+    split: u32,
+    end: u32,
+    address: (u32, u32),
+}
+
+/// A cluster's reply view as of its last recompute, shared by every reply until the next one:
+/// every endpoint's JSON in `EndpointView`'s field order except `peer_inflight`, back to back.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PublishedCluster {
+    name: String,
+    /// The cluster's layout when it was published: while it is the same, the i-th endpoint here is
+    /// the i-th of the cluster's list.
+    layout: u64,
+    bytes: Vec<u8>,
+    spans: Vec<Span>,
+    inflight: Vec<f64>,
+}
+
+impl PublishedCluster {
+    /// The view of `cluster` (its endpoints with a decision, in the list's order).
+    pub(super) fn of(name: &str, cluster: &ClusterRecord) -> PublishedCluster {
+        let mut p = PublishedCluster { name: name.to_string(), layout: cluster.layout, ..PublishedCluster::default() };
+        for e in cluster.endpoints.iter() {
+            let Some(d) = &e.decision else { continue };
+            let json = &mut p.bytes;
+            let start = json.len() as u32;
+            json.extend_from_slice(b"{\"address\":");
+            let at = json.len() as u32 + 1;
+            write_json(json, &e.address);
+            let address = (at, json.len() as u32 - 1);
+            json.extend_from_slice(b",\"weight\":");
+            write_json(json, &d.weight);
+            json.extend_from_slice(b",\"inflight\":");
+            write_json(json, &d.inflight);
+            json.extend_from_slice(b",\"peer_inflight\":");
+            let split = json.len() as u32;
+            json.extend_from_slice(b",\"latency_us\":");
+            write_json(json, &d.latency_us);
+            if let Some(cpu) = d.cpu {
+                json.extend_from_slice(b",\"cpu\":");
+                write_json(json, &cpu);
+            }
+            json.extend_from_slice(b",\"ejected\":");
+            write_json(json, &d.ejected);
+            json.push(b'}');
+            p.spans.push(Span { start, split, end: json.len() as u32, address });
+            p.inflight.push(d.inflight);
+        }
+        p
+    }
+
+    pub fn endpoints(&self) -> usize {
+        self.spans.len()
+    }
+
+    fn address(&self, span: &Span) -> &str {
+        std::str::from_utf8(&self.bytes[span.address.0 as usize..span.address.1 as usize]).unwrap_or_default()
+    }
+}
+
+/// What a reply needs from the book, taken under its lock by [`WeightBook::reply_plan`]; `render`
+/// writes the reply without it.
+#[derive(Debug, Clone)]
+pub struct ReplyPlan {
+    ttl_ms: u32,
+    clusters: Vec<PlannedCluster>,
+}
+
+/// One cluster of a [`ReplyPlan`].
+#[derive(Debug, Clone)]
+struct PlannedCluster {
+    /// Its published view, or its name while it has none yet (no recompute so far).
+    view: Result<Arc<PublishedCluster>, String>,
+    /// The asker's own counted in-flight requests there (only where it has any).
+    own: Own,
+}
+
+/// Where the asker's own in-flight requests are in a published view.
+#[derive(Debug, Clone)]
+enum Own {
+    /// By position in the view, ascending (the cluster's list has not moved since it was published).
+    ByPosition(Vec<(u32, f64)>),
+    /// By address (it has).
+    ByAddress(Vec<(String, f64)>),
+}
+
+impl ReplyPlan {
+    /// `serde_json::to_vec(&book.reply(..))`, byte for byte, as of the plan.
+    pub fn render(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"version\":");
+        write_json(out, &wire::VERSION);
+        out.extend_from_slice(b",\"ttl_ms\":");
+        write_json(out, &self.ttl_ms);
+        out.extend_from_slice(b",\"clusters\":[");
+        for (i, PlannedCluster { view: cluster, own }) in self.clusters.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let by_address: HashMap<&str, f64> = match own {
+                Own::ByAddress(own) => own.iter().map(|(a, v)| (a.as_str(), *v)).collect(),
+                Own::ByPosition(_) => HashMap::new(),
+            };
+            let mut by_position = match own {
+                Own::ByPosition(own) => own.as_slice(),
+                Own::ByAddress(_) => &[],
+            };
+            out.extend_from_slice(b"{\"name\":");
+            let published = match cluster {
+                Ok(published) => {
+                    write_json(out, &published.name);
+                    Some(published)
+                }
+                Err(name) => {
+                    write_json(out, name);
+                    None
+                }
+            };
+            out.extend_from_slice(b",\"endpoints\":[");
+            for p in published.iter() {
+                for (k, (span, inflight)) in p.spans.iter().zip(&p.inflight).enumerate() {
+                    if k > 0 {
+                        out.push(b',');
+                    }
+                    let mine = match by_position.split_first() {
+                        Some((&(at, mine), rest)) if at as usize == k => {
+                            by_position = rest;
+                            mine
+                        }
+                        Some(_) => 0.0,
+                        None => by_address.get(p.address(span)).copied().unwrap_or(0.0),
+                    };
+                    out.extend_from_slice(&p.bytes[span.start as usize..span.split as usize]);
+                    write_json(out, &(inflight - mine).max(0.0));
+                    out.extend_from_slice(&p.bytes[span.split as usize..span.end as usize]);
+                }
+            }
+            out.extend_from_slice(b"]}");
+        }
+        out.extend_from_slice(b"]}");
+    }
+
+    /// Endpoints the reply will carry.
+    pub fn endpoints(&self) -> usize {
+        self.clusters.iter().map(|c| c.view.as_ref().map_or(0, |p| p.endpoints())).sum()
     }
 }
 
@@ -38,43 +184,25 @@ impl EndpointRecord {
     fn own_inflight(&self, asking: Option<&ReporterRecord>, now_us: u64) -> f64 {
         asking.and_then(|r| self.obs.get(&r.id)).filter(|o| o.live(now_us)).map_or(0.0, |o| o.counted_inflight)
     }
-
-    /// `peer_inflight` for the asking reporter: in flight from everyone else.
-    fn peer_inflight(&self, inflight: f64, asking: Option<&ReporterRecord>, now_us: u64) -> f64 {
-        (inflight - self.own_inflight(asking, now_us)).max(0.0)
-    }
-
-    /// Render this endpoint's reply JSON except `peer_inflight`, in `EndpointView`'s field order.
-    fn prepare_json(&mut self) {
-        let Some(d) = &self.decision else { return };
-        let json = &mut self.json.bytes;
-        json.clear();
-        json.extend_from_slice(b"{\"address\":");
-        write_json(json, &self.address);
-        json.extend_from_slice(b",\"weight\":");
-        write_json(json, &d.weight);
-        json.extend_from_slice(b",\"inflight\":");
-        write_json(json, &d.inflight);
-        json.extend_from_slice(b",\"peer_inflight\":");
-        self.json.split = json.len();
-        json.extend_from_slice(b",\"latency_us\":");
-        write_json(json, &d.latency_us);
-        if let Some(cpu) = d.cpu {
-            json.extend_from_slice(b",\"cpu\":");
-            write_json(json, &cpu);
-        }
-        json.extend_from_slice(b",\"ejected\":");
-        write_json(json, &d.ejected);
-        json.push(b'}');
-    }
 }
 
 impl WeightBook {
-    /// The view of `clusters` as seen by `reporter`, i.e. its incarnation that reported last (call
-    /// right after `ingest`; peer_inflight excludes that incarnation's own in-flight); unknown
-    /// clusters are omitted, and so are endpoints not yet recomputed.
+    /// The view of `clusters` as seen by `reporter` of the trusted principal (see `ingest`).
     pub fn reply<'a>(&self, reporter: &str, clusters: impl IntoIterator<Item = &'a str>, now_us: u64) -> Reply {
-        let asking = self.reporter(reporter, None);
+        self.reply_as(TRUSTED_PRINCIPAL, reporter, clusters, now_us)
+    }
+
+    /// The view of `clusters` as seen by `reporter` of `principal`, i.e. its incarnation that
+    /// reported last (call right after `ingest_as`; peer_inflight excludes that incarnation's own
+    /// in-flight); unknown clusters are omitted, and so are endpoints not yet recomputed.
+    pub fn reply_as<'a>(
+        &self,
+        principal: &str,
+        reporter: &str,
+        clusters: impl IntoIterator<Item = &'a str>,
+        now_us: u64,
+    ) -> Reply {
+        let asking = self.principal_id(principal).and_then(|id| self.reporter(reporter, id, None));
         let mut views = Vec::new();
         for name in clusters {
             let Some(cluster) = self.clusters.get(name) else { continue };
@@ -87,7 +215,7 @@ impl WeightBook {
                         address: e.address.clone(),
                         weight: d.weight,
                         inflight: d.inflight,
-                        peer_inflight: e.peer_inflight(d.inflight, asking, now_us),
+                        peer_inflight: (d.inflight - e.own_inflight(asking, now_us)).max(0.0),
                         latency_us: d.latency_us,
                         cpu: d.cpu,
                         ejected: d.ejected,
@@ -99,44 +227,63 @@ impl WeightBook {
         Reply { version: wire::VERSION, ttl_ms: self.view_ttl_ms(asking), clusters: views }
     }
 
-    /// `serde_json::to_vec(&self.reply(..))`, byte for byte, without building the reply: each
-    /// endpoint's JSON was prepared at recompute except `peer_inflight`. The service's hot path.
-    pub fn reply_json<'a>(
+    /// What a reply to `reporter` of `principal` about `clusters` needs (call right after
+    /// `ingest_as`, under the same lock): each known cluster's view as of its last recompute, in
+    /// the order given, as long as the reply carries at most `max_endpoints` endpoints (a cluster
+    /// that would take it past is left out), and the asker's own in-flight counts. Costs a
+    /// reference count per cluster and a lookup per endpoint the asker has in flight.
+    pub fn reply_plan<'a>(
         &self,
+        principal: &str,
         reporter: &str,
         clusters: impl IntoIterator<Item = &'a str>,
         now_us: u64,
-        out: &mut Vec<u8>,
-    ) {
-        let asking = self.reporter(reporter, None);
-        out.extend_from_slice(b"{\"version\":");
-        write_json(out, &wire::VERSION);
-        out.extend_from_slice(b",\"ttl_ms\":");
-        write_json(out, &self.view_ttl_ms(asking));
-        out.extend_from_slice(b",\"clusters\":[");
-        let mut first_cluster = true;
-        for name in clusters {
+        max_endpoints: usize,
+    ) -> ReplyPlan {
+        let asking = self.principal_id(principal).and_then(|id| self.reporter(reporter, id, None));
+        let mut plan = ReplyPlan { ttl_ms: self.view_ttl_ms(asking), clusters: Vec::new() };
+        let mut budget = max_endpoints;
+        for (i, name) in clusters.into_iter().enumerate() {
             let Some(cluster) = self.clusters.get(name) else { continue };
-            if !std::mem::take(&mut first_cluster) {
-                out.push(b',');
+            let Some(published) = &cluster.published else {
+                plan.clusters.push(PlannedCluster { view: Err(name.to_string()), own: Own::ByPosition(Vec::new()) });
+                continue;
+            };
+            if published.endpoints() > budget {
+                continue;
             }
-            out.extend_from_slice(b"{\"name\":");
-            write_json(out, &name);
-            out.extend_from_slice(b",\"endpoints\":[");
-            let mut first = true;
-            for e in cluster.endpoints.iter() {
-                let Some(d) = e.decision.as_ref() else { continue };
-                if !std::mem::take(&mut first) {
-                    out.push(b',');
-                }
-                let (head, tail) = e.json.bytes.split_at(e.json.split);
-                out.extend_from_slice(head);
-                write_json(out, &e.peer_inflight(d.inflight, asking, now_us));
-                out.extend_from_slice(tail);
-            }
-            out.extend_from_slice(b"]}");
+            budget -= published.endpoints();
+            let own = match asking {
+                None => Own::ByPosition(Vec::new()),
+                Some(r) => match r.routes.get(i).filter(|route| route.layout == cluster.layout) {
+                    // Its last report's endpoints here, by its route (the list has not moved since).
+                    Some(route) if published.layout == cluster.layout => {
+                        let mut own: Vec<(u32, f64)> = route
+                            .index
+                            .iter()
+                            .filter(|at| (**at as usize) < published.endpoints())
+                            .filter_map(|at| {
+                                Some((*at, cluster.endpoints.get_at(*at as usize)?.own_inflight(asking, now_us)))
+                            })
+                            .filter(|(_, mine)| *mine > 0.0)
+                            .collect();
+                        own.sort_unstable_by_key(|(at, _)| *at);
+                        Own::ByPosition(own)
+                    }
+                    _ => Own::ByAddress(
+                        cluster
+                            .endpoints
+                            .iter()
+                            .filter(|e| e.obs.contains_key(&r.id))
+                            .map(|e| (e.address.clone(), e.own_inflight(asking, now_us)))
+                            .filter(|(_, mine)| *mine > 0.0)
+                            .collect(),
+                    ),
+                },
+            };
+            plan.clusters.push(PlannedCluster { view: Ok(published.clone()), own });
         }
-        out.extend_from_slice(b"]}");
+        plan
     }
 
     /// The reply's ttl: `view_ttl_intervals` of the asking reporter's intervals (1 s if unknown),

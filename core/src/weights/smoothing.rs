@@ -18,12 +18,13 @@ struct Targets {
 }
 
 impl Targets {
-    /// `sorted` is scratch.
-    fn of(raw: &[Option<f64>], floor: f64, sorted: &mut Vec<f64>) -> Targets {
-        let known = raw.iter().flatten().count();
-        let mean_raw = if known == 0 { 1.0 } else { raw.iter().flatten().sum::<f64>() / known as f64 };
+    /// Over the endpoints `counted` says (see `normalize`); `sorted` is scratch.
+    fn of(raw: &[Option<f64>], counted: &[bool], floor: f64, sorted: &mut Vec<f64>) -> Targets {
+        let counted_raw = || raw.iter().zip(counted).filter(|(_, c)| **c).filter_map(|(r, _)| *r);
+        let known = counted_raw().count();
+        let mean_raw = if known == 0 { 1.0 } else { counted_raw().sum::<f64>() / known as f64 };
         sorted.clear();
-        sorted.extend(raw.iter().flatten().map(|r| (r / mean_raw).max(floor)));
+        sorted.extend(counted_raw().map(|r| (r / mean_raw).max(floor)));
         let median_target = median(sorted).unwrap_or(1.0);
         Targets { mean_raw, median_target, floor }
     }
@@ -76,19 +77,21 @@ pub(super) struct Times {
     pub cluster_created_us: u64,
 }
 
-/// Step 4 (before `normalize`): each endpoint's target from `raw` (aligned with `endpoints`) into
-/// its decision, its smoothed weight into `desired`, and its `normalize::bounds` into `lo_hi`.
-/// `sorted` is scratch.
+/// Step 4 (before `normalize`): each endpoint's target from `raw` (aligned with `endpoints`;
+/// relative to the `counted` ones) into its decision, its smoothed weight into `desired`, and its
+/// `normalize::bounds` into `lo_hi`. `sorted` is scratch.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn smooth_toward_targets(
     endpoints: &mut [EndpointRecord],
     raw: &[Option<f64>],
+    counted: &[bool],
     p: &WeightParams,
     t: Times,
     sorted: &mut Vec<f64>,
     desired: &mut Vec<f64>,
     lo_hi: &mut Vec<(f64, f64)>,
 ) {
-    let targets = Targets::of(raw, p.floor, sorted);
+    let targets = Targets::of(raw, counted, p.floor, sorted);
     let alpha = smoothing_share(t.elapsed_us, p.smoothing_us);
     desired.clear();
     lo_hi.clear();
@@ -110,10 +113,10 @@ mod tests {
     #[test]
     fn targets_are_relative_to_the_mean_raw_with_the_median_for_the_unknown() {
         let mut sorted = Vec::new();
-        let t = Targets::of(&[Some(100.0), Some(300.0), None, Some(200.0)], 0.05, &mut sorted);
+        let t = Targets::of(&[Some(100.0), Some(300.0), None, Some(200.0)], &[true; 4], 0.05, &mut sorted);
         assert_eq!((t.mean_raw, t.median_target), (200.0, 1.0));
         assert_eq!((t.target(Some(100.0)), t.target(None), t.target(Some(1.0))), (0.5, 1.0, 0.05));
-        let none = Targets::of(&[None, None], 0.05, &mut sorted);
+        let none = Targets::of(&[None, None], &[true; 2], 0.05, &mut sorted);
         assert_eq!(none.target(None), 1.0);
     }
 

@@ -55,6 +55,8 @@ impl World {
                 }
             })
             .collect();
+        // "principal/name": a reporter of that principal (else of the trusted one).
+        let reporter = principal_and_name(reporter).1;
         // "name#incarnation": several processes under one reporter name, each with its own counters.
         match reporter.split_once('#') {
             Some((name, incarnation)) => Report {
@@ -70,7 +72,7 @@ impl World {
         self.now += SEC;
         for (i, r) in reporters.iter().enumerate() {
             let report = self.report(r, &traffic(i));
-            self.book.ingest(&report, self.now).unwrap();
+            self.book.ingest_as(&report, principal_and_name(r).0, self.now).unwrap();
         }
         self.book.recompute(self.now);
     }
@@ -82,6 +84,11 @@ impl World {
     fn decision(&self, address: &str) -> EndpointDecision {
         self.book.decisions(Some(CLUSTER))[0].endpoints.iter().find(|e| e.address == address).unwrap().clone()
     }
+}
+
+/// "principal/name" -> (principal, name); a bare name is the trusted principal's.
+fn principal_and_name(reporter: &str) -> (&str, &str) {
+    reporter.split_once('/').unwrap_or((TRUSTED_PRINCIPAL, reporter))
 }
 
 fn report_of(reporter: &str, clusters: Vec<ClusterReport>) -> Report {
@@ -451,6 +458,299 @@ fn a_liar_cannot_eject_a_healthy_endpoint_nor_inflate_inflight_beyond_the_clip()
     assert!(w.decision(A).ejected);
 }
 
+// ---- principals: however many reporter ids a principal uses, it is one voice ----
+
+/// A world of `honest` principals ("h{i}/r{i}", one reporter each, all telling `truth`) and the
+/// `liars`: (principal, reporter ids), each id reporting `lie`. 40 recomputes.
+fn world_of_principals(
+    honest: usize,
+    liars: &[(&str, usize)],
+    lie: &[(&'static str, Traffic)],
+    truth: &[(&'static str, Traffic)],
+) -> World {
+    let mut names: Vec<String> = (0..honest).map(|i| format!("h{i}/r{i}")).collect();
+    for (principal, ids) in liars {
+        names.extend((0..*ids).map(|k| format!("{principal}/id{k}")));
+    }
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut w = World::new(WeightParams::default());
+    for _ in 0..40 {
+        w.step(&names, |i| if i < honest { truth.to_vec() } else { lie.to_vec() });
+    }
+    w
+}
+
+/// Traffic moved by the attackers, per endpoint the honest principals report: the relative change
+/// of its share of those endpoints' weight, `(w_e / sum w)` in `lied` over the same in `fair` (the
+/// world where the attacking principals report the truth, as the honest ones do), minus 1; an
+/// endpoint ejected in one world and not the other moved all of its traffic (1). The largest over
+/// the endpoints.
+fn traffic_moved(fair: &World, lied: &World, endpoints: &[&str]) -> f64 {
+    let share = |w: &World, e: &str| {
+        let weights = w.weights();
+        weights[e] / endpoints.iter().map(|x| weights[*x]).sum::<f64>()
+    };
+    endpoints
+        .iter()
+        .map(|e| {
+            if fair.decision(e).ejected != lied.decision(e).ejected {
+                1.0
+            } else {
+                (share(lied, e) / share(fair, e) - 1.0).abs()
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
+const BOUND: f64 = 0.05;
+
+/// Lies about one endpoint (A) or all, each as every id of a lying principal reports it.
+fn lies() -> Vec<(&'static str, Vec<(&'static str, Traffic)>)> {
+    let huge = 1_000_000;
+    let normal = |latency| ok(50, latency);
+    vec![
+        (
+            "all of A's requests fail",
+            vec![(A, Traffic { errors: huge, ..ok(huge, 10_000) }), (B, normal(10_000)), (C, normal(50_000))],
+        ),
+        ("all traffic goes to A", vec![(A, ok(huge, 10_000))]),
+        ("A gets none", vec![(B, ok(huge, 10_000)), (C, ok(huge, 50_000))]),
+        ("A is fast, B and C slow", vec![(A, ok(huge, 1)), (B, ok(huge, 3_000_000_000)), (C, ok(huge, 3_000_000_000))]),
+        ("A is failing and slow", vec![(A, Traffic { errors: 40, ..ok(50, 3_000_000_000) }), (B, normal(10_000))]),
+        (
+            "fast made-up endpoints beside the real ones",
+            vec![(A, normal(10_000)), (B, normal(10_000)), (C, normal(50_000))]
+                .into_iter()
+                .chain(FAKE.map(|f| (f, ok(huge, 1))))
+                .collect(),
+        ),
+        (
+            "made-up endpoints at no CPU",
+            FAKE.map(|f| (f, Traffic { cpu: Some(0.000_1), ..ok(huge, 1) }))
+                .into_iter()
+                .chain([(A, ok(huge, 1))])
+                .collect(),
+        ),
+    ]
+}
+
+/// Endpoints no honest reporter knows.
+const FAKE: [&str; 6] = ["10.9.0.1:80", "10.9.0.2:80", "10.9.0.3:80", "10.9.0.4:80", "10.9.0.5:80", "10.9.0.6:80"];
+
+const LATENCY_TRUTH: [(&str, Traffic); 3] = [
+    (A, Traffic { requests: 50, errors: 0, latency_us: 10_000, inflight: 1, cpu: None }),
+    (B, Traffic { requests: 50, errors: 0, latency_us: 10_000, inflight: 1, cpu: None }),
+    (C, Traffic { requests: 50, errors: 0, latency_us: 50_000, inflight: 1, cpu: None }),
+];
+
+fn cpu_truth() -> Vec<(&'static str, Traffic)> {
+    [(A, 0.2), (B, 0.2), (C, 0.4)].map(|(e, cpu)| (e, Traffic { cpu: Some(cpu), ..ok(50, 10_000) })).to_vec()
+}
+
+fn cpu_lies() -> Vec<(&'static str, Vec<(&'static str, Traffic)>)> {
+    let t = |requests, cpu| Traffic { cpu: Some(cpu), ..ok(requests, 10_000) };
+    vec![
+        ("A is idle, C busy", vec![(A, t(1_000_000, 0.000_1)), (B, t(50, 0.2)), (C, t(50, 1_000.0))]),
+        ("all traffic goes to A at no CPU", vec![(A, t(1_000_000, 0.01))]),
+        ("C gets none", vec![(A, t(1_000_000, 0.2)), (B, t(1_000_000, 0.2))]),
+        ("made-up endpoints at no CPU", FAKE.map(|f| (f, t(1_000_000, 0.000_1))).to_vec()),
+    ]
+}
+
+#[test]
+fn invented_reporter_ids_of_the_trusted_principal_can_eject_a_healthy_endpoint() {
+    // Why identities matter: two made-up reporters claiming errors == requests clip nothing
+    // between themselves, and out-vote four honest ones.
+    let mut w = World::new(WeightParams::default());
+    let names = ["r0", "r1", "r2", "r3", "fake0", "fake1"];
+    let failing = Traffic { errors: 1_000_000, ..ok(1_000_000, 10_000) };
+    for _ in 0..10 {
+        w.step(&names, |i| if i < 4 { LATENCY_TRUTH.to_vec() } else { vec![(A, failing)] });
+    }
+    assert!(w.decision(A).ejected);
+}
+
+#[test]
+fn one_principal_with_many_ids_moves_any_endpoints_traffic_by_at_most_5_percent() {
+    for (truth, lies) in [(LATENCY_TRUTH.to_vec(), lies()), (cpu_truth(), cpu_lies())] {
+        for ids in [1, 2, 7] {
+            let fair = world_of_principals(4, &[("mallory", ids)], &truth, &truth);
+            for (what, lie) in &lies {
+                let lied = world_of_principals(4, &[("mallory", ids)], lie, &truth);
+                let moved = traffic_moved(&fair, &lied, &[A, B, C]);
+                assert!(
+                    moved <= BOUND,
+                    "{what}, {ids} ids: moved {moved:.4}, {:?} vs {:?}",
+                    lied.weights(),
+                    fair.weights()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn liars_in_two_principals_move_any_endpoints_traffic_by_at_most_5_percent() {
+    let liars = [("mallory", 3), ("trudy", 2)];
+    for (truth, lies) in [(LATENCY_TRUTH.to_vec(), lies()), (cpu_truth(), cpu_lies())] {
+        let fair = world_of_principals(3, &liars, &truth, &truth);
+        for (what, lie) in &lies {
+            let lied = world_of_principals(3, &liars, lie, &truth);
+            let moved = traffic_moved(&fair, &lied, &[A, B, C]);
+            assert!(moved <= BOUND, "{what}: moved {moved:.4}, {:?} vs {:?}", lied.weights(), fair.weights());
+        }
+    }
+}
+
+#[test]
+fn in_flight_claims_of_one_or_two_principals_move_traffic_by_at_most_5_percent() {
+    // The honest principals hold different in-flight counts per endpoint (none on A).
+    let at = |inflight, latency| Traffic { inflight, ..ok(50, latency) };
+    let truth = [(A, at(0, 10_000)), (B, at(2, 10_000)), (C, at(4, 50_000))];
+    for liars in [&[("mallory", 5)][..], &[("mallory", 3), ("trudy", 3)]] {
+        let fair = world_of_principals(4, liars, &truth, &truth);
+        for inflight in [3, 1_000_000] {
+            let lie = [(C, at(inflight, 50_000)), (B, at(inflight, 10_000)), (A, ok(50, 10_000))];
+            let lied = world_of_principals(4, liars, &lie, &truth);
+            let moved = traffic_moved(&fair, &lied, &[A, B, C]);
+            assert!(
+                moved <= BOUND,
+                "in flight {inflight}: moved {moved:.4}, {:?} vs {:?}",
+                lied.weights(),
+                fair.weights()
+            );
+        }
+    }
+}
+
+#[test]
+fn an_honest_majority_of_principals_still_ejects_a_failing_endpoint() {
+    // The honest principals see A fail; two lying principals claim it is fine.
+    let failing: Vec<(&str, Traffic)> = vec![(A, Traffic { errors: 50, ..ok(50, 10_000) }), (B, ok(50, 10_000))];
+    let fine = vec![(A, ok(1_000_000, 10_000)), (B, ok(50, 10_000))];
+    let lied = world_of_principals(3, &[("mallory", 4), ("trudy", 4)], &fine, &failing);
+    assert!(lied.decision(A).ejected, "{:?}", lied.decision(A));
+    assert!(!lied.decision(B).ejected);
+}
+
+#[test]
+fn a_principal_holds_at_most_its_share_of_each_cap() {
+    let p = WeightParams {
+        max_reporters: 8,
+        max_clusters: 8,
+        max_endpoints_per_cluster: 4,
+        max_observations: 40,
+        principal_share: 0.25,
+        ..Default::default()
+    };
+    let mut book = WeightBook::new(p);
+    let endpoints = |from: usize, n: usize| -> Vec<EndpointReport> {
+        (from..from + n)
+            .map(|i| EndpointReport { address: format!("10.0.0.{}:80", i + 1), requests: 1, ..Default::default() })
+            .collect()
+    };
+    let cluster = |name: &str, from, n| ClusterReport { name: name.into(), endpoints: endpoints(from, n) };
+    let report = |name: &str, clusters| report_of(name, clusters);
+    // Quotas: 2 reporters, 2 clusters, 4 endpoints of one cluster (whose room is 16).
+    book.ingest_as(&report("a", vec![cluster("c0", 0, 4)]), "mallory", SEC).unwrap();
+    book.ingest_as(&report("b", vec![cluster("c0", 0, 2)]), "mallory", SEC).unwrap();
+    let before = book.counts();
+    let cases = [
+        (report("c", vec![cluster("c0", 0, 1)]), Rejection::PrincipalReporters),
+        (report("b", vec![cluster("c0", 2, 3)]), Rejection::PrincipalEndpoints),
+        (report("a", vec![cluster("c1", 0, 1), cluster("c2", 0, 1)]), Rejection::PrincipalClusters),
+    ];
+    for (r, why) in cases {
+        assert_eq!(book.ingest_as(&r, "mallory", 2 * SEC), Err(why));
+        assert_eq!(book.counts(), before, "{why:?} changed something");
+    }
+    // Others are not locked out of the cluster mallory filled its share of: each gets its own.
+    for (i, other) in ["alice", "bob", "carol"].into_iter().enumerate() {
+        book.ingest_as(&report("a", vec![cluster("c0", 4 * (i + 1), 4)]), other, 2 * SEC).unwrap();
+    }
+    assert_eq!(book.counts().endpoints, 16);
+    assert_eq!(
+        book.ingest_as(&report("a", vec![cluster("c0", 16, 1)]), "dave", 2 * SEC),
+        Err(Rejection::TooManyEndpoints)
+    );
+    // A principal's quotas free up when what it said expires.
+    book.expire(10 * SEC);
+    assert_eq!(book.counts(), Counts::default());
+    book.ingest_as(&report("c", vec![cluster("c0", 0, 2)]), "mallory", 11 * SEC).unwrap();
+}
+
+#[test]
+fn the_memory_budget_refuses_what_would_exceed_it_and_frees_what_expires() {
+    let report = |reporter: &str, n: usize| {
+        report_of(
+            reporter,
+            vec![ClusterReport {
+                name: CLUSTER.into(),
+                endpoints: (0..n)
+                    .map(|i| EndpointReport {
+                        address: format!("10.1.{}.{}:80", i / 250, i % 250),
+                        requests: 1,
+                        ..Default::default()
+                    })
+                    .collect(),
+            }],
+        )
+    };
+    let mut probe = WeightBook::new(WeightParams::default());
+    probe.ingest(&report("r0", 100), SEC).unwrap();
+    let one = probe.counts().bytes;
+    // Room for the first report and not for a second reporter's observations of the same endpoints.
+    let mut book = WeightBook::new(WeightParams { max_bytes: one, ..Default::default() });
+    book.ingest(&report("r0", 100), SEC).unwrap();
+    let before = book.counts();
+    assert_eq!(book.ingest(&report("r1", 100), SEC), Err(Rejection::MemoryBudget));
+    assert_eq!(book.counts(), before);
+    // A full book still takes what those it holds report again.
+    let mut again = report("r0", 100);
+    again.clusters[0].endpoints[0].requests = 7;
+    book.ingest(&again, 2 * SEC).unwrap();
+    // A principal's share of the budget is bounded the same way, the endpoints and clusters its
+    // reports entered included.
+    let mut shared = WeightBook::new(WeightParams { max_bytes: 10 * one, principal_share: 0.15, ..Default::default() });
+    shared.ingest_as(&report("r0", 100), "mallory", SEC).unwrap();
+    let mut elsewhere = report("r0", 100);
+    elsewhere.clusters[0].name = "another".into();
+    assert_eq!(shared.ingest_as(&elsewhere, "mallory", SEC), Err(Rejection::PrincipalMemory));
+    shared.ingest_as(&report("r1", 100), "alice", SEC).unwrap();
+    // What expires is given back.
+    book.expire(10 * SEC);
+    assert_eq!(book.counts().bytes, 0);
+    book.ingest(&report("r1", 100), 11 * SEC).unwrap();
+}
+
+#[test]
+fn a_claimed_interval_beyond_the_server_bound_does_not_extend_the_ttl() {
+    let mut book = WeightBook::new(WeightParams::default());
+    let mut r = report_of("slow", vec![ClusterReport { name: CLUSTER.into(), endpoints: vec![] }]);
+    r.interval_ms = wire::INTERVAL_MS.end().to_owned();
+    r.clusters[0].endpoints.push(EndpointReport { address: A.into(), requests: 1, ..Default::default() });
+    book.ingest(&r, SEC).unwrap();
+    // 3 x the 10 s bound, not 3 x 600 s.
+    book.expire(SEC + 30 * SEC);
+    assert_eq!(book.counts(), Counts::default());
+}
+
+#[test]
+fn another_principal_reusing_a_reporter_name_leaves_it_alone() {
+    let mut w = World::new(WeightParams::default());
+    for _ in 0..3 {
+        w.step(&["alice/pod-1", "alice/pod-2"], |_| vec![(A, ok(50, 10_000))]);
+    }
+    // Mallory reports as "pod-1" with another incarnation: alice's pod-1 keeps its ttl and window.
+    w.now += SEC;
+    let mut r = w.report("mallory/pod-1#99", &[(A, ok(1, 10_000))]);
+    r.incarnation = 99;
+    w.book.ingest_as(&r, "mallory", w.now).unwrap();
+    // Superseded, alice's pod-1 would expire one interval after mallory's report.
+    w.book.expire(w.now + SEC);
+    assert_eq!(w.book.counts().reporters, 3, "alice's pod-1 was not superseded");
+}
+
 // ---- reply, expiry, resets, caps ----
 
 #[test]
@@ -484,12 +784,12 @@ fn reply_json_is_the_serialised_reply_byte_for_byte() {
     for asker in ["r0", "r3", "stranger"] {
         let names = [CLUSTER, "unknown", CLUSTER];
         let mut fast = Vec::new();
-        w.book.reply_json(asker, names, w.now, &mut fast);
+        w.book.reply_plan(TRUSTED_PRINCIPAL, asker, names, w.now, usize::MAX).render(&mut fast);
         let slow = serde_json::to_vec(&w.book.reply(asker, names, w.now)).unwrap();
         assert_eq!(String::from_utf8(fast).unwrap(), String::from_utf8(slow).unwrap());
     }
     let mut empty = Vec::new();
-    w.book.reply_json("r0", [], w.now, &mut empty);
+    w.book.reply_plan(TRUSTED_PRINCIPAL, "r0", [], w.now, usize::MAX).render(&mut empty);
     assert_eq!(empty, serde_json::to_vec(&w.book.reply("r0", [], w.now)).unwrap());
 }
 
@@ -497,7 +797,18 @@ fn reply_json_is_the_serialised_reply_byte_for_byte() {
 fn silent_reporters_expire_with_what_they_said() {
     let mut w = World::new(WeightParams::default());
     w.step(&["r0", "r1"], |i| vec![(if i == 0 { A } else { B }, ok(10, 1_000))]);
-    assert_eq!(w.book.counts(), Counts { reporters: 2, clusters: 1, endpoints: 2, observations: 2, cpu_entries: 0 });
+    assert_eq!(
+        w.book.counts(),
+        Counts {
+            principals: 1,
+            reporters: 2,
+            clusters: 1,
+            endpoints: 2,
+            observations: 2,
+            cpu_entries: 0,
+            ..w.book.counts()
+        }
+    );
     // r1 falls silent; r0 keeps reporting. After r1's ttl (3 s) it and endpoint B are gone.
     for _ in 0..2 {
         w.step(&["r0"], |_| vec![(A, ok(10, 1_000))]);
@@ -508,7 +819,18 @@ fn silent_reporters_expire_with_what_they_said() {
         w.step(&["r0"], |_| vec![(A, ok(10, 1_000))]);
         w.book.expire(w.now);
     }
-    assert_eq!(w.book.counts(), Counts { reporters: 1, clusters: 1, endpoints: 1, observations: 1, cpu_entries: 0 });
+    assert_eq!(
+        w.book.counts(),
+        Counts {
+            principals: 1,
+            reporters: 1,
+            clusters: 1,
+            endpoints: 1,
+            observations: 1,
+            cpu_entries: 0,
+            ..w.book.counts()
+        }
+    );
     assert!(w.book.reply("r0", [CLUSTER], w.now).clusters[0].endpoints.iter().all(|e| e.address == A));
     // Everyone silent: nothing is left.
     w.book.expire(w.now + 10 * SEC);

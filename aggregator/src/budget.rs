@@ -1,0 +1,99 @@
+//! One memory budget (`--memory-limit-mib`) from which the service's limits follow: what the
+//! process needs idle, what each open connection and each request in progress may hold at most,
+//! and the rest for the weight book, which counts its own bytes (`tailweight_core::weights`,
+//! `memory.rs`) and refuses what would take it past its share. The count caps (reporters, clusters,
+//! observations) follow from the book's bytes and the least a unit of each costs.
+
+/// RSS of an idle aggregator (binary, runtime, metrics registry, thread stacks), measured with
+/// `/proc/<pid>/status` after start: 6-9 MiB; rounded up.
+pub const BASELINE_BYTES: usize = 16 << 20;
+/// One open connection at most: hyper's read buffer (`CONNECTION_BUFFER_BYTES`), its write buffer
+/// and the connection task.
+pub const CONNECTION_BYTES: usize = 2 * CONNECTION_BUFFER_BYTES + 8 * 1024;
+/// hyper's HTTP/1 read buffer limit per connection (also the largest request head).
+pub const CONNECTION_BUFFER_BYTES: usize = 16 * 1024;
+/// One request in progress at most, as a multiple of `max_body_bytes`: the body as it arrives, the
+/// copy it is collected into, and the parsed report (whose strings and numbers take less room than
+/// their JSON).
+pub const BODY_COPIES: usize = 3;
+/// One endpoint in a reply, at most (its JSON: the longest address, every field at its widest).
+pub const REPLY_BYTES_PER_ENDPOINT: usize = 256;
+/// The least a reporter, cluster or observation costs the book (`memory.rs`'s bases, rounded
+/// down): the count caps allow as many as the book's bytes could hold.
+const LEAST_REPORTER_BYTES: usize = 1_000;
+const LEAST_CLUSTER_BYTES: usize = 2_000;
+const LEAST_OBSERVATION_BYTES: usize = 800;
+
+/// The service's limits that bound what one request or connection holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceLimits {
+    pub memory_limit_bytes: usize,
+    pub max_connections: usize,
+    pub max_concurrent_requests: usize,
+    pub max_body_bytes: usize,
+    pub max_reply_endpoints: usize,
+}
+
+/// What follows from the budget for the weight book.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BookBudget {
+    pub max_bytes: usize,
+    pub max_reporters: usize,
+    pub max_clusters: usize,
+    pub max_observations: usize,
+}
+
+impl ServiceLimits {
+    /// What connections and requests may hold at most, and the rest for the book: `limit -
+    /// BASELINE - connections x CONNECTION_BYTES - requests x (BODY_COPIES x body + reply)`. Err:
+    /// one line saying what does not fit.
+    pub fn book_budget(&self) -> Result<BookBudget, String> {
+        let per_request = BODY_COPIES * self.max_body_bytes + self.max_reply_endpoints * REPLY_BYTES_PER_ENDPOINT;
+        let reserved = BASELINE_BYTES
+            .saturating_add(self.max_connections.saturating_mul(CONNECTION_BYTES))
+            .saturating_add(self.max_concurrent_requests.saturating_mul(per_request));
+        let max_bytes = self.memory_limit_bytes.saturating_sub(reserved);
+        if max_bytes < 8 << 20 {
+            return Err(format!(
+                "memory_limit_mib: {} MiB leaves less than 8 MiB for the weights once {} MiB are set aside for {} \
+                 connections and {} requests of up to {} bytes",
+                self.memory_limit_bytes >> 20,
+                reserved >> 20,
+                self.max_connections,
+                self.max_concurrent_requests,
+                self.max_body_bytes
+            ));
+        }
+        Ok(BookBudget {
+            max_bytes,
+            max_reporters: max_bytes / LEAST_REPORTER_BYTES,
+            max_clusters: max_bytes / LEAST_CLUSTER_BYTES,
+            max_observations: max_bytes / LEAST_OBSERVATION_BYTES,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(memory_limit_mib: usize) -> ServiceLimits {
+        ServiceLimits {
+            memory_limit_bytes: memory_limit_mib << 20,
+            max_connections: 512,
+            max_concurrent_requests: 16,
+            max_body_bytes: 512 * 1024,
+            max_reply_endpoints: 2_048,
+        }
+    }
+
+    #[test]
+    fn the_book_gets_what_connections_and_requests_leave() {
+        let b = limits(192).book_budget().unwrap();
+        let reserved = BASELINE_BYTES + 512 * CONNECTION_BYTES + 16 * (3 * 512 * 1024 + 2_048 * 256);
+        assert_eq!(b.max_bytes, (192 << 20) - reserved);
+        assert_eq!(b.max_observations, b.max_bytes / 800);
+        let err = limits(40).book_budget().unwrap_err();
+        assert!(err.starts_with("memory_limit_mib: 40 MiB leaves less than 8 MiB") && !err.contains('\n'), "{err}");
+    }
+}

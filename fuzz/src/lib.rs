@@ -1,0 +1,226 @@
+//! The fuzz targets' bodies. Each takes arbitrary bytes, runs one parser the way the product runs
+//! it, hands what parses to the code that consumes it, and checks what must hold (a panic, an
+//! overflow or a failed check is a finding). libFuzzer drives them (fuzz/libfuzzer, `make fuzz`),
+//! and `cargo test` replays the corpus kept in fuzz/corpus (tests/corpus.rs), no nightly needed.
+
+use tailweight_core::orca::{self, OrcaLoad};
+use tailweight_core::slot::{Slot, StoredView};
+use tailweight_core::snapshot::{self, Part};
+use tailweight_core::weights::{WeightBook, WeightParams};
+use tailweight_core::wire::{self, ClusterView, Limits, Report};
+use tailweight_core::{Balancer, FilterConfig, RequestOutcome, ResponseClass, Settings};
+
+/// A target's body.
+pub type Target = fn(&[u8]);
+
+/// Every target by name (the name is its corpus directory and its libFuzzer binary).
+pub const TARGETS: [(&str, Target); 7] = [
+    ("report", report),
+    ("reply", reply),
+    ("filter_config", filter_config),
+    ("orca_text", orca_text),
+    ("orca_bin", orca_bin),
+    ("shared_data", shared_data),
+    ("scenario", scenario),
+];
+
+/// An error a user sees is one line.
+fn one_line(error: impl std::fmt::Display) {
+    let line = error.to_string();
+    assert!(!line.contains('\n') && !line.is_empty(), "not one line: {line:?}");
+}
+
+/// The aggregator's path: parse and validate a report; what passes round-trips, merges into a
+/// weight book (twice, from two principals, with recomputes), and the reply the book renders is
+/// one the filter accepts, equal to the typed reply, with finite weights, those that count of mean 1.
+pub fn report(data: &[u8]) {
+    let limits = Limits::default();
+    let report = match wire::parse_report(data, &limits) {
+        Ok(r) => r,
+        Err(e) => return one_line(e),
+    };
+    // A parsed report round-trips (serde_json's float parsing may land one unit in the last place
+    // off: the CPU values are compared with a margin).
+    let mut again = wire::parse_report(&serde_json::to_vec(&report).expect("a report serialises"), &limits)
+        .expect("a parsed report parses again");
+    for (a, b) in
+        again.clusters.iter_mut().flat_map(|c| &mut c.endpoints).zip(report.clusters.iter().flat_map(|c| &c.endpoints))
+    {
+        if let (Some(x), Some(y)) = (a.cpu, b.cpu) {
+            assert!((x - y).abs() <= 1e-12 * y.abs().max(1.0), "{x} vs {y}");
+            a.cpu = b.cpu;
+        }
+    }
+    assert_eq!(again, report, "a parsed report round-trips");
+    let mut book = WeightBook::new(WeightParams::default());
+    let names = || report.clusters.iter().map(|c| c.name.as_str());
+    for (principal, now) in [("a", 1_000_000), ("b", 1_500_000), ("a", 2_500_000)] {
+        if let Err(e) = book.ingest_as(&report, principal, now) {
+            return one_line(e);
+        }
+        book.recompute(now);
+    }
+    let now = 2_500_000;
+    let mut rendered = Vec::new();
+    book.reply_plan("a", &report.reporter, names(), now, usize::MAX).render(&mut rendered);
+    let reply = wire::parse_reply(&rendered, &limits).expect("the filter accepts the aggregator's reply");
+    let typed = book.reply_as("a", &report.reporter, names(), now);
+    assert_eq!(
+        rendered,
+        serde_json::to_vec(&typed).expect("a reply serialises"),
+        "the rendered reply is the typed one"
+    );
+    assert_eq!(reply.clusters.len(), book.decisions_of(names()).len());
+    for cluster in book.decisions_of(names()) {
+        let weights: Vec<f64> = cluster.endpoints.iter().filter(|e| e.counted).map(|e| e.weight).collect();
+        assert!(cluster.endpoints.iter().all(|e| e.weight.is_finite() && e.weight >= 0.0));
+        if !weights.is_empty() {
+            let mean = weights.iter().sum::<f64>() / weights.len() as f64;
+            assert!((mean - 1.0).abs() < 1e-6, "weights {weights:?}");
+        }
+    }
+}
+
+/// A balancer that knows `views`' clusters and endpoints (as the filter does once it has served
+/// requests), so that views apply.
+fn balancer_knowing<'a>(views: impl Iterator<Item = &'a ClusterView>, now: u64) -> Balancer {
+    let mut b = Balancer::new(Settings::from(&FilterConfig::default()), 7);
+    for view in views {
+        b.pick(&view.name, now);
+        for e in view.endpoints.iter().take(64) {
+            let outcome = outcome(Some(&e.address), ResponseClass::Success, None);
+            b.complete(&view.name, None, &outcome, now);
+        }
+    }
+    b
+}
+
+fn outcome(served: Option<&str>, class: ResponseClass, load: Option<OrcaLoad>) -> RequestOutcome<'_> {
+    RequestOutcome { served, attempts: 1, latency_us: 5_000, class, load }
+}
+
+/// Steer a few requests of each cluster and complete them.
+fn exercise(b: &mut Balancer, clusters: &[String], now: u64) {
+    for name in clusters {
+        for k in 0..4u64 {
+            if let tailweight_core::Pick::Steer { header, first_len, epoch } = b.pick(name, now + k) {
+                let chosen = header[..first_len].to_string();
+                b.release(name, &chosen, epoch);
+                b.complete(name, Some(&chosen), &outcome(Some(&chosen), ResponseClass::Success, None), now + k);
+            }
+        }
+    }
+    b.tick(now + 10_000_000);
+}
+
+/// The filter's path for an aggregator reply: parse and validate, then apply each view and pick.
+pub fn reply(data: &[u8]) {
+    let reply = match wire::parse_reply(data, &Limits::default()) {
+        Ok(r) => r,
+        Err(e) => return one_line(e),
+    };
+    let now = 1_000_000;
+    let mut b = balancer_knowing(reply.clusters.iter(), now);
+    for view in &reply.clusters {
+        b.apply_view(view, now, u64::from(reply.ttl_ms) * 1_000);
+    }
+    let names: Vec<String> = reply.clusters.iter().map(|c| c.name.clone()).collect();
+    exercise(&mut b, &names, now);
+}
+
+/// The plugin configuration: parse, build the balancer it configures, pick.
+pub fn filter_config(data: &[u8]) {
+    let config = match FilterConfig::parse(data) {
+        Ok(c) => c,
+        Err(e) => return one_line(e),
+    };
+    let mut b = Balancer::new(Settings::from(&config), 1);
+    let cluster = config.clusters.first().cloned().unwrap_or_else(|| "c".to_string());
+    b.complete(&cluster, None, &outcome(Some("10.0.0.1:80"), ResponseClass::Success, None), 1_000);
+    exercise(&mut b, &[cluster], 2_000);
+}
+
+/// An ORCA load from a parsed header value, used as the filter uses it: a completion's load.
+fn use_load(load: OrcaLoad) {
+    for v in [load.cpu_utilization, load.application_utilization, load.rps_fractional, load.eps].into_iter().flatten() {
+        assert!(v.is_finite() && v >= 0.0, "{load:?}");
+    }
+    let mut b = Balancer::new(Settings::from(&FilterConfig::default()), 3);
+    b.complete("c", None, &outcome(Some("10.0.0.1:80"), ResponseClass::Success, Some(load)), 1_000);
+    exercise(&mut b, &["c".to_string()], 2_000);
+}
+
+/// The `endpoint-load-metrics` header (TEXT or JSON).
+pub fn orca_text(data: &[u8]) {
+    match orca::parse(&String::from_utf8_lossy(data)) {
+        Ok(load) => use_load(load),
+        Err(e) => one_line(e),
+    }
+}
+
+/// The `endpoint-load-metrics-bin` trailer (base64 protobuf).
+pub fn orca_bin(data: &[u8]) {
+    match orca::parse_bin(&String::from_utf8_lossy(data)) {
+        Ok(load) => use_load(load),
+        Err(e) => one_line(e),
+    }
+}
+
+/// The filter's shared data: the same bytes read as a sibling's slot (folded into a balancer and
+/// merged into a report, as worker.rs does with every sibling's) and as a stored view (applied).
+/// What decodes encodes back to the same bytes' meaning.
+pub fn shared_data(data: &[u8]) {
+    let now = 5_000_000;
+    match Slot::decode(data) {
+        Ok(slot) => {
+            assert_eq!(Slot::decode(&slot.encode()).as_ref(), Ok(&slot), "a slot survives a round trip");
+            fold_slot(&slot, now);
+        }
+        Err(e) => one_line(e),
+    }
+    match StoredView::decode(data) {
+        Ok(stored) => {
+            assert_eq!(StoredView::decode(&stored.encode()).as_ref(), Ok(&stored), "a view survives a round trip");
+            let mut b = balancer_knowing(std::iter::once(&stored.view), now);
+            b.apply_view(&stored.view, stored.received_us, u64::from(stored.ttl_ms) * 1_000);
+            exercise(&mut b, std::slice::from_ref(&stored.view.name), now);
+        }
+        Err(e) => one_line(e),
+    }
+}
+
+fn fold_slot(slot: &Slot, now: u64) {
+    let views: Vec<ClusterView> =
+        slot.clusters.iter().map(|c| ClusterView { name: c.name.clone(), endpoints: vec![] }).collect();
+    let mut b = balancer_knowing(views.iter(), now);
+    // Four live workers that wrote the same, and one that is gone.
+    let gone = Slot { written_us: slot.written_us / 2, clusters: slot.clusters.clone() };
+    let mut parts = vec![Part { written_us: slot.written_us, live: true, clusters: &slot.clusters }; 4];
+    parts.push(Part { written_us: gone.written_us, live: false, clusters: &gone.clusters });
+    b.apply_siblings(&parts, now);
+    // Workers' snapshots that would each be a valid report merge into a valid report.
+    let as_report = |clusters| Report {
+        version: wire::VERSION,
+        reporter: "r".into(),
+        incarnation: 1,
+        interval_ms: 1_000,
+        clusters,
+    };
+    if as_report(slot.clusters.clone()).validate(&Limits::default()).is_ok() {
+        let merged = as_report(snapshot::merge(&parts, now));
+        if let Err(e) = merged.validate(&Limits::default()) {
+            panic!("valid snapshots merged into an invalid report: {e}");
+        }
+    }
+    let names: Vec<String> = views.into_iter().map(|v| v.name).collect();
+    exercise(&mut b, &names, now);
+}
+
+/// The simulator's scenario file (YAML).
+pub fn scenario(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    match tailweight_sim::scenario::Scenario::parse(text) {
+        Ok(s) => assert!(s.backend_count() > 0),
+        Err(e) => one_line(e),
+    }
+}
