@@ -48,6 +48,11 @@ class ReportTap:
         self._thread.start()
         return self
 
+    def forward_to(self, upstream_port: int) -> None:
+        """Send what comes next to an aggregator on another port (one restarted on port 0), as a
+        Service address stays the same while the pod behind it is replaced."""
+        self.upstream_port = upstream_port
+
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()

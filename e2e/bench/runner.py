@@ -42,6 +42,7 @@ class Options:
     label: str = ""  # shown in the progress line, e.g. "2/6"
     retries: bool = True  # Istio's default route retry policy in the client Envoys
     run_name: str | None = None  # names the result entry and the log sub-directory (default: the policy)
+    envoy_concurrency: tuple[int, ...] = (1,)  # worker threads of client i: entry i % len (Istio's default is 2)
 
 
 class Progress:
@@ -289,7 +290,8 @@ class PolicyRun:
             self.tap = ReportTap(self.aggregator.port).start()
 
     def start_client_envoys(self, group: ProcGroup) -> None:
-        """One Envoy per client (--concurrency 1) running the policy, endpoints from the EDS file."""
+        """One Envoy per client (--concurrency from opts.envoy_concurrency, 1 by default) running the
+        policy, endpoints from the EDS file."""
         steering = self.policy.startswith("tailweight")
         for i in range(self.scenario.clients.count):
             config = render_client_envoy(
@@ -299,7 +301,8 @@ class PolicyRun:
                 if steering else None,
                 aggregator_port=self.tap.port if self.tap else None, eds_path=self.endpoints.path,
                 node_id=f"client-{i}", retries=self.opts.retries, protocol=self.scenario.protocol)
-            e = envoy_mod.start(group, f"envoy-{i}", config, log_level="warn")
+            concurrency = self.opts.envoy_concurrency[i % len(self.opts.envoy_concurrency)]
+            e = envoy_mod.start(group, f"envoy-{i}", config, concurrency=concurrency, log_level="warn")
             self.clients.append(ClientEnvoy(i, e))
             self.cpu.track(f"envoy-{i}", e.proc.pid)
         self.result["envoy_admin"] = [c.envoy.admin for c in self.clients]
