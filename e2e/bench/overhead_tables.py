@@ -240,15 +240,18 @@ def _startup_table(r: dict, s: dict) -> list[str]:
         "`_initialize`); before wasm: first log line to \"Base Wasm created\"; after compile: to the main "
         "dispatch loop.",
         "",
-        "| concurrency | variant | wall ms | wall over empty, ms | CPU ms | CPU over empty, ms | before wasm ms "
-        "| compile ms | after compile ms |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| concurrency | variant | module bytes | wall ms | wall over empty, ms | CPU ms | CPU over empty, ms "
+        "| before wasm ms | compile ms | after compile ms |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    sizes = {v: x["bytes"] for v, x in r["header"]["variants"].items()}
     for c, rows in s["startup"].items():
         for v, x in rows.items():
-            lines.append(f"| {c.removeprefix('c')} | {v} | {_f(x['wall_ms'], 0)} | {_ci(x.get('wall_vs_empty'), 0)} "
-                         f"| {_f(x['cpu_ms'], 0)} | {_ci(x.get('cpu_vs_empty'), 0)} | {_f(x['to_wasm_ms'], 0)} "
-                         f"| {_f(x['compile_ms'], 0)} | {_f(x['after_compile_ms'], 0)} |")
+            size = "–" if sizes.get(v) is None else f"{sizes[v]:,}"
+            cells = [c.removeprefix("c"), v, size, _f(x["wall_ms"], 0), _ci(x.get("wall_vs_empty"), 0),
+                     _f(x["cpu_ms"], 0), _ci(x.get("cpu_vs_empty"), 0), _f(x["to_wasm_ms"], 0),
+                     _f(x["compile_ms"], 0), _f(x["after_compile_ms"], 0)]
+            lines.append("| " + " | ".join(cells) + " |")
     cov = next((x["wall_vs_empty"]["coverage"] for rows in s["startup"].values() for x in rows.values()
                 if x.get("wall_vs_empty") and x["wall_vs_empty"].get("coverage") is not None), None)
     if cov:
