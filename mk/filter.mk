@@ -7,9 +7,12 @@ empty-wasm: deps
 	@mkdir -p $(BUILD)
 	$(WASM_OPT) target/wasm32-wasip1/wasm-release/tailweight_empty_filter.wasm -o $(EMPTY_WASM)
 
-# Envoy CPU per request and latency: no wasm vs empty wasm vs tailweight (bench/results/overhead.*).
+# What the filter costs a fleet: start-up, memory (idle and at 64 clusters x 1,000 endpoints), CPU per
+# request (HTTP/1.1 and gRPC, concurrency 1 and 2) and light load, no wasm vs the empty V8 filter vs
+# tailweight (bench/results/overhead.*, 30-40 min). ARGS: --quick (a two-minute smoke run into
+# build/bench-overhead-quick), --variant NAME=path.wasm, --flat-minutes N, --rounds N... (see --help).
 bench-overhead: build empty-wasm
-	PYTHONPATH=e2e nice $(PY) -m bench.overhead --out bench/results
+	PYTHONPATH=e2e nice $(PY) -m bench.overhead $(ARGS)
 
 # examples/standalone: Envoy + tailweight in front of three local backends, 20 s of load.
 standalone: wasm native

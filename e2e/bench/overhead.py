@@ -1,196 +1,471 @@
-"""`make bench-overhead`: what the filter costs inside Envoy, by the method Azure uses for the Istio
-add-on: Fortio at 1,000 qps, 16 connections, 1 KB payload, 30 s, through Envoy (a) with no wasm
-filter, (b) with an empty wasm filter, (c) with tailweight — one run, same backends, same cluster
-(override_host with least_request fallback) so only the filter differs.
+"""`make bench-overhead`: what the filter costs a fleet of sidecars, variant against variant:
+no wasm filter (no_wasm), an empty V8 filter (empty_wasm: what running any wasm filter costs),
+tailweight, and any `--variant NAME=path.wasm` (e.g. an experimental build). Every variant gets the
+same Envoy bootstrap (bench.overhead_configs) but for the HTTP filter.
 
-Envoy CPU per request = (utime + stime of the Envoy process over the run) / requests, from /proc.
-Envoy runs pinned to one core and Fortio plus the backends to the other, when there are two.
-The variants run interleaved for `--rounds` rounds and each figure is the median over the rounds,
-so a burst of noise on this shared machine skews one sample, not a variant. The costs one variant
-adds over another are medians of per-round differences: the variants of a round ran back to back,
-under the same load from the rest of the machine.
-Also: seconds from starting Envoy to /ready, with and without the filter (median of several starts).
+1. Start-up: wall time from starting Envoy to /ready and Envoy's CPU time until then (utime +
+   stime: robust on a shared machine, where V8 compiles on several threads), at --concurrency 1
+   and 2, a listener and one cluster, local-only; the variants' starts interleaved; phases (module
+   compile) from Envoy's own log at wasm:debug.
+2. Memory at --concurrency 2: RSS 1 s and 10 s after /ready; and after a few minutes of load
+   spread over 64 clusters x 1,000 endpoints with the aggregator on (a synthetic reporter,
+   bench.overhead_reporter, makes the aggregator's views list every endpoint, so the filter learns
+   them; its `endpoints_tracked` gauge says how many it reached). `--flat-minutes N`: RSS every 30 s
+   for N minutes under light load.
+3. Envoy CPU per request at 1,000 qps, HTTP/1.1 (16 connections, 1 KB) and gRPC (Fortio ping, 2
+   connections x 8 streams, to HTTP/2 backends), at --concurrency 1 and 2: one Envoy per variant
+   and concurrency, all started first; then rounds in which each variant is loaded in turn, back to
+   back (the order rotating). Added CPU = the median of the per-round differences, with a
+   distribution-free confidence interval (bench.overhead_measure.median_interval). Latency
+   percentiles from the rounds' merged histograms.
+4. Light load at --concurrency 2, the aggregator configured: Envoy CPU per second idle and at 1,
+   10, 100 and 1,000 rps, every variant loaded at the same time (paired in time), CPU from the
+   threads' schedstat (ns).
 
-    python -m bench.overhead --out bench/results [--seconds 30] [--qps 1000] [--rounds 3]
-        [--variant NAME=path/to/filter.wasm ...]   (extra variants, e.g. experimental builds)
+Envoys run pinned to core 1, load generators and backends to core 0 (when there are two cores);
+CPU is read from /proc, so what the rest of the machine does costs a variant time, not CPU. Start-ups
+are not pinned (V8 compiles on several threads). The tables: bench.overhead_tables.
+
+    python -m bench.overhead [--out bench/results] [--quick] [--rounds N] [--seconds S] [--starts N]
+        [--fleet-seconds S] [--flat-minutes N] [--only SECTION ...] [--logs DIR]
+        [--variant NAME=path/to/filter.wasm ...]
     python -m bench.overhead --rerender --out bench/results   (the tables again from overhead.json)
 """
 import argparse
+import dataclasses
 import json
 import os
-import statistics
+import platform
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
-import yaml
+import requests
 
 from bench import emulator as emu
 from bench import fortio
+from bench import overhead_configs as configs
+from bench import overhead_measure as measure
+from bench import overhead_tables as tables
 from bench.cpu import cpu_seconds
-from tailweight_e2e import envoy, envoy_configs, paths
-from tailweight_e2e.procs import ProcGroup
+from tailweight_e2e import aggregator, envoy, paths
+from tailweight_e2e.procs import Proc, ProcGroup, wait_for
 
 EMPTY_WASM = paths.REPO / "build" / "empty_filter.wasm"
+RESULTS = paths.REPO / "bench" / "results"
+QUICK_RESULTS = paths.REPO / "build" / "bench-overhead-quick"  # a smoke run never replaces the results
 VARIANTS = {"no_wasm": None, "empty_wasm": EMPTY_WASM, "tailweight": paths.WASM}
+TRACKED = "wasmcustom.tailweight.endpoints_tracked"
+ENVOY_CORE, LOAD_CORE = 1, 0
+STARTUP_LOG = ["--component-log-level", "wasm:debug"]
+# Started once per section; the minimal config's cluster names this endpoint, never contacted.
+UNUSED_BACKEND = "127.0.0.1:9"
 
 
-def envoy_yaml(wasm, backends) -> str:
-    cfg = yaml.safe_load(envoy_configs.render_client_envoy(backends, "tailweight_local", wasm_path=wasm or paths.WASM))
-    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
-    if wasm is None:
-        hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != "envoy.filters.http.wasm"]
-    return yaml.safe_dump(cfg)
+@dataclass(frozen=True)
+class Settings:
+    starts: int  # per variant and concurrency
+    memory_starts: int  # idle RSS: Envoys started per variant
+    idle_late_s: float  # the second idle RSS sample, seconds after /ready
+    fleet_clusters: int
+    fleet_endpoints: int
+    fleet_qps: float
+    fleet_connections: int
+    fleet_seconds: float
+    fleet_idle_timeout_s: float
+    rounds: int
+    seconds: float  # per variant, round and configuration
+    warmup_s: float
+    qps: float
+    connections: int
+    payload: int
+    grpc_connections: int
+    grpc_streams: int
+    light_rates: tuple[float, ...]
+    light_seconds: float
+    flat_minutes: float
+    flat_rps: float
+    concurrencies: tuple[int, ...] = (1, 2)
 
 
-def pin_prefix(core: int) -> list:
-    """taskset to `core` when there are two cores or more (else nothing)."""
-    return ["taskset", "-c", str(core)] if os.cpu_count() and os.cpu_count() > 1 else []
+FULL = Settings(starts=7, memory_starts=3, idle_late_s=10, fleet_clusters=64, fleet_endpoints=1000,
+                fleet_qps=3000, fleet_connections=96, fleet_seconds=150, fleet_idle_timeout_s=1.0,
+                rounds=10, seconds=6, warmup_s=5, qps=1000, connections=16, payload=1024,
+                grpc_connections=2, grpc_streams=8, light_rates=(0, 1, 10, 100, 1000), light_seconds=30,
+                flat_minutes=0, flat_rps=10)
+QUICK = dataclasses.replace(FULL, starts=1, memory_starts=1, fleet_clusters=4, fleet_endpoints=50,
+                            fleet_qps=200, fleet_connections=8, fleet_seconds=6, rounds=2, seconds=1,
+                            warmup_s=0.5, light_seconds=2)
 
 
-def pinned(core: int, argv) -> list:
-    return [*pin_prefix(core), *map(str, argv)]
+def log(text: str) -> None:
+    print(f"[overhead {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
-def start_envoy(group, wasm, backends, name):
-    """Envoy pinned to core 1; returns it and the seconds from start to /ready (polled every 5 ms)."""
+def rotated(variants: dict, by: int) -> list[str]:
+    """The variant names starting at the by-th: each round a different variant goes first."""
+    names = list(variants)
+    k = by % len(names)
+    return names[k:] + names[:k]
+
+
+def fortio_run(group: ProcGroup, name: str, target: str, qps: float, connections: int, seconds: float,
+               out: Path, payload: int = 0, grpc_streams: int = 0) -> Proc:
+    """Fortio pinned to the load core; gRPC ping load (`grpc_streams` streams per connection) when
+    `grpc_streams` > 0, else HTTP/1.1 (to `target`, a URL)."""
+    argv = fortio.load_argv(target, qps, connections, seconds, out, payload_bytes=payload)
+    if grpc_streams:
+        argv[2:2] = ["-grpc", "-ping", "-s", str(grpc_streams)]  # after `fortio load`
+    return group.start(name, [*measure.pin_prefix(LOAD_CORE), *argv])
+
+
+def finish(proc: Proc, seconds: float, out: Path) -> dict:
+    proc.popen.wait(seconds + 120)
+    return fortio.read(out)
+
+
+def counts(result: dict) -> tuple[int, int]:
+    """(calls, failed calls) of an HTTP or a gRPC ping run (gRPC's good answers count as "OK")."""
+    total, _ = fortio.counts(result)
+    codes = result.get("RetCodes") or {}
+    ok = int(codes.get("200", 0)) + int(codes.get("OK", 0)) + int(codes.get("SERVING", 0))
+    return total, total - ok
+
+
+# ---- 1. start-up ---------------------------------------------------------------------------------
+
+
+def start_once(group: ProcGroup, name: str, wasm: Path | None, concurrency: int) -> dict:
+    cfg = configs.render(configs.client(wasm, [UNUSED_BACKEND]))
     started = time.monotonic()
-    e = envoy.start(group, name, envoy_yaml(wasm, backends), command_prefix=pin_prefix(1), poll_s=0.005)
-    return e, time.monotonic() - started
-
-
-def measure(group, wasm, backends, name, tmp, seconds, qps, connections, payload) -> dict:
-    """One variant, one round: warm up 5 s, then `seconds` of load; Envoy CPU per request."""
-    e, _ = start_envoy(group, wasm, backends.addresses, name)
-    url = e.url()
-    warm = group.start(f"{name}-warmup", pinned(0, fortio.load_argv(url, qps, connections, 5, tmp / "warm.json",
-                                                                    payload_bytes=payload)))
-    warm.popen.wait(120)  # V8 tiers up, connections open
-    out = tmp / f"{name}.json"
-    cpu0 = cpu_seconds(e.proc.pid)
-    load = group.start(f"{name}-load", pinned(0, fortio.load_argv(url, qps, connections, seconds, out,
-                                                                  payload_bytes=payload)))
-    load.popen.wait(seconds + 120)
-    cpu1 = cpu_seconds(e.proc.pid)
-    data = fortio.read(out)
-    total, errors = fortio.counts(data)
-    sample = {"requests": total, "errors": errors, **{f"{k}_ms": v for k, v in fortio.client_percentiles(data).items()},
-              "envoy_cpu_us_per_request": (cpu1 - cpu0) / max(total, 1) * 1e6}
-    if wasm == paths.WASM:
-        sample["filter_picks"] = e.stat("wasmcustom.tailweight.picks")
+    e = envoy.start(group, name, cfg, concurrency=concurrency, extra_args=STARTUP_LOG, poll_s=0.005)
+    wall_ms = (time.monotonic() - started) * 1e3
+    cpu_ms = (cpu_seconds(e.proc.pid) or 0.0) * 1e3
+    phases = measure.start_phases(e.log())
     e.proc.stop()
-    return sample
+    return {"wall_ms": round(wall_ms, 1), "cpu_ms": round(cpu_ms, 1),
+            **{k: (round(v, 1) if v is not None else None) for k, v in phases.items()}}
 
 
-def median_of(samples, key):
-    values = [s[key] for s in samples if s.get(key) is not None]
-    return statistics.median(values) if values else None
+def section_startup(group: ProcGroup, variants: dict, s: Settings) -> dict:
+    out = {}
+    for c in s.concurrencies:
+        samples: dict[str, list[dict]] = {v: [] for v in variants}
+        for i in range(s.starts):
+            for v in rotated(variants, i):
+                samples[v].append(start_once(group, f"start-c{c}-{v}-{i}", variants[v], c))
+            log(f"start-up c{c} {i + 1}/{s.starts}: " + ", ".join(
+                f"{v} {samples[v][-1]['wall_ms']:.0f} ms (cpu {samples[v][-1]['cpu_ms']:.0f})" for v in variants))
+        out[f"c{c}"] = samples
+    return out
 
 
-def run(out_dir: Path, seconds: float, qps: float, connections: int, payload: int, starts: int, rounds: int,
-        variants: dict) -> dict:
-    results = {"method": {"qps": qps, "connections": connections, "payload_bytes": payload, "seconds": seconds,
-                          "rounds": rounds, "envoy": "1.40.0, --concurrency 1, pinned to core 1"}, "variants": {}}
-    with tempfile.TemporaryDirectory() as tmp, ProcGroup(Path(tmp) / "logs") as group:
-        tmp = Path(tmp)
-        backends = emu.start(group, [emu.BackendSettings(workers=64, base_ms=0.2, payload_bytes=payload)] * 3)
-        ready = {v: [] for v in variants}
+# ---- 2. memory -------------------------------------------------------------------------------------
+
+
+def section_idle_memory(group: ProcGroup, variants: dict, s: Settings) -> dict:
+    """Each repetition starts every variant (Envoys side by side do not change each other's RSS),
+    reading each one's RSS 1 s and `idle_late_s` after its /ready."""
+    samples: dict[str, list[dict]] = {v: [] for v in variants}
+    cfg = {v: configs.render(configs.client(w, [UNUSED_BACKEND])) for v, w in variants.items()}
+    for rep in range(s.memory_starts):
+        running = []
+        for v in rotated(variants, rep):
+            e = envoy.start(group, f"idle-{v}-{rep}", cfg[v], concurrency=2)
+            ready = time.monotonic()
+            measure.wait_until(ready + 1.0)
+            running.append((v, e, ready, measure.rss_bytes(e.proc.pid)))
+        for v, e, ready, rss_1s in running:
+            measure.wait_until(ready + s.idle_late_s)
+            samples[v].append({"rss_1s_mib": rss_1s / measure.MIB,
+                               "rss_late_mib": measure.rss_bytes(e.proc.pid) / measure.MIB})
+            e.proc.stop()
+        log(f"idle memory {rep + 1}/{s.memory_starts}: " + ", ".join(
+            f"{v} {samples[v][-1]['rss_late_mib']:.1f} MiB" for v in variants))
+    return samples
+
+
+def views_list_all(url: str, cluster: str, endpoints: int) -> bool:
+    body = requests.get(f"{url}/v1/weights", params={"cluster": cluster}, timeout=5).json()
+    return any(len(c.get("endpoints", [])) >= endpoints for c in body.get("clusters", []))
+
+
+def upstream_connections(stats: dict[str, int]) -> int:
+    return sum(v for k, v in stats.items() if k.startswith("cluster.fleet_") and k.endswith(".upstream_cx_active"))
+
+
+def section_fleet_memory(group: ProcGroup, variants: dict, s: Settings, tmp: Path) -> dict:
+    """RSS after `fleet_seconds` of load over fleet_clusters x fleet_endpoints, each variant in
+    turn, the aggregator and the synthetic reporter running throughout."""
+    backends = emu.start(group, [emu.BackendSettings(workers=4, base_ms=0.5)] * s.fleet_endpoints,
+                         name="fleet-emulator")
+    agg = aggregator.start(group, "fleet-aggregator", args=["--worker-threads", "1"])
+    names = configs.fleet_cluster_names(s.fleet_clusters)
+    addresses_file = tmp / "fleet-addresses.txt"
+    addresses_file.write_text("\n".join(backends.addresses) + "\n")
+    budget_s = len(variants) * (s.fleet_seconds + 300) + 120  # the reporter stops by itself after this
+    reporter = group.start("fleet-reporter", [
+        sys.executable, "-m", "bench.overhead_reporter", "--url", agg.url, "--clusters", ",".join(names),
+        "--addresses-file", addresses_file, "--seconds", budget_s], env={"PYTHONPATH": str(paths.REPO / "e2e")})
+    for p in (backends.proc, agg.proc, reporter):
+        measure.pin(p.pid, LOAD_CORE)
+    wait_for(lambda: views_list_all(agg.url, names[-1], s.fleet_endpoints), 60, "the aggregator's views", reporter)
+    out = {}
+    for v, wasm in variants.items():
+        cfg = configs.render(configs.fleet(wasm, backends.addresses, s.fleet_clusters, agg.port,
+                                           s.fleet_idle_timeout_s))
+        started = time.monotonic()
+        e = envoy.start(group, f"fleet-{v}", cfg, concurrency=2, ready_timeout_s=300,
+                        command_prefix=measure.pin_prefix(ENVOY_CORE))
+        ready_s = time.monotonic() - started
+        rss_ready = measure.rss_bytes(e.proc.pid)
+        result_path = tmp / f"fleet-{v}.json"
+        load = fortio_run(group, f"fleet-load-{v}", e.url(), s.fleet_qps, s.fleet_connections, s.fleet_seconds,
+                          result_path)
+        series = []
+        t0 = time.monotonic()
+        while load.alive():
+            stats = e.stats("wasmcustom.")
+            series.append([round(time.monotonic() - t0), stats.get(TRACKED),
+                           round(measure.rss_bytes(e.proc.pid) / measure.MIB, 1)])
+            try:
+                load.popen.wait(min(10.0, s.fleet_seconds / 4))
+            except subprocess.TimeoutExpired:
+                pass
+        result = finish(load, s.fleet_seconds, result_path)
+        stats = e.stats()
+        requests_total, errors = counts(result)
+        out[v] = {"ready_s": round(ready_s, 2), "rss_ready_mib": rss_ready / measure.MIB,
+                  "rss_mib": measure.rss_bytes(e.proc.pid) / measure.MIB, "endpoints_tracked": stats.get(TRACKED),
+                  "endpoints_tracked_max": max((x[1] for x in series if x[1] is not None), default=None),
+                  "upstream_cx_active": upstream_connections(stats), "requests": requests_total, "errors": errors,
+                  "series": series}
+        e.proc.stop()
+        log(f"fleet memory {v}: {out[v]['rss_mib']:.1f} MiB, tracked {out[v]['endpoints_tracked']}, "
+            f"{requests_total} requests ({errors} errors)")
+    reporter.stop()
+    return out
+
+
+# ---- 3. CPU per request ----------------------------------------------------------------------------
+
+
+def section_cpu(group: ProcGroup, variants: dict, s: Settings, tmp: Path) -> tuple[dict, dict]:
+    """Per (protocol, concurrency): each variant's samples, one per round. Returns the samples
+    (JSON) and the Fortio results per configuration and variant (for merged percentiles)."""
+    http = emu.start(group, [emu.BackendSettings(workers=64, base_ms=0.2, payload_bytes=s.payload)] * 3,
+                     name="cpu-http-emulator")
+    grpc = emu.start(group, [emu.BackendSettings(workers=64, base_ms=0.2, protocol="grpc")] * 3,
+                     name="cpu-grpc-emulator")
+    for b in (http, grpc):
+        measure.pin(b.proc.pid, LOAD_CORE)
+    envoys = {}
+    for c in s.concurrencies:
         for v, wasm in variants.items():
-            for i in range(starts):
-                e, took = start_envoy(group, wasm, backends.addresses, f"{v}-start{i}")
-                ready[v].append(took)
-                e.proc.stop()
-        samples = {v: [] for v in variants}
-        for r in range(rounds):
-            for v, wasm in variants.items():
-                samples[v].append(measure(group, wasm, backends, f"{v}-r{r}", tmp, seconds, qps, connections, payload))
-                print(f"[overhead] round {r + 1}/{rounds} {v}: "
-                      f"{samples[v][-1]['envoy_cpu_us_per_request']:.1f} us/request", flush=True)
+            cfg = configs.render(configs.with_grpc(configs.client(wasm, http.addresses), grpc.addresses))
+            envoys[c, v] = envoy.start(group, f"cpu-c{c}-{v}", cfg, concurrency=c,
+                                       command_prefix=measure.pin_prefix(ENVOY_CORE))
+    setups = [(proto, c) for c in s.concurrencies for proto in ("http", "grpc")]
+
+    def target(proto: str, e: envoy.Envoy) -> str:
+        return e.url() if proto == "http" else f"127.0.0.1:{e.port(configs.GRPC_LISTENER)}"
+
+    def run(proto: str, c: int, v: str, name: str, seconds: float) -> tuple[dict, float, float]:
+        """One Fortio run against variant `v`: its result, Envoy's CPU seconds over it from the
+        threads' schedstat (ns), and from utime + stime (10 ms ticks; a cross-check)."""
+        e = envoys[c, v]
+        path = tmp / f"{name}.json"
+        grpc_load = proto == "grpc"
+        ns0, ticks0 = measure.thread_cpu_ns(e.proc.pid), cpu_seconds(e.proc.pid)
+        load = fortio_run(group, name, target(proto, e), s.qps, s.grpc_connections if grpc_load else s.connections,
+                          seconds, path, payload=0 if grpc_load else s.payload,
+                          grpc_streams=s.grpc_streams if grpc_load else 0)
+        result = finish(load, seconds, path)
+        ns1, ticks1 = measure.thread_cpu_ns(e.proc.pid), cpu_seconds(e.proc.pid)
+        return result, (ns1 - ns0) / 1e9, ticks1 - ticks0
+
+    for proto, c in setups:  # warm-up: V8 tiers up, connections open
         for v in variants:
-            results["variants"][v] = {
-                "requests": sum(s["requests"] for s in samples[v]),
-                "errors": sum(s["errors"] for s in samples[v]),
-                **{k: median_of(samples[v], k) for k in ("p50_ms", "p90_ms", "p99_ms", "envoy_cpu_us_per_request")},
-                "envoy_cpu_us_per_request_all": [round(s["envoy_cpu_us_per_request"], 1) for s in samples[v]],
-                "start_to_ready_s": statistics.median(ready[v]), "start_to_ready_all_s": ready[v],
-            }
-    results["wasm_bytes"] = paths.WASM.stat().st_size
+            run(proto, c, v, f"cpu-warm-{proto}-c{c}-{v}", s.warmup_s)
+    samples = {f"{proto}_c{c}": {v: [] for v in variants} for proto, c in setups}
+    results = {f"{proto}_c{c}": {v: [] for v in variants} for proto, c in setups}
+    for r in range(s.rounds):
+        for proto, c in setups:
+            key = f"{proto}_c{c}"
+            for v in rotated(variants, r):
+                result, cpu_s, ticks_s = run(proto, c, v, f"cpu-{key}-{v}-r{r}", s.seconds)
+                total, errors = counts(result)
+                pct = fortio.client_percentiles(result)
+                samples[key][v].append({"requests": total, "errors": errors,
+                                        "cpu_us_per_request": cpu_s / max(total, 1) * 1e6,
+                                        "ticks_us_per_request": ticks_s / max(total, 1) * 1e6,
+                                        "p99_ms": pct.get("p99")})
+                results[key][v].append(result)
+            log(f"cpu round {r + 1}/{s.rounds} {key}: " + ", ".join(
+                f"{v} {samples[key][v][-1]['cpu_us_per_request']:.1f} us" for v in variants))
+    for e in envoys.values():
+        e.proc.stop()
+    return samples, results
+
+
+# ---- 4. light load (and memory over time) ----------------------------------------------------------
+
+
+def connections_for(rate: float) -> int:
+    return 1 if rate <= 10 else 4 if rate <= 100 else 16
+
+
+def section_light(group: ProcGroup, variants: dict, s: Settings, tmp: Path) -> tuple[list, list | None]:
+    """Steps: idle (fresh), each rate, idle again (endpoints still tracked). Then, with
+    --flat-minutes, RSS every 30 s under `flat_rps`."""
+    backends = emu.start(group, [emu.BackendSettings(workers=16, base_ms=0.2, payload_bytes=s.payload)] * 3,
+                         name="light-emulator")
+    agg = aggregator.start(group, "light-aggregator", args=["--worker-threads", "1"])
+    for p in (backends.proc, agg.proc):
+        measure.pin(p.pid, LOAD_CORE)
+    envoys = {v: envoy.start(group, f"light-{v}", configs.render(configs.client(w, backends.addresses, agg.port)),
+                             concurrency=2, command_prefix=measure.pin_prefix(ENVOY_CORE))
+              for v, w in variants.items()}
+    steps = [("idle", 0.0)] + [(f"{r:g} rps", float(r)) for r in s.light_rates if r > 0] + [("idle after load", 0.0)]
+    out = []
+    for label, rate in steps:
+        loads = {}
+        cpu0 = {v: measure.thread_cpu_ns(e.proc.pid) for v, e in envoys.items()}
+        t0 = time.monotonic()
+        if rate > 0:
+            loads = {v: fortio_run(group, f"light-{v}-{rate:g}", e.url(), rate, connections_for(rate), s.light_seconds,
+                                   tmp / f"light-{v}-{rate:g}.json", payload=s.payload)
+                     for v, e in envoys.items()}
+            results = {v: finish(p, s.light_seconds, tmp / f"light-{v}-{rate:g}.json") for v, p in loads.items()}
+        else:
+            time.sleep(s.light_seconds)
+            results = {}
+        window = time.monotonic() - t0
+        cpu1 = {v: measure.thread_cpu_ns(e.proc.pid) for v, e in envoys.items()}
+        row = {"step": label, "rate": rate, "seconds": round(window, 2), "variants": {}}
+        for v in variants:
+            requests_total, errors = counts(results[v]) if v in results else (0, 0)
+            row["variants"][v] = {"cpu_ms_per_s": (cpu1[v] - cpu0[v]) / 1e6 / window,
+                                  "requests": requests_total, "errors": errors}
+        out.append(row)
+        log(f"light load {label}: " + ", ".join(f"{v} {row['variants'][v]['cpu_ms_per_s']:.2f} ms/s" for v in variants))
+    flat = None
+    if s.flat_minutes > 0:
+        flat = flat_memory(group, envoys, s, tmp)
+    for e in envoys.values():
+        e.proc.stop()
+    return out, flat
+
+
+def flat_memory(group: ProcGroup, envoys: dict, s: Settings, tmp: Path) -> list:
+    """[seconds, {variant: RSS MiB}] every 30 s for flat_minutes under flat_rps per Envoy."""
+    seconds = s.flat_minutes * 60
+    loads = [fortio_run(group, f"flat-{v}", e.url(), s.flat_rps, 1, seconds, tmp / f"flat-{v}.json")
+             for v, e in envoys.items()]
+    t0 = time.monotonic()
+    samples = []
+    for i in range(int(seconds // 30) + 1):
+        measure.wait_until(t0 + 30 * i)
+        samples.append([30 * i, {v: round(measure.rss_bytes(e.proc.pid) / measure.MIB, 2) for v, e in envoys.items()}])
+        log(f"flat memory {30 * i} s: " + ", ".join(f"{v} {m:.1f} MiB" for v, m in samples[-1][1].items()))
+    for p, v in zip(loads, envoys, strict=True):
+        finish(p, seconds, tmp / f"flat-{v}.json")
+    return samples
+
+
+# ---- the run -------------------------------------------------------------------------------------
+
+
+def machine() -> dict:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                  if line.startswith("MemTotal:"))
+    version = subprocess.run([str(paths.envoy()), "--version"], capture_output=True, text=True, timeout=30).stdout
+    commit = subprocess.run(["git", "-C", str(paths.REPO), "describe", "--always", "--dirty"],
+                            capture_output=True, text=True, timeout=30).stdout.strip()
+    return {"cpu": model, "cores": os.cpu_count(), "memory_gib": round(mem_kb / 1024 / 1024, 1),
+            "kernel": platform.release(), "envoy": version.strip().rpartition("version: ")[2] or version.strip(),
+            "commit": commit}
+
+
+def run(out_dir: Path, variants: dict, s: Settings, quick: bool, sections: Callable[[str], bool],
+        logs: Path | None = None) -> dict:
+    load = measure.LoadSampler()
+    started = time.monotonic()
+    header = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(), "quick": quick,
+              "settings": dataclasses.asdict(s),
+              "variants": {v: {"path": str(w) if w else None, "bytes": w.stat().st_size if w else None}
+                           for v, w in variants.items()}}
+    results: dict = {"header": header}
+    with tempfile.TemporaryDirectory(prefix="tw-overhead-") as tmp, ProcGroup(logs or Path(tmp) / "logs") as group:
+        tmp = Path(tmp)
+        if sections("startup"):
+            results["startup"] = section_startup(group, variants, s)
+        if sections("memory"):
+            results["memory"] = {"idle": section_idle_memory(group, variants, s),
+                                 "fleet": section_fleet_memory(group, variants, s, tmp)}
+        if sections("cpu"):
+            results["cpu"], fortio_results = section_cpu(group, variants, s, tmp)
+            results["cpu_latency"] = {key: {v: fortio.summarise(rs) for v, rs in by_v.items()}
+                                      for key, by_v in fortio_results.items()}
+        if sections("light"):
+            results["light"], results["flat"] = section_light(group, variants, s, tmp)
+    header["minutes"] = round((time.monotonic() - started) / 60, 1)
+    header["load_average"] = load.stop()
     return write(out_dir, results)
 
 
-def paired_difference(variants: dict, a: str, b: str) -> dict:
-    """Envoy CPU per request of `a` minus `b`, round by round, and the median of those."""
-    per_round = [x - y for x, y in zip(variants[a]["envoy_cpu_us_per_request_all"],
-                                       variants[b]["envoy_cpu_us_per_request_all"], strict=True)]
-    return {"median_us": statistics.median(per_round), "per_round_us": [round(d, 1) for d in per_round]}
-
-
 def write(out_dir: Path, results: dict) -> dict:
-    v = results["variants"]
-    results["tailweight_minus_no_wasm"] = paired_difference(v, "tailweight", "no_wasm")
-    results["empty_minus_no_wasm"] = paired_difference(v, "empty_wasm", "no_wasm")
-    results["tailweight_minus_empty"] = paired_difference(v, "tailweight", "empty_wasm")
+    results["summary"] = tables.summarise(results)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "overhead.json").write_text(json.dumps(results, indent=2) + "\n")
-    (out_dir / "overhead.md").write_text(markdown(results))
+    (out_dir / "overhead.json").write_text(json.dumps(results, indent=1) + "\n")
+    (out_dir / "overhead.md").write_text(tables.markdown(results))
     return results
 
 
-def markdown(r: dict) -> str:
-    m = r["method"]
-    lines = [
-        "# Filter overhead",
-        "",
-        f"Fortio {m['qps']:g} qps, {m['connections']} connections, {m['payload_bytes']} B payload, "
-        f"{m['seconds']:g} s per variant and round, {m['rounds']} interleaved rounds (medians shown); "
-        f"Envoy {m['envoy']}. Same backends and cluster for all.",
-        "",
-        "| variant | requests | errors | p50 ms | p90 ms | p99 ms | Envoy CPU us/request | start to ready s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for name, v in r["variants"].items():
-        lines.append(f"| {name} | {v['requests']} | {v['errors']} | {v['p50_ms']:.2f} | {v['p90_ms']:.2f} | "
-                     f"{v['p99_ms']:.2f} | {v['envoy_cpu_us_per_request']:.1f} | {v['start_to_ready_s']:.3f} |")
-    def diff(key: str) -> str:
-        d = r[key]
-        return f"{d['median_us']:+.1f} us (rounds: {', '.join(f'{x:+.1f}' for x in d['per_round_us'])})"
-
-    lines += [
-        "",
-        "Added Envoy CPU per request, median of the per-round differences:",
-        "",
-        f"- tailweight over no filter: **{diff('tailweight_minus_no_wasm')}** (target <= 45 us);",
-        f"- the empty V8 filter over no filter: {diff('empty_minus_no_wasm')};",
-        f"- tailweight's own logic over the empty filter: {diff('tailweight_minus_empty')}.",
-        f"- tailweight_filter.wasm: {r['wasm_bytes']} bytes.",
-        "",
-    ]
-    return "\n".join(lines)
+SECTIONS = ("startup", "memory", "cpu", "light")
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=paths.REPO / "bench" / "results")
-    ap.add_argument("--seconds", type=float, default=30)
-    ap.add_argument("--qps", type=float, default=1000)
-    ap.add_argument("--connections", type=int, default=16)
-    ap.add_argument("--payload", type=int, default=1024)
-    ap.add_argument("--starts", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", type=Path, help=f"default: {RESULTS} ({QUICK_RESULTS} with --quick)")
+    ap.add_argument("--quick", action="store_true", help="a short smoke run (a couple of minutes)")
+    ap.add_argument("--logs", type=Path, help="keep every process's log and config here (default: a temporary "
+                                             "directory, removed at the end)")
+    ap.add_argument("--rounds", type=int, help="CPU-per-request rounds")
+    ap.add_argument("--seconds", type=float, help="load per variant, round and configuration")
+    ap.add_argument("--starts", type=int, help="starts per variant and concurrency")
+    ap.add_argument("--fleet-seconds", type=float, help="load in the 64 x 1,000 memory test, per variant")
+    ap.add_argument("--flat-minutes", type=float, help="RSS every 30 s for this long under light load")
+    ap.add_argument("--only", choices=SECTIONS, action="append", help="run only these sections")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=WASM",
                     help="an extra variant: a name and a proxy-wasm module")
     ap.add_argument("--rerender", action="store_true", help="rewrite the tables from --out's overhead.json")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    a.out = a.out or (QUICK_RESULTS if a.quick else RESULTS)
     if a.rerender:
-        print(markdown(write(a.out, json.loads((a.out / "overhead.json").read_text()))))
+        print(tables.markdown(write(a.out, json.loads((a.out / "overhead.json").read_text()))))
         return
+    s = QUICK if a.quick else FULL
+    overrides = {"rounds": a.rounds, "seconds": a.seconds, "starts": a.starts, "fleet_seconds": a.fleet_seconds,
+                 "flat_minutes": a.flat_minutes}
+    s = dataclasses.replace(s, **{k: v for k, v in overrides.items() if v is not None})
     variants = dict(VARIANTS)
     for spec in a.variant:
         name, _, wasm = spec.partition("=")
-        if not name or not Path(wasm).is_file():
-            ap.error(f"--variant {spec!r}: expected NAME=path/to/existing.wasm")
-        variants[name] = Path(wasm)
-    print(markdown(run(a.out, a.seconds, a.qps, a.connections, a.payload, a.starts, a.rounds, variants)))
+        if not name or name in variants or not Path(wasm).is_file():
+            ap.error(f"--variant {spec!r}: expected NAME=path/to/existing.wasm with a new NAME")
+        variants[name] = Path(wasm).resolve()
+    missing = [str(w) for w in variants.values() if w is not None and not w.is_file()]
+    if missing:
+        ap.error(f"missing modules: {', '.join(missing)} (make build empty-wasm)")
+    print(tables.markdown(run(a.out, variants, s, a.quick, lambda name: not a.only or name in a.only, a.logs)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,124 @@
+"""`make bench-overhead` (bench.overhead): its statistics, its Envoy configs (validated by the real
+Envoy), its synthetic reporter against the real aggregator, and a --quick run end to end (it
+completes and writes every section with numbers; no timing is asserted)."""
+import json
+import math
+
+import pytest
+import requests
+
+from bench import overhead, overhead_configs, overhead_reporter
+from bench.overhead_measure import median_interval, paired, start_phases
+from tailweight_e2e import aggregator, envoy, paths
+from tailweight_e2e.procs import ProcGroup, wait_for
+
+
+@pytest.fixture
+def group(tmp_path):
+    with ProcGroup(tmp_path / "logs") as g:
+        yield g
+
+
+def test_median_interval_takes_the_widest_order_statistics_reaching_the_confidence():
+    # n = 10: k = 2 covers 1 - 2 (1 + 10) / 1024 = 97.9%; k = 3 would cover 89.1% < 90%.
+    d = median_interval([7, 1, 9, 3, 5, 2, 8, 4, 10, 6])
+    assert (d["median"], d["low"], d["high"]) == (5.5, 2, 9)
+    assert d["coverage"] == pytest.approx(1 - 2 * 11 / 1024, abs=1e-3)
+    # Too few samples for 90%: min..max, and the coverage says how little that is.
+    few = median_interval([3.0, 1.0, 2.0])
+    assert (few["low"], few["high"], few["coverage"]) == (1.0, 3.0, 0.75)
+    assert median_interval([])["median"] is None
+
+
+def test_paired_differences_cancel_what_a_busy_round_adds_to_both():
+    # Round 2 ran on a busy machine: both variants cost more, their difference did not change.
+    d = paired([250.0, 400.0, 252.0], [210.0, 350.0, 205.0])
+    assert d["all"] == [40.0, 50.0, 47.0] and d["median"] == 47.0
+
+
+def test_start_phases_come_from_envoys_own_log_lines():
+    log = "\n".join([
+        "[2026-11-24 22:22:31.281][1][info][main] [source/server/server.cc:463] initializing epoch 0 (base id=0)",
+        "[2026-11-24 22:22:31.294][1][debug][wasm] [source/extensions/common/wasm/wasm.cc:83] Base Wasm created 1 now",
+        "[2026-11-24 22:22:32.178][1][debug][wasm] [wasm.cc:101] Thread-Local Wasm created 2 now active",
+        "[2026-11-24 22:22:32.180][1][debug][wasm] [wasm.cc:101] Thread-Local Wasm created 3 now active",
+        "[2026-11-24 22:22:32.237][1][info][main] [source/server/server.cc:1098] starting main dispatch loop",
+    ])
+    p = start_phases(log)
+    assert p["to_wasm_ms"] == pytest.approx(13) and p["compile_ms"] == pytest.approx(884)
+    assert p["after_compile_ms"] == pytest.approx(59) and p["init_to_dispatch_ms"] == pytest.approx(956)
+    assert start_phases(log.splitlines()[0] + "\n" + log.splitlines()[-1])["compile_ms"] is None  # no wasm
+
+
+def test_configs_differ_only_in_the_filter_and_envoy_accepts_them(tmp_path):
+    http, grpc = ["127.0.0.1:18001", "127.0.0.1:18002"], ["127.0.0.1:18003"]
+    with_filter = overhead_configs.with_grpc(overhead_configs.client(paths.WASM, http), grpc)
+    without = overhead_configs.with_grpc(overhead_configs.client(None, http), grpc)
+    assert envoy.validate(overhead_configs.render(with_filter), tmp_path) is None
+    assert envoy.validate(overhead_configs.render(without), tmp_path) is None
+    names = [f["name"] for listener in with_filter["static_resources"]["listeners"]
+             for f in listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]]
+    assert names.count(overhead_configs.WASM_FILTER) == 2  # both listeners
+    for listener in without["static_resources"]["listeners"]:
+        hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+        assert [f["name"] for f in hcm["http_filters"]] == ["envoy.filters.http.router"]
+    fleet = overhead_configs.fleet(paths.WASM, http, 3, 18009, idle_timeout_s=1)
+    assert envoy.validate(overhead_configs.render(fleet), tmp_path) is None
+    clusters = {c["name"]: c for c in fleet["static_resources"]["clusters"]}
+    assert set(clusters) == {"fleet_00", "fleet_01", "fleet_02", "tailweight_aggregator"}
+    assert all(len(clusters[n]["load_assignment"]["endpoints"][0]["lb_endpoints"]) == 2
+               for n in overhead_configs.fleet_cluster_names(3))
+
+
+def test_synthetic_reports_make_the_aggregator_list_every_endpoint(group):
+    agg = aggregator.start(group)
+    addresses = [f"127.0.0.1:{20000 + i}" for i in range(300)]
+    for tick in range(2):
+        body = overhead_reporter.report_body("synthetic", 1, 1000, "fleet_00", addresses, tick)
+        assert json.loads(body)["clusters"][0]["endpoints"][5]["requests"] == 10 * (tick + 1)
+        r = requests.post(agg.url + overhead_reporter.REPORT_PATH, data=body, timeout=5)
+        assert r.status_code == 200, r.text
+    # The benchmark waits on this very check before its first fleet Envoy starts.
+    wait_for(lambda: overhead.views_list_all(agg.url, "fleet_00", len(addresses)), 15, "the view", agg.proc)
+
+
+def numbers(*xs) -> bool:
+    return all(isinstance(x, int | float) and math.isfinite(x) for x in xs)
+
+
+@pytest.mark.timeout(420)
+def test_quick_run_writes_every_section_with_numbers(tmp_path):
+    out = tmp_path / "out"
+    overhead.main(["--quick", "--out", str(out), "--logs", str(tmp_path / "logs")])
+    r = json.loads((out / "overhead.json").read_text())
+    variants = set(overhead.VARIANTS)
+    assert set(r["header"]["variants"]) == variants and numbers(r["header"]["load_average"]["median"])
+
+    s = r["summary"]
+    for c in ("c1", "c2"):
+        rows = s["startup"][c]
+        assert set(rows) == variants
+        assert all(numbers(x["wall_ms"], x["cpu_ms"]) and x["wall_ms"] > 0 for x in rows.values())
+        assert all(numbers(rows[v]["compile_ms"]) for v in ("empty_wasm", "tailweight"))
+        assert numbers(rows["tailweight"]["wall_vs_empty"]["median"])
+    for v, x in s["memory"].items():
+        assert numbers(x["rss_1s_mib"], x["rss_late_mib"], x["fleet_rss_mib"]), (v, x)
+    fleet = r["memory"]["fleet"]
+    assert fleet["tailweight"]["endpoints_tracked"] > 0 and fleet["no_wasm"]["endpoints_tracked"] is None
+    assert all(fleet[v]["requests"] > 0 for v in variants)
+    assert set(s["cpu"]) == {"http_c1", "grpc_c1", "http_c2", "grpc_c2"}
+    for setup, rows in s["cpu"].items():
+        for v, x in rows.items():
+            assert x["requests"] > 0 and numbers(x["cpu_us"]["median"], x["p50_ms"], x["p99_ms"]), (setup, v, x)
+        assert numbers(rows["tailweight"]["vs_no_wasm"]["median"], rows["tailweight"]["p99_vs_empty"])
+    assert [row["step"] for row in s["light"]] == ["idle", "1 rps", "10 rps", "100 rps", "1000 rps",
+                                                   "idle after load"]
+    assert all(numbers(cell["cpu_ms_per_s"]) for row in s["light"] for cell in row["variants"].values())
+    assert numbers(s["light_per_request"]["tailweight"]["ratio"])
+    assert {t["target"] for t in s["targets"]} == set(overhead.tables.TARGETS)
+    assert all(numbers(t["value"]) for t in s["targets"])
+
+    md = (out / "overhead.md").read_text()
+    for heading in ("## 1. Start-up", "## 2. Memory", "## 3. CPU per request", "## 4. Light load", "## Targets"):
+        assert heading in md
+    assert "None" not in md and "nan" not in md
