@@ -3,8 +3,8 @@
 Usage: python report_recorder.py LISTEN_IP UPSTREAM_PORT RECORD_FILE READY_FILE
 Listens on LISTEN_IP, a port of the kernel's choosing, reported in READY_FILE ({"port": P}).
 Forwards every request to 127.0.0.1:UPSTREAM_PORT unchanged and appends one JSON line per POST to
-RECORD_FILE: the Host (:authority) and x-tailweight-shard headers, the report's reporter and
-cluster names, and the upstream status. This is the plaintext hop inside the pod (sidecar -> app),
+RECORD_FILE: the Host (:authority), x-tailweight-shard and x-forwarded-client-cert headers, the
+report's reporter and cluster names, and the upstream status. This is the plaintext hop inside the pod (sidecar -> app),
 so the test sees what the mesh delivered without touching the mTLS leg.
 """
 import http.client
@@ -58,6 +58,7 @@ class Relay(http.server.BaseHTTPRequestHandler):
             reporter, clusters = None, []
         line = json.dumps({"path": self.path, "host": self.headers.get("host"),
                            "shard": self.headers.get("x-tailweight-shard"),
+                           "xfcc": self.headers.get("x-forwarded-client-cert"),
                            "reporter": reporter, "clusters": clusters, "status": status})
         with lock, open(record_file, "a") as f:
             f.write(line + "\n")

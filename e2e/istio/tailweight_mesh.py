@@ -214,7 +214,9 @@ def start_replica(cp: ControlPlane, index: int) -> Replica:
     """Aggregator replica `index` at .131+index: app + relay + WorkloadEntry + sidecar (pilot-agent)."""
     ip = cp.ip(FIRST_REPLICA_HOST + index)
     name = f"tailweight-aggregator-{index}"
-    app = aggregator.start(cp.procs, f"{name}-app", binary=AGGREGATOR)
+    # As the Deployment runs it: a report's principal is the caller's SPIFFE ID from the XFCC
+    # element the replica's own sidecar appended.
+    app = aggregator.start(cp.procs, f"{name}-app", args=["--identity=xfcc"], binary=AGGREGATOR)
     records = cp.dir / f"{name}-reports.jsonl"
     relay_ready = cp.procs.ready_file(f"{name}-relay")
     relay = cp.procs.start(f"{name}-relay", [sys.executable, str(HERE / "report_recorder.py"),

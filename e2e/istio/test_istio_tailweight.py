@@ -283,6 +283,10 @@ def test_reports_reach_aggregator_and_weights_come_back(mesh):
     assert records, owner.records()[-5:]
     assert {x["reporter"] for x in records} == {"client.shop"}, records[-3:]
     assert all(x["shard"] == backend and x["status"] == 200 and x["path"] == "/v1/report" for x in records)
+    # Accepted with --identity=xfcc: the replica's sidecar verified the client's certificate and
+    # appended its SPIFFE ID (the last element, the one the aggregator reads).
+    principals = {x["xfcc"].rpartition(",")[2].partition("URI=")[2].partition(";")[0] for x in records}
+    assert len(principals) == 1 and principals.pop().startswith("spiffe://cluster.local/ns/shop/sa/"), records[-3:]
     # The replies came back and were applied (reports go out for clusters with traffic, each
     # report interval).
     def answered():
