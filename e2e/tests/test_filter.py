@@ -100,7 +100,11 @@ def test_chosen_endpoint_serves_every_steered_request(group, tmp_path):
     assert client.stat("picks_not_honoured") == 0
     assert client.stat("picks") + client.stat("explorations") + client.stat("fallbacks") == 300
     # Local-only mode too: the gauge counts what the balancer tracks (set every sync tick).
-    wait_for(lambda: client.stat("endpoints_tracked") == 3, 10, "endpoints_tracked == 3")
+    def tracked_all():
+        tracked = client.stat("endpoints_tracked")
+        assert tracked == 3, f"endpoints_tracked is {tracked}"
+        return True
+    wait_for(tracked_all, 10, "endpoints_tracked == 3")
 
 
 # (b) a 5x slower backend receives a clearly smaller share, yet still some traffic.

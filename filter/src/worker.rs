@@ -107,9 +107,14 @@ impl Worker {
             self.balancer.apply_siblings(&parts, now_us);
         }
         // Gauges are process-wide. Every VM knows the same endpoints and views after folding its
-        // siblings in, so one VM (slot 0) sets those, each when it changes; pauses are each worker's
-        // own, so each VM adds the change of its count (the gauge is the sum over workers).
-        if slot == 0 {
+        // siblings in, so one VM sets those, each when it changes: the live VM of the lowest slot
+        // (a VM that claimed a slot and went away, e.g. one Envoy made while loading the
+        // configuration, hands over once its heartbeat is stale). Pauses are each worker's own, so
+        // each VM adds the change of its count (the gauge is the sum over workers).
+        let sets_gauges = self.siblings.iter().all(|s| !s.live || s.number > slot);
+        if !sets_gauges {
+            self.gauges = [u64::MAX; 2];
+        } else {
             let age_ms = if self.newest_view_us > 0 { now_us.saturating_sub(self.newest_view_us) / 1_000 } else { 0 };
             let gauges = [self.balancer.endpoints_tracked() as u64, age_ms];
             let metrics = [self.metrics.endpoints_tracked, self.metrics.weights_age_ms];
