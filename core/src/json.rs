@@ -614,8 +614,9 @@ impl<'a> Fields<'a> {
             None => Ok(()),
             // The known fields in the order they were read (sorting them is code the filter carries).
             Some(unknown) => {
-                // The name is the user's: escaped (the error stays one line) and cut short.
-                let shown: String = unknown.chars().take(64).collect::<String>().escape_debug().to_string();
+                // The name is the user's: escaped (the error stays one line; escape_default, not
+                // escape_debug, whose Unicode tables the module would carry) and cut short.
+                let shown: String = unknown.chars().take(64).flat_map(char::escape_default).collect();
                 Err(self.error(&shown, format!("unknown field (known: {})", self.read.join(", "))))
             }
         }

@@ -326,6 +326,44 @@ def test_authorization_policy_admits_only_opted_in_namespaces(mesh):
     assert metrics.status_code == 200 and "tailweight_reports_accepted_total" in metrics.text
 
 
+def test_invented_reporter_ids_of_one_pod_are_one_principal(mesh):
+    """Over real mTLS, a pod that reports under many made-up reporter ids is still one voice: the
+    aggregator's principal is the SPIFFE ID its sidecar verified, not the body's `reporter`."""
+    client = mesh.client
+    mesh.traffic(rounds=2)
+    # A cluster of its own, so that what is said there moves no other test's weights.
+    cluster = "outbound|8080||made-up.shop.svc.cluster.local"
+
+    def gauges() -> dict[str, float]:
+        totals = {"tailweight_principals": 0.0, "tailweight_reporters_live": 0.0}
+        for replica in mesh.live:
+            text = http_get(f"http://{tm.LOCALHOST}:{replica.app_port}/metrics", timeout=5).text
+            for key, _, value in (line.partition(" ") for line in text.splitlines()):
+                if key in totals:
+                    totals[key] += float(value)
+        return totals
+    # The client's own filter reports made its service account a principal already.
+    before = wait_for(lambda: (g := gauges())["tailweight_principals"] >= 1 and g, 30, "the client's reports")
+    headers = {"Host": tm.AGG_HOST, "content-type": "application/json", tm.SHARD_HEADER: cluster}
+    liars = [f"liar-{i}" for i in range(5)]
+    for reporter in liars:
+        body = {"version": 1, "reporter": reporter, "incarnation": 1, "interval_ms": 1000, "clusters": [
+            {"name": cluster, "endpoints": [
+                {"address": "10.9.9.9:8080", "requests": 1000, "errors": 1000, "latency_sum_us": 0,
+                 "inflight": 0, "latency_ewma_us": 0, "latency_age_ms": 0}]}]}
+        with requests.Session() as session:
+            session.trust_env = False
+            r = session.post(f"http://{client.ip}:{tm.PORT}/v1/report", data=json.dumps(body), headers=headers,
+                             timeout=10)
+        assert r.status_code == 200, (r.status_code, r.text)
+    after = gauges()
+    # Five more reporters, no more principals: each replica that took a lie already knew the
+    # client's principal (its reports reach every replica that owns one of its clusters), or took
+    # all five lies under that one new principal.
+    assert after["tailweight_reporters_live"] >= before["tailweight_reporters_live"] + len(liars), (before, after)
+    assert after["tailweight_principals"] <= before["tailweight_principals"] + 1, (before, after)
+
+
 def _post(url: str, headers: dict[str, str]) -> requests.Response:
     with requests.Session() as s:
         s.trust_env = False

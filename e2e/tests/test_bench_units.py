@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench import analysis, fortio, operator, overhead, runner
+from bench import analysis, fortio, operator, runner
 from bench.membership import EndpointSet
 from bench.scenario import ScenarioError, load, parse
 from tailweight_e2e import envoy, paths
@@ -517,11 +517,3 @@ def test_eds_file_is_written_atomically_with_integer_weights(tmp_path):
     assert list(tmp_path.iterdir()) == [path]
     with pytest.raises(ValueError, match="must be >= 1"):
         render_eds({"127.0.0.1:1": 0})
-
-
-def test_overhead_differences_pair_the_variants_of_each_round():
-    # Round 2 ran on a busy machine: both variants cost more, their difference did not change.
-    variants = {"tailweight": {"envoy_cpu_us_per_request_all": [250.0, 400.0, 252.0]},
-                "no_wasm": {"envoy_cpu_us_per_request_all": [210.0, 350.0, 205.0]}}
-    d = overhead.paired_difference(variants, "tailweight", "no_wasm")
-    assert d == {"median_us": 47.0, "per_round_us": [40.0, 50.0, 47.0]}
