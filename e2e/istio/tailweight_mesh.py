@@ -49,6 +49,8 @@ AGG_LABELS = {"app.kubernetes.io/name": "tailweight-aggregator", "app": "tailwei
 REPLICA_LABEL = "tailweight.test/replica"
 OVERRIDE_HEADER = "x-gateway-destination-endpoint"
 SHARD_HEADER = "x-tailweight-shard"
+# Reporter names of the reports tests invent (not a filter's).
+INVENTED_REPORTER = "invented-"
 # Host numbers in the control plane's /24 (test_istio_smoke uses .10-.22 of the same one).
 CLIENT_HOST, INTRUDER_HOST, FIRST_REPLICA_HOST = 110, 111, 131
 BACKENDS = {"backend-a": 121, "backend-b": 122, "backend-c": 123}  # name -> host number
@@ -204,10 +206,12 @@ class Replica:
         return {c["name"] for c in self.weights()["clusters"]}
 
     def records(self) -> list[dict]:
-        """What the mesh delivered to this replica: one dict per POST (see report_recorder.py)."""
+        """What the mesh delivered to this replica from the filters: one dict per POST (see
+        report_recorder.py); reports a test made up itself (reporter INVENTED_REPORTER*) are left out."""
         if not self.records_path.exists():
             return []
-        return [json.loads(line) for line in self.records_path.read_text().splitlines() if line]
+        records = (json.loads(line) for line in self.records_path.read_text().splitlines() if line)
+        return [r for r in records if not str(r.get("reporter")).startswith(INVENTED_REPORTER)]
 
 
 def start_replica(cp: ControlPlane, index: int) -> Replica:

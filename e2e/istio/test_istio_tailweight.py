@@ -345,7 +345,7 @@ def test_invented_reporter_ids_of_one_pod_are_one_principal(mesh):
     # The client's own filter reports made its service account a principal already.
     before = wait_for(lambda: (g := gauges())["tailweight_principals"] >= 1 and g, 30, "the client's reports")
     headers = {"Host": tm.AGG_HOST, "content-type": "application/json", tm.SHARD_HEADER: cluster}
-    liars = [f"liar-{i}" for i in range(5)]
+    liars = [f"{tm.INVENTED_REPORTER}{i}" for i in range(5)]
     for reporter in liars:
         body = {"version": 1, "reporter": reporter, "incarnation": 1, "interval_ms": 1000, "clusters": [
             {"name": cluster, "endpoints": [
@@ -362,6 +362,9 @@ def test_invented_reporter_ids_of_one_pod_are_one_principal(mesh):
     # all five lies under that one new principal.
     assert after["tailweight_reporters_live"] >= before["tailweight_reporters_live"] + len(liars), (before, after)
     assert after["tailweight_principals"] <= before["tailweight_principals"] + 1, (before, after)
+    # What they said goes when they stop saying it (and leaves the later tests' ownership alone).
+    wait_for(lambda: all(cluster not in r.clusters() for r in mesh.live), 90, f"{cluster} to expire",
+             interval_s=1.0)
 
 
 def _post(url: str, headers: dict[str, str]) -> requests.Response:
