@@ -142,7 +142,7 @@ fn number_field(f: &mut Fields, key: &'static str) -> Result<f64, FieldError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{self, ClusterReport, EndpointReport};
+    use crate::wire::{self, samples, ClusterReport, EndpointReport};
 
     fn report() -> Report {
         Report {
@@ -154,18 +154,7 @@ mod tests {
                 ClusterReport {
                     name: "outbound|8080||svc.ns.svc.cluster.local".into(),
                     endpoints: vec![
-                        EndpointReport {
-                            address: "10.0.0.1:8080".into(),
-                            requests: 10,
-                            errors: 1,
-                            latency_sum_us: 9_000,
-                            inflight: 2,
-                            latency_ewma_us: 1_000,
-                            latency_age_ms: 5,
-                            cpu: Some(0.625),
-                            cpu_age_ms: Some(100),
-                            seen_age_ms: Some(7),
-                        },
+                        samples::endpoint_report("10.0.0.1:8080"),
                         EndpointReport { address: "[::1]:80".into(), ..Default::default() },
                     ],
                 },
@@ -187,25 +176,7 @@ mod tests {
     }
 
     fn reply() -> Reply {
-        Reply {
-            version: wire::VERSION,
-            ttl_ms: 3000,
-            clusters: vec![ClusterView {
-                name: "c".into(),
-                endpoints: vec![
-                    EndpointView {
-                        address: "10.0.0.1:80".into(),
-                        weight: 1.4203,
-                        inflight: 17.5,
-                        peer_inflight: 14.0,
-                        latency_us: 11_950,
-                        cpu: Some(0.62),
-                        ejected: false,
-                    },
-                    EndpointView { address: "10.0.0.2:80".into(), weight: 0.05, ejected: true, ..Default::default() },
-                ],
-            }],
-        }
+        Reply { version: wire::VERSION, ttl_ms: 3000, clusters: vec![samples::cluster_view("c")] }
     }
 
     #[test]

@@ -305,25 +305,7 @@ mod tests {
     }
 
     fn view() -> StoredView {
-        StoredView {
-            received_us: 99,
-            ttl_ms: 3_000,
-            view: ClusterView {
-                name: "c".into(),
-                endpoints: vec![
-                    EndpointView {
-                        address: "10.0.0.1:80".into(),
-                        weight: 1.42,
-                        inflight: 17.0,
-                        peer_inflight: 14.0,
-                        latency_us: 11_950,
-                        cpu: Some(0.62),
-                        ejected: false,
-                    },
-                    EndpointView { address: "10.0.0.2:80".into(), weight: 0.05, ejected: true, ..Default::default() },
-                ],
-            },
-        }
+        StoredView { received_us: 99, ttl_ms: 3_000, view: crate::wire::samples::cluster_view("c") }
     }
 
     #[test]

@@ -379,11 +379,13 @@ fn clip(s: &str) -> &str {
     }
 }
 
+/// Records with every field set, for the tests of the modules that read and write them.
 #[cfg(test)]
-mod tests {
+pub(crate) mod samples {
     use super::*;
 
-    fn endpoint(address: &str) -> EndpointReport {
+    /// An endpoint report with every field set (utilisation 0.625: exact in binary and decimal).
+    pub fn endpoint_report(address: &str) -> EndpointReport {
         EndpointReport {
             address: address.into(),
             requests: 10,
@@ -392,11 +394,36 @@ mod tests {
             inflight: 2,
             latency_ewma_us: 1_000,
             latency_age_ms: 5,
-            cpu: Some(0.5),
+            cpu: Some(0.625),
             cpu_age_ms: Some(100),
-            seen_age_ms: Some(5),
+            seen_age_ms: Some(7),
         }
     }
+
+    /// A cluster view: one endpoint with every field set, one ejected with the defaults.
+    pub fn cluster_view(name: &str) -> ClusterView {
+        ClusterView {
+            name: name.into(),
+            endpoints: vec![
+                EndpointView {
+                    address: "10.0.0.1:80".into(),
+                    weight: 1.4203,
+                    inflight: 17.5,
+                    peer_inflight: 14.0,
+                    latency_us: 11_950,
+                    cpu: Some(0.62),
+                    ejected: false,
+                },
+                EndpointView { address: "10.0.0.2:80".into(), weight: 0.05, ejected: true, ..Default::default() },
+            ],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::samples::endpoint_report as endpoint;
+    use super::*;
 
     fn report() -> Report {
         Report {
