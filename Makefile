@@ -53,8 +53,9 @@ lint: lint-rust lint-python
 test-unit:
 	$(CARGO) test --locked $(NATIVE)
 
-# Real processes: Envoy, backends, aggregator, Prometheus, Fortio on 127.0.0.1.
-test-e2e: build
+# Real processes: Envoy, backends, aggregator, Prometheus, Fortio on 127.0.0.1 (the empty filter is
+# the overhead benchmark's baseline, smoke-tested here).
+test-e2e: build empty-wasm
 	$(PYTEST) -q e2e/tests
 
 clean:
