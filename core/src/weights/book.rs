@@ -594,7 +594,7 @@ impl WeightBook {
             let first_sample = endpoint.weight.is_none();
             let was_ejected = endpoint.ejection.ejected;
             endpoint.ejection.learn(&merged, first_sample, p, elapsed_us);
-            endpoint.weight = endpoint.ejection.resume(was_ejected, endpoint.weight, now_us);
+            endpoint.weight = endpoint.ejection.resume(was_ejected, endpoint.weight, p, now_us);
             endpoint.latency.learn(&merged, p, elapsed_us);
             // 3, CPU path: its rates over the window of a metrics-store CPU value.
             let metrics_cpu = endpoint.ip.is_some_and(|ip| external_cpu.contains_key(&ip));
