@@ -204,7 +204,9 @@ def section_fleet_memory(group: ProcGroup, variants: dict, s: Settings, tmp: Pat
     turn, the aggregator and the synthetic reporter running throughout."""
     backends = emu.start(group, [emu.BackendSettings(workers=4, base_ms=0.5)] * s.fleet_endpoints,
                          name="fleet-emulator")
-    agg = aggregator.start(group, "fleet-aggregator", args=["--worker-threads", "1"])
+    # One synthetic reporter stands for the whole fleet: give its identity the whole book (by
+    # default one principal may hold a quarter of it, and 64 x 1,000 endpoints need more).
+    agg = aggregator.start(group, "fleet-aggregator", args=["--worker-threads", "1", "--principal-share", "1"])
     names = configs.fleet_cluster_names(s.fleet_clusters)
     addresses_file = tmp / "fleet-addresses.txt"
     addresses_file.write_text("\n".join(backends.addresses) + "\n")
