@@ -95,6 +95,14 @@ pub fn run_policy(setup: &Setup, name: &str, filter: &FilterConfig) -> Result<Po
                 extra.insert("aggregator_reply_entries_per_reply".into(), cost.reply_entries as f64 / reports);
                 extra.insert("aggregator_reply_bytes_per_entry".into(), cost.reply_bytes_per_entry());
             }
+            // Each backend group's share of the aggregator's final weights (next to its capacity share).
+            let weights = tw.view_weights();
+            let total: f64 = weights.iter().map(|(_, w)| w).sum();
+            for (i, w) in weights {
+                if let Some(spec) = setup.endpoints.get(i as usize) {
+                    *extra.entry(format!("weight_share_group_{}", spec.group)).or_insert(0.0) += w / total.max(1e-9);
+                }
+            }
             m
         }
         "ideal" => simulate(setup, Ideal)?.0,

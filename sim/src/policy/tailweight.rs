@@ -209,6 +209,14 @@ impl Tailweight {
         self.aggregator.as_ref().map(|a| &a.cost)
     }
 
+    /// The aggregator's last weight of each endpoint it decided on (empty without one).
+    pub fn view_weights(&self) -> Vec<(u32, f64)> {
+        let Some(agg) = &self.aggregator else { return Vec::new() };
+        let decisions = agg.book.decisions(Some(CLUSTER));
+        let endpoints = decisions.iter().flat_map(|d| &d.endpoints);
+        endpoints.filter_map(|e| endpoint_of(&e.address).map(|i| (i, e.weight))).collect()
+    }
+
     fn on_tick(&mut self, client: u32, ctx: &mut Ctx) {
         let now_us = ctx.now_ns / 1_000;
         let balancer = &mut self.balancers[client as usize];
