@@ -14,9 +14,9 @@ pub struct Variant {
     /// The view's `inflight` is the endpoint's time-averaged requests in flight over the last
     /// recompute, qps x latency (Little's law), instead of the sum of the reporters' last counts.
     pub mean_inflight: bool,
-    /// The aggregator's `cpu_max_age` (ORCA votes older than this are not used), milliseconds
-    /// (None: the book's default, 60 s).
-    pub cpu_max_age_ms: Option<u64>,
+    /// The aggregator's `orca_max_age` (ORCA votes older than this are not used), milliseconds
+    /// (None: the book's default, the CPU max age of 60 s).
+    pub orca_max_age_ms: Option<u64>,
     /// The aggregator's weight smoothing time constant, milliseconds (None: the default, 2 s).
     pub smoothing_ms: Option<u64>,
 }
@@ -29,9 +29,9 @@ impl Variant {
             match item.split_once('=') {
                 None if item == "first_window" => v.first_window = true,
                 None if item == "mean_inflight" => v.mean_inflight = true,
-                Some(("cpu_max_age_ms", n)) => {
-                    v.cpu_max_age_ms = Some(n.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                        format!("variant: cpu_max_age_ms: expected a positive number of milliseconds, got {n:?}")
+                Some(("orca_max_age_ms", n)) => {
+                    v.orca_max_age_ms = Some(n.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        format!("variant: orca_max_age_ms: expected a positive number of milliseconds, got {n:?}")
                     })?)
                 }
                 Some(("smoothing_ms", n)) => {
@@ -46,7 +46,7 @@ impl Variant {
                 }
                 _ => {
                     return Err(format!(
-                        "variant: {item:?} is unknown (known: first_window, mean_inflight, cpu_max_age_ms=N, smoothing_ms=N, subset=N)"
+                        "variant: {item:?} is unknown (known: first_window, mean_inflight, orca_max_age_ms=N, smoothing_ms=N, subset=N)"
                     ))
                 }
             }
@@ -67,8 +67,8 @@ impl Variant {
         if self.mean_inflight {
             parts.push("mean_inflight".to_string());
         }
-        if let Some(ms) = self.cpu_max_age_ms {
-            parts.push(format!("cpu_max_age_ms={ms}"));
+        if let Some(ms) = self.orca_max_age_ms {
+            parts.push(format!("orca_max_age_ms={ms}"));
         }
         if let Some(ms) = self.smoothing_ms {
             parts.push(format!("smoothing_ms={ms}"));
@@ -110,14 +110,14 @@ mod tests {
 
     #[test]
     fn variants_parse_and_refuse_unknown_items_naming_them() {
-        let v = Variant::parse("mean_inflight, subset=20,first_window,cpu_max_age_ms=3000").unwrap();
+        let v = Variant::parse("mean_inflight, subset=20,first_window,orca_max_age_ms=3000").unwrap();
         assert_eq!(
             v,
             Variant {
                 subset: 20,
                 first_window: true,
                 mean_inflight: true,
-                cpu_max_age_ms: Some(3000),
+                orca_max_age_ms: Some(3000),
                 smoothing_ms: None
             }
         );

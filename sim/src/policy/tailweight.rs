@@ -163,7 +163,7 @@ impl Tailweight {
         let report_interval_ms = config.aggregator.as_ref().map_or(1_000, |a| a.report_interval_ms);
         let defaults = WeightParams::default();
         let params = WeightParams {
-            cpu_max_age_us: variant.cpu_max_age_ms.map_or(defaults.cpu_max_age_us, |ms| ms * 1_000),
+            orca_max_age_us: variant.orca_max_age_ms.map_or(defaults.orca_max_age_us, |ms| ms * 1_000),
             smoothing_us: variant.smoothing_ms.map_or(defaults.smoothing_us, |ms| ms as f64 * 1e3),
             ..defaults
         };
