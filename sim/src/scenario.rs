@@ -121,7 +121,7 @@ pub struct SimSection {
     pub cswrr_blackout_s: f64,
     #[serde(default = "default_cswrr_update_s")]
     pub cswrr_update_s: f64,
-    /// Research variant of the tailweight deployment (see `variant`), e.g. "first_window,subset=20".
+    /// Research variant of the tailweight deployment (see `variant`), e.g. "mean_inflight,subset=100".
     pub variant: Option<String>,
 }
 

@@ -8,9 +8,6 @@ use tailweight_core::rng::Rng;
 pub struct Variant {
     /// Each proxy's cluster is a deterministic subset of this many endpoints (0: all of them).
     pub subset: usize,
-    /// The aggregator counts a reporter's first report of an endpoint as a window
-    /// (`WeightParams::count_first_window`).
-    pub first_window: bool,
     /// The view's `inflight` is the endpoint's time-averaged requests in flight over the last
     /// recompute, qps x latency (Little's law), instead of the sum of the reporters' last counts.
     pub mean_inflight: bool,
@@ -22,12 +19,11 @@ pub struct Variant {
 }
 
 impl Variant {
-    /// `first_window,mean_inflight,subset=N` in any order; empty: today's deployment.
+    /// `mean_inflight,orca_max_age_ms=N,smoothing_ms=N,subset=N` in any order; empty: today's deployment.
     pub fn parse(text: &str) -> Result<Variant, String> {
         let mut v = Variant::default();
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match item.split_once('=') {
-                None if item == "first_window" => v.first_window = true,
                 None if item == "mean_inflight" => v.mean_inflight = true,
                 Some(("orca_max_age_ms", n)) => {
                     v.orca_max_age_ms = Some(n.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
@@ -40,15 +36,14 @@ impl Variant {
                     })?)
                 }
                 Some(("subset", n)) => {
-                    v.subset = n.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                        format!("variant: subset: expected a positive number of endpoints, got {n:?}")
-                    })?
+                    v.subset =
+                        n.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                            format!("variant: subset: expected a positive number of endpoints, got {n:?}")
+                        })?
                 }
-                _ => {
-                    return Err(format!(
-                        "variant: {item:?} is unknown (known: first_window, mean_inflight, orca_max_age_ms=N, smoothing_ms=N, subset=N)"
-                    ))
-                }
+                _ => return Err(format!(
+                    "variant: {item:?} is unknown (known: mean_inflight, orca_max_age_ms=N, smoothing_ms=N, subset=N)"
+                )),
             }
         }
         Ok(v)
@@ -61,9 +56,6 @@ impl Variant {
     /// The short form `parse` reads (empty for today's deployment).
     pub fn label(&self) -> String {
         let mut parts = Vec::new();
-        if self.first_window {
-            parts.push("first_window".to_string());
-        }
         if self.mean_inflight {
             parts.push("mean_inflight".to_string());
         }
@@ -110,17 +102,8 @@ mod tests {
 
     #[test]
     fn variants_parse_and_refuse_unknown_items_naming_them() {
-        let v = Variant::parse("mean_inflight, subset=20,first_window,orca_max_age_ms=3000").unwrap();
-        assert_eq!(
-            v,
-            Variant {
-                subset: 20,
-                first_window: true,
-                mean_inflight: true,
-                orca_max_age_ms: Some(3000),
-                smoothing_ms: None
-            }
-        );
+        let v = Variant::parse("mean_inflight, subset=20,orca_max_age_ms=3000").unwrap();
+        assert_eq!(v, Variant { subset: 20, mean_inflight: true, orca_max_age_ms: Some(3000), smoothing_ms: None });
         assert_eq!(Variant::parse(&v.label()).unwrap(), v);
         assert!(Variant::parse("").unwrap().is_default());
         assert!(Variant::parse("subset=0").unwrap_err().contains("subset"));

@@ -13,8 +13,8 @@
 //! expires every report interval, and counts what it costs (`AggregatorCost`).
 //!
 //! Research variants (`Variant`): with `subset=N` each proxy's Envoy cluster is its deterministic
-//! subset (the fallback draws there, the view lists only it); `first_window` sets the book's
-//! `count_first_window`; `mean_inflight` replaces each view entry's `inflight` with the decision's
+//! subset (the fallback draws there, the view lists only it); `orca_max_age_ms` and
+//! `smoothing_ms` set the book's parameters; `mean_inflight` replaces each view entry's `inflight` with the decision's
 //! qps x latency (the aggregator change the load-stamp pick wants; see sim/README.md).
 
 use super::active::Active;
