@@ -41,9 +41,11 @@ impl Variant {
                             format!("variant: subset: expected a positive number of endpoints, got {n:?}")
                         })?
                 }
-                _ => return Err(format!(
+                _ => {
+                    return Err(format!(
                     "variant: {item:?} is unknown (known: mean_inflight, orca_max_age_ms=N, smoothing_ms=N, subset=N)"
-                )),
+                ))
+                }
             }
         }
         Ok(v)
