@@ -188,6 +188,11 @@ pub struct ServiceConfig {
     /// Age after which a CPU value is not used, in milliseconds.
     #[arg(long, env = "TAILWEIGHT_CPU_MAX_AGE_MS", default_value_t = WeightParams::default().cpu_max_age_us / 1_000)]
     pub cpu_max_age_ms: u64,
+    /// Age after which a proxy's ORCA utilisation is not voted, in milliseconds (0: the CPU max
+    /// age). With many proxies each reaches an endpoint rarely: a short age keeps their votes from
+    /// pairing today's request rate with a utilisation from long ago.
+    #[arg(long, env = "TAILWEIGHT_ORCA_MAX_AGE_MS", default_value_t = WeightParams::default().orca_max_age_us / 1_000, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub orca_max_age_ms: u64,
     /// The window the query averages CPU over, in milliseconds (the `[1m]` of the default query):
     /// capacity divides it into the request rate over the same window.
     #[arg(long, env = "TAILWEIGHT_CPU_WINDOW_MS", default_value_t = WeightParams::default().cpu_window_us / 1_000, value_parser = clap::value_parser!(u64).range(1_000..=3_600_000))]
@@ -233,6 +238,7 @@ impl ServiceConfig {
             max_endpoints_per_cluster: self.max_endpoints_per_cluster,
             max_observations: self.max_observations.unwrap_or(max_observations),
             cpu_max_age_us: self.cpu_max_age_ms.saturating_mul(1_000),
+            orca_max_age_us: self.orca_max_age_ms.saturating_mul(1_000),
             cpu_window_us: self.cpu_window_ms.saturating_mul(1_000),
             ..WeightParams::default()
         };
@@ -347,5 +353,13 @@ mod tests {
         c.memory_limit_mib = 32;
         let err = c.weight_params().unwrap_err();
         assert!(err.starts_with("memory_limit_mib: 32 MiB") && !err.contains('\n'), "{err}");
+    }
+
+    #[test]
+    fn orca_max_age_reaches_the_weight_book_and_is_range_checked() {
+        let c = ServiceConfig::try_parse_from(["tailweight-aggregator", "--orca-max-age-ms", "3000"]).unwrap();
+        assert_eq!(c.weight_params().unwrap().orca_max_age_us, 3_000_000);
+        let e = ServiceConfig::try_parse_from(["tailweight-aggregator", "--orca-max-age-ms", "4000000"]).unwrap_err();
+        assert!(e.to_string().contains("--orca-max-age-ms"), "{e}");
     }
 }

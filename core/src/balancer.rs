@@ -28,6 +28,7 @@ use crate::health::HealthChange;
 use crate::outcome::RequestOutcome;
 use crate::rng::Rng;
 use crate::snapshot::Part;
+use crate::stamp::LoadStamp;
 use crate::wire::{ClusterReport, ClusterView};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -168,12 +169,19 @@ impl Balancer {
         }
         let first = if rng.chance(p.explore_ratio.max(cluster.novelty() / 2.0)) {
             // A trial of an endpoint the view suggests, else Envoy's own choice (see `cluster`).
+            // With load stamps the trial, too, yields to an endpoint freshly known to be less loaded.
             match cluster.sample_suggestion(rng, now_us) {
+                Some(at) if p.load_stamp_max_age_us > 0 => stamped_choice(cluster, Candidate::Suggested(at), now_us, p),
                 Some(at) => Candidate::Suggested(at),
                 None => return Pick::Explore,
             }
         } else if let Some(probe) = cluster.take_due_probe(now_us, p) {
             Candidate::Known(probe)
+        } else if p.load_stamp_max_age_us > 0 {
+            let Some(a) = cluster.sample_candidate(rng, now_us, true) else {
+                return Pick::NoCandidate;
+            };
+            stamped_choice(cluster, a, now_us, p)
         } else {
             let Some(a) = cluster.sample_candidate(rng, now_us, true) else {
                 return Pick::NoCandidate;
@@ -213,7 +221,11 @@ impl Balancer {
             header.push_str(&cluster.endpoints()[*slot].address);
         }
         if let Candidate::Known(slot) = first {
-            cluster.endpoint_mut(slot).local.inflight.add(epoch);
+            let endpoint = cluster.endpoint_mut(slot);
+            endpoint.local.inflight.add(epoch);
+            if let Some(stamp) = endpoint.stamp.as_mut() {
+                stamp.sent();
+            }
         }
         self.revision += 1;
         Pick::Steer { header, first_len, epoch }
@@ -226,6 +238,17 @@ impl Balancer {
         if let Some(e) = self.clusters.get_mut(cluster_name).and_then(|c| c.get_mut(chosen)) {
             e.local.inflight.release(epoch, current);
             self.revision += 1;
+        }
+    }
+
+    /// The response from `served` carried a load stamp (see `stamp`), received at `now_us`: the
+    /// endpoint's latest, among this worker's freshest (only for an endpoint known here).
+    pub fn note_stamp(&mut self, cluster_name: &str, served: &str, stamp: LoadStamp, now_us: u64) {
+        let pool = self.settings.pick.load_stamp_pool;
+        if let Some(cluster) = self.clusters.get_mut(cluster_name) {
+            if let Some(slot) = cluster.slot_of(served) {
+                cluster.note_stamp(slot, stamp, now_us, pool);
+            }
         }
     }
 
@@ -394,6 +417,37 @@ fn cluster_entry<'a>(
         clusters.insert(name.to_string(), Cluster::new(now_us, settings.pick.default_latency_us));
     }
     clusters.get_mut(name)
+}
+
+/// Step 4 with load stamps: the weighted draw `drawn` against the endpoints of this worker's
+/// freshest stamps that may be drawn at all (sampling weight > 0), the lowest
+/// `Endpoint::stamped_score` wins (the draw on ties). A suggestion scores as a known endpoint
+/// without a stamp would: by its view in-flight and weight.
+fn stamped_choice(cluster: &Cluster, drawn: Candidate, now_us: u64, p: &PickParams) -> Candidate {
+    let fresh = cluster.view_fresh(now_us);
+    let prior = cluster.prior_latency_us();
+    let score = |c: Candidate| match c {
+        Candidate::Known(slot) => cluster.endpoints()[slot].stamped_score(now_us, p, fresh, prior),
+        Candidate::Suggested(at) => {
+            let (weight, inflight) = cluster.suggestion_view(at);
+            (inflight.max(0.0) + 1.0) / weight.max(1e-3)
+        }
+    };
+    let mut best = (score(drawn), drawn);
+    for &slot in cluster.stamped() {
+        let e = &cluster.endpoints()[slot];
+        if Candidate::Known(slot) == drawn
+            || !e.stamp.is_some_and(|s| s.fresh(now_us, p.load_stamp_max_age_us))
+            || e.sampling_weight(fresh, now_us) <= 0.0
+        {
+            continue;
+        }
+        let s = score(Candidate::Known(slot));
+        if s < best.0 {
+            best = (s, Candidate::Known(slot));
+        }
+    }
+    best.1
 }
 
 /// A slot not in `taken`, drawn by weight; None when no such slot turns up in a few draws.

@@ -18,6 +18,7 @@ use crate::endpoint::{Endpoint, GlobalStats};
 use crate::hash::FastMap;
 use crate::health::HealthChange;
 use crate::rng::Rng;
+use crate::stamp::{LoadStamp, StampRecord};
 use crate::stats::median;
 use crate::steering::Steering;
 use crate::wire::{is_endpoint_address, ClusterView};
@@ -54,6 +55,10 @@ pub struct Cluster {
     suggestions: Vec<(String, f64)>,
     /// Suggestions Envoy refused (not in the cluster), and until when they are not suggested.
     refused_suggestions: Vec<(String, u64)>,
+    /// Slots of the endpoints of this worker's latest load stamps, the most recent last (see `stamp`).
+    stamped: Vec<usize>,
+    /// The view's in-flight of each suggestion, aligned with `suggestions`.
+    suggestion_inflight: Vec<f64>,
     /// Whether Envoy honours our picks here.
     pub steering: Steering,
     pub last_used_us: u64,
@@ -76,6 +81,8 @@ impl Cluster {
             ramping: false,
             suggestions: Vec::new(),
             refused_suggestions: Vec::new(),
+            stamped: Vec::new(),
+            suggestion_inflight: Vec::new(),
             steering: Steering::default(),
             last_used_us: now_us,
         }
@@ -192,6 +199,23 @@ impl Cluster {
         &mut self.endpoints[slot]
     }
 
+    /// A load stamp from the endpoint in `slot`: its latest, and its slot the most recent of the
+    /// `pool` kept (an older stamp of the same endpoint leaves the list).
+    pub fn note_stamp(&mut self, slot: usize, stamp: LoadStamp, now_us: u64, pool: usize) {
+        self.endpoints[slot].stamp = Some(StampRecord::new(stamp, now_us));
+        self.stamped.retain(|s| *s != slot);
+        self.stamped.push(slot);
+        if self.stamped.len() > pool {
+            let extra = self.stamped.len() - pool;
+            self.stamped.drain(..extra);
+        }
+    }
+
+    /// Slots of the endpoints of the latest stamps (fresh or not: see `StampRecord::fresh`).
+    pub fn stamped(&self) -> &[usize] {
+        &self.stamped
+    }
+
     /// Exploration found a new endpoint, or did not.
     pub fn note_discovery(&mut self, found_new: bool) {
         let x = if found_new { 1.0 } else { 0.0 };
@@ -206,11 +230,16 @@ impl Cluster {
         }
         self.refused_suggestions.retain(|(_, until)| *until > now_us);
         self.suggestions.clear();
+        self.suggestion_inflight.clear();
         let mut total = 0.0;
         for v in &view.endpoints {
             if let Some(&slot) = self.index.get(v.address.as_str()) {
-                self.endpoints[slot].global =
-                    Some(GlobalStats { weight: v.weight, latency_us: v.latency_us as f64, ejected: v.ejected });
+                self.endpoints[slot].global = Some(GlobalStats {
+                    weight: v.weight,
+                    inflight: v.inflight,
+                    latency_us: v.latency_us as f64,
+                    ejected: v.ejected,
+                });
             } else if !v.ejected
                 && v.weight > 0.0
                 && is_endpoint_address(&v.address)
@@ -218,6 +247,7 @@ impl Cluster {
             {
                 total += v.weight;
                 self.suggestions.push((v.address.clone(), total));
+                self.suggestion_inflight.push(v.inflight);
             }
         }
         self.view_expires_us = expires_us;
@@ -226,6 +256,11 @@ impl Cluster {
 
     /// Envoy did not try the suggested `address`: not suggested again before `until_us`.
     pub fn refuse_suggestion(&mut self, address: &str, until_us: u64) {
+        let mut at = 0;
+        self.suggestion_inflight.retain(|_| {
+            at += 1;
+            self.suggestions[at - 1].0 != address
+        });
         self.suggestions.retain(|(a, _)| a != address);
         // Cumulative weights no longer add up after a removal: rebuild them from the differences.
         let mut previous = 0.0;
@@ -244,15 +279,18 @@ impl Cluster {
     /// Forget endpoints without a good answer for `ttl` (unless requests are in flight to them).
     /// Returns how many.
     pub fn expire(&mut self, now_us: u64, ttl_us: u64) -> usize {
-        let before = self.endpoints.len();
-        self.endpoints.retain(|e| e.local.inflight.count() > 0 || now_us.saturating_sub(e.last_success_us) < ttl_us);
-        let removed = before - self.endpoints.len();
-        if removed > 0 {
-            self.index = self.endpoints.iter().enumerate().map(|(i, e)| (e.address.clone(), i)).collect();
-            self.sampler_stale = true;
-            self.schedule_probes();
+        let keep = |e: &Endpoint| e.local.inflight.count() > 0 || now_us.saturating_sub(e.last_success_us) < ttl_us;
+        if self.endpoints.iter().all(keep) {
+            return 0;
         }
-        removed
+        let before = self.endpoints.len();
+        let stamped: Vec<String> = self.stamped.iter().map(|s| self.endpoints[*s].address.clone()).collect();
+        self.endpoints.retain(keep);
+        self.index = self.endpoints.iter().enumerate().map(|(i, e)| (e.address.clone(), i)).collect();
+        self.stamped = stamped.iter().filter_map(|a| self.index.get(a.as_str()).copied()).collect();
+        self.sampler_stale = true;
+        self.schedule_probes();
+        before - self.endpoints.len()
     }
 
     /// Once per tick: finished ramps end, running ones move the sampler's weights, and requests sent
@@ -338,6 +376,12 @@ impl Cluster {
         let x = rng.next_f64() * total;
         let at = self.suggestions.partition_point(|(_, c)| *c <= x).min(self.suggestions.len() - 1);
         (!self.index.contains_key(self.suggestions[at].0.as_str())).then_some(at)
+    }
+
+    /// The view's weight and in-flight of suggestion `at`.
+    pub fn suggestion_view(&self, at: usize) -> (f64, f64) {
+        let before = if at == 0 { 0.0 } else { self.suggestions[at - 1].1 };
+        (self.suggestions[at].1 - before, self.suggestion_inflight.get(at).copied().unwrap_or(0.0))
     }
 
     /// The address of suggestion `at` (see `sample_candidate`).

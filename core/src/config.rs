@@ -58,6 +58,12 @@ pub struct PickParams {
     pub slow_start_us: u64,
     /// Use the aggregator's view; when false it is reported to but not used (for comparisons).
     pub use_global_view: bool,
+    /// Server-side load stamps (see `stamp`): a stamp younger than this scores its endpoint, and a
+    /// pick compares one weighted draw with the endpoints of the freshest stamps (0: off, the
+    /// default: stamps are not read and the pick is the two-choice one).
+    pub load_stamp_max_age_us: u64,
+    /// Endpoints of this worker's most recent stamps a pick considers (per cluster).
+    pub load_stamp_pool: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -85,6 +91,8 @@ impl Default for PickParams {
             recovery_ramp_us: 1_000_000,
             slow_start_us: 10_000_000,
             use_global_view: true,
+            load_stamp_max_age_us: 0,
+            load_stamp_pool: 8,
         }
     }
 }
@@ -163,6 +171,12 @@ impl FilterConfig {
                 recovery_ramp_us: f.integer("recovery_ramp_ms", p.recovery_ramp_us / 1_000, 0..=600_000)? * 1_000,
                 slow_start_us: f.integer("slow_start_ms", p.slow_start_us / 1_000, 0..=3_600_000)? * 1_000,
                 use_global_view: f.boolean("use_global_view", p.use_global_view)?,
+                load_stamp_max_age_us: f.integer(
+                    "load_stamp_max_age_ms",
+                    p.load_stamp_max_age_us / 1_000,
+                    0..=10_000,
+                )? * 1_000,
+                load_stamp_pool: f.integer("load_stamp_pool", p.load_stamp_pool as u64, 1..=64)? as usize,
             },
             endpoint_ttl_ms: f.integer("endpoint_ttl_ms", d.endpoint_ttl_ms, 1_000..=86_400_000)?,
             max_clusters: f.integer("max_clusters", d.max_clusters as u64, 1..=10_000)? as usize,
@@ -306,6 +320,7 @@ mod tests {
               "reporter_id": "pod-1.ns", "per_endpoint_metrics": true,
               "grpc_failure_codes": [14, 13], "inflight_bound_ms": 5000, "failure_decay_ms": 500,
               "probe_interval_ms": 100, "recovery_ramp_ms": 2000, "slow_start_ms": 0,
+              "load_stamp_max_age_ms": 40, "load_stamp_pool": 4,
               "aggregator": {"cluster": "agg", "authority": "agg.local", "path": "/r",
                              "timeout_ms": 200, "report_interval_ms": 500, "shard_header": "x-s"}
             }"#,
@@ -325,6 +340,7 @@ mod tests {
         assert_eq!((c.grpc_failure_codes.as_slice(), c.inflight_bound_ms), (&[14, 13][..], 5_000));
         assert_eq!((c.pick.failure_decay_us, c.pick.probe_interval_us), (500_000.0, 100_000));
         assert_eq!((c.pick.recovery_ramp_us, c.pick.slow_start_us), (2_000_000, 0));
+        assert_eq!((c.pick.load_stamp_max_age_us, c.pick.load_stamp_pool), (40_000, 4));
         let a = c.aggregator.unwrap();
         assert_eq!((a.cluster.as_str(), a.authority.as_str(), a.path.as_str()), ("agg", "agg.local", "/r"));
         assert_eq!((a.timeout_ms, a.report_interval_ms, a.shard_header.as_str()), (200, 500, "x-s"));
@@ -373,6 +389,8 @@ mod tests {
             ),
             (r#"{"grpc_failure_codes": "14"}"#, "field `grpc_failure_codes`: expected a list"),
             (r#"{"inflight_bound_ms": 10}"#, "field `inflight_bound_ms`: expected an integer in 1000..=86400000"),
+            (r#"{"load_stamp_pool": 0}"#, "field `load_stamp_pool`: expected an integer in 1..=64, got 0"),
+            (r#"{"load_stamp_max_age_ms": 1e9}"#, "field `load_stamp_max_age_ms`: expected an integer in 0..=10000"),
         ] {
             let err = FilterConfig::parse(input.as_bytes()).unwrap_err().to_string();
             assert!(err.contains(message), "{input}: expected {message:?} in {err:?}");

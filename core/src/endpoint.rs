@@ -13,6 +13,7 @@ use crate::health::{Health, HealthChange};
 use crate::inflight::Inflight;
 use crate::orca::OrcaLoad;
 use crate::outcome::ResponseClass;
+use crate::stamp::StampRecord;
 
 /// Weight given to an endpoint whose aggregator weight is zero or missing in sampling.
 const MIN_SAMPLING_WEIGHT: f64 = 1e-3;
@@ -31,6 +32,8 @@ pub struct Endpoint {
     pub last_success_us: u64,
     /// Last time any response here was attributed to it: reports carry endpoints with recent ones.
     pub last_response_us: u64,
+    /// The latest server-side load stamp this worker got from it (see `stamp`).
+    pub stamp: Option<StampRecord>,
 }
 
 /// Observations of this worker. Counters are cumulative (reports carry them as they are).
@@ -58,6 +61,9 @@ pub struct SiblingStats {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GlobalStats {
     pub weight: f64,
+    /// Requests in flight to it from all proxies as they last reported (with load stamps only:
+    /// what a pick expects there when it has no fresh stamp; see `Endpoint::stamped_score`).
+    pub inflight: f64,
     /// All proxies' mean latency: only a cluster-wide prior (see `Cluster::refresh_prior`).
     pub latency_us: f64,
     pub ejected: bool,
@@ -74,6 +80,7 @@ impl Endpoint {
             health: Health::default(),
             last_success_us: now_us,
             last_response_us: now_us,
+            stamp: None,
         }
     }
 
@@ -126,6 +133,30 @@ impl Endpoint {
         (self.load() + 1.0)
             * (self.expected_latency_us(now_us, p, prior_us) + p.failure_latency_us * f)
             * (1.0 + p.error_penalty * f)
+    }
+
+    /// With load stamps, the expected cost of one more request here, lower is better:
+    /// `(q + 1) x u x (1 + error_penalty x f)` with `f` the recent failure ratio; `q` the requests at
+    /// the endpoint: a fresh stamp's plus what this worker sent since, else (fresh view) the view's
+    /// in-flight from all proxies, else this proxy's own; `u` the time one request holds it: 1 / its
+    /// view weight (the weight is capacity relative to the cluster's mean) while the view is fresh,
+    /// else its expected latency. A shared, second-old in-flight count only sets the bar a fresh
+    /// stamp must beat: two endpoints are never ranked by it (that herds; see the module docs).
+    pub fn stamped_score(&self, now_us: u64, p: &PickParams, view_fresh: bool, prior_us: f64) -> f64 {
+        let f = self.health.failure_ratio(now_us, &p.health_times());
+        let global = self.global.filter(|_| view_fresh);
+        let stamped = self.stamp.filter(|s| s.fresh(now_us, p.load_stamp_max_age_us));
+        let prior_q = match global {
+            Some(g) => g.inflight.max(0.0),
+            None => self.load(),
+        };
+        let q = stamped.map_or(prior_q, |s| f64::from(s.queue()));
+        let u = match global {
+            Some(g) => 1.0 / g.weight.max(MIN_SAMPLING_WEIGHT),
+            None if view_fresh => 1.0,
+            None => self.expected_latency_us(now_us, p, prior_us),
+        };
+        (q + 1.0) * u * (1.0 + p.error_penalty * f)
     }
 
     /// Its weight in the draw of candidates: the aggregator's while the view is fresh (an ejected
@@ -211,7 +242,7 @@ mod tests {
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         e.record(OK, 1_000, None, 0, &p);
         let own = e.score(0, &p, 5_000.0);
-        e.global = Some(GlobalStats { weight: 3.0, latency_us: 70_000.0, ejected: false });
+        e.global = Some(GlobalStats { weight: 3.0, inflight: 9.0, latency_us: 70_000.0, ejected: false });
         assert_eq!(e.score(0, &p, 5_000.0), own);
         assert_eq!(own, 1_000.0);
     }
@@ -221,7 +252,7 @@ mod tests {
         let p = params();
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         e.record(OK, 1_000, None, 0, &p);
-        e.global = Some(GlobalStats { weight: 1.0, latency_us: 7_000.0, ejected: false });
+        e.global = Some(GlobalStats { weight: 1.0, inflight: 0.0, latency_us: 7_000.0, ejected: false });
         let later = p.stale_after_us + 1;
         assert_eq!(e.expected_latency_us(later, &p, 5_000.0), 5_000.0);
         assert_eq!(e.expected_latency_us(later - 2, &p, 5_000.0), 1_000.0, "fresh local wins");
@@ -267,7 +298,7 @@ mod tests {
         let p = params();
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         assert_eq!(e.sampling_weight(true, 0), 1.0);
-        e.global = Some(GlobalStats { weight: 2.0, latency_us: 0.0, ejected: false });
+        e.global = Some(GlobalStats { weight: 2.0, inflight: 0.0, latency_us: 0.0, ejected: false });
         assert_eq!(e.sampling_weight(true, 0), 2.0);
         assert_eq!(e.sampling_weight(false, 0), 1.0);
         e.global.as_mut().unwrap().ejected = true;

@@ -17,6 +17,7 @@ pub mod outcome;
 pub mod rng;
 pub mod slot;
 pub mod snapshot;
+pub mod stamp;
 pub mod stats;
 pub mod steering;
 pub mod weights;

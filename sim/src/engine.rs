@@ -99,6 +99,9 @@ pub struct Measured {
     pub wait_sum_ns: f64,
     pub service_sum_ns: f64,
     pub served: u64,
+    /// The same per endpoint: time waited in its queue, requests started.
+    pub per_endpoint_wait_ns: Vec<f64>,
+    pub per_endpoint_served: Vec<u64>,
     /// Every request of the run: arrived, answered, and answers for requests not in flight.
     pub arrivals: u64,
     pub completions: u64,
@@ -170,6 +173,8 @@ impl<'s, P: Policy> Engine<'s, P> {
             outstanding: 0,
             m: Measured {
                 per_endpoint: vec![0; n],
+                per_endpoint_wait_ns: vec![0.0; n],
+                per_endpoint_served: vec![0; n],
                 sent_series: vec![0; windows],
                 event_series: vec![vec![0; windows]; setup.events.len().min(64)],
                 ..Default::default()
@@ -331,6 +336,8 @@ impl<'s, P: Policy> Engine<'s, P> {
         let service = (s.mean_service_ns() * factor).max(1.0) as u64;
         if self.recorded(r) {
             self.m.wait_sum_ns += now.saturating_sub(r.sent_ns) as f64;
+            self.m.per_endpoint_wait_ns[e as usize] += now.saturating_sub(r.sent_ns) as f64;
+            self.m.per_endpoint_served[e as usize] += 1;
             self.m.service_sum_ns += service as f64;
             self.m.served += 1;
         }
@@ -393,7 +400,8 @@ impl<'s, P: Policy> Engine<'s, P> {
         let in_flight = &mut self.in_flight[r.client as usize];
         *in_flight = in_flight.saturating_sub(1);
         if !P::CENTRAL {
-            let outcome = Outcome { latency_ns, failed, orca: self.servers[r.endpoint as usize].orca };
+            let server = &self.servers[r.endpoint as usize];
+            let outcome = Outcome { latency_ns, failed, orca: server.orca, rif: server.in_flight() };
             let choice = Choice { endpoint: r.endpoint, token: r.token };
             let mut ctx = Ctx {
                 now_ns: now,

@@ -11,3 +11,4 @@ pub mod results;
 pub mod runner;
 pub mod scenario;
 pub mod server;
+pub mod variant;

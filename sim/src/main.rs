@@ -21,6 +21,9 @@ options:
   --filter-config JSON   tailweight filter plugin configuration (default: sim.filter_config)
   --cswrr-periods B,U    client-side WRR blackout and weight update periods in seconds
                          (default: sim.cswrr_blackout_s, sim.cswrr_update_s: Envoy's 10,1)
+  --variant LIST         research variant of tailweight's deployment: mean_inflight (the view's
+                         in-flight is qps x latency), orca_max_age_ms=N, smoothing_ms=N (aggregator
+                         parameters), subset=N (each proxy's cluster is a deterministic subset of N)
   --threads N            policies (and sweep points) run in parallel (default 1)";
 
 struct Args {
@@ -75,6 +78,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                     v.split_once(',').ok_or_else(|| format!("{flag}: expected two numbers: blackout,update"))?;
                 o.cswrr_periods_s = Some((number(&flag, b.trim())?, number(&flag, u.trim())?));
             }
+            "--variant" => o.variant = Some(value("variant list")?),
             "--threads" => a.threads = number(&flag, &value("count")?)?,
             other => return Err(format!("unknown option {other:?}")),
         }

@@ -25,6 +25,8 @@ pub struct GroupShare {
     /// Share of all requests the group's endpoints got, and its share of the capacity.
     pub share: f64,
     pub capacity_share: f64,
+    /// Mean time its requests waited in the endpoints' queues before service (recorded part).
+    pub mean_wait_ms: f64,
 }
 
 /// How traffic to an event's endpoints settled, defined as the benchmark harness does: the share
@@ -107,10 +109,22 @@ impl PolicyResult {
                 speed: spec.speed,
                 share: 0.0,
                 capacity_share: 0.0,
+                mean_wait_ms: 0.0,
             });
             g.endpoints += 1;
             g.share += share;
             g.capacity_share += spec.capacity_rps() / capacity;
+        }
+        let mut waits: BTreeMap<usize, (f64, u64)> = BTreeMap::new();
+        for (i, spec) in setup.endpoints.iter().enumerate() {
+            let w = waits.entry(spec.group).or_default();
+            w.0 += m.per_endpoint_wait_ns.get(i).copied().unwrap_or(0.0);
+            w.1 += m.per_endpoint_served.get(i).copied().unwrap_or(0);
+        }
+        for (group, (wait, served)) in waits {
+            if let Some(g) = groups.get_mut(&group) {
+                g.mean_wait_ms = ms(wait / served.max(1) as f64);
+            }
         }
         PolicyResult {
             policy: policy.to_string(),

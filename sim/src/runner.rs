@@ -81,10 +81,28 @@ pub fn run_policy(setup: &Setup, name: &str, filter: &FilterConfig) -> Result<Po
         }
         "prequal" => simulate(setup, Prequal::new(c, e, seed))?.0,
         "tailweight_local" | "tailweight" => {
-            let (m, tw) = simulate(setup, Tailweight::new(c, e, filter, name == "tailweight", seed))?;
+            let (m, tw) = simulate(setup, Tailweight::new(c, e, filter, name == "tailweight", &setup.variant, seed))?;
             let picks = (tw.steered + tw.fallbacks).max(1) as f64;
             extra.insert("fallback_share".to_string(), tw.fallbacks as f64 / picks);
             extra.insert("rejected_reports".to_string(), tw.rejected_reports() as f64);
+            if let Some(cost) = tw.aggregator_cost() {
+                let simulated_s = (setup.warmup_ns + setup.duration_ns) as f64 / 1e9;
+                let reports = cost.reports.max(1) as f64;
+                extra.insert("aggregator_reports_per_s".into(), cost.reports as f64 / simulated_s);
+                extra.insert("aggregator_entries_per_report".into(), cost.report_entries as f64 / reports);
+                extra.insert("aggregator_delta_entries_per_report".into(), cost.delta_entries as f64 / reports);
+                extra.insert("aggregator_report_bytes_per_entry".into(), cost.report_bytes_per_entry());
+                extra.insert("aggregator_reply_entries_per_reply".into(), cost.reply_entries as f64 / reports);
+                extra.insert("aggregator_reply_bytes_per_entry".into(), cost.reply_bytes_per_entry());
+            }
+            // Each backend group's share of the aggregator's final weights (next to its capacity share).
+            let weights = tw.view_weights();
+            let total: f64 = weights.iter().map(|(_, w)| w).sum();
+            for (i, w) in weights {
+                if let Some(spec) = setup.endpoints.get(i as usize) {
+                    *extra.entry(format!("weight_share_group_{}", spec.group)).or_insert(0.0) += w / total.max(1e-9);
+                }
+            }
             m
         }
         "ideal" => simulate(setup, Ideal)?.0,

@@ -3,6 +3,7 @@
 //! `Setup::resolve` turns the file and the command-line overrides into the flat list of endpoints
 //! and clients one run simulates.
 
+use crate::variant::Variant;
 use serde::Deserialize;
 use std::path::Path;
 
@@ -120,6 +121,8 @@ pub struct SimSection {
     pub cswrr_blackout_s: f64,
     #[serde(default = "default_cswrr_update_s")]
     pub cswrr_update_s: f64,
+    /// Research variant of the tailweight deployment (see `variant`), e.g. "mean_inflight,subset=100".
+    pub variant: Option<String>,
 }
 
 fn default_cswrr_blackout_s() -> f64 {
@@ -147,6 +150,7 @@ impl Default for SimSection {
             filter_config: None,
             cswrr_blackout_s: default_cswrr_blackout_s(),
             cswrr_update_s: default_cswrr_update_s(),
+            variant: None,
         }
     }
 }
@@ -297,6 +301,8 @@ pub struct Overrides {
     pub connection_limit: Option<bool>,
     /// Envoy client-side WRR blackout and update periods, seconds.
     pub cswrr_periods_s: Option<(f64, f64)>,
+    /// Research variant of the tailweight deployment (see `variant`).
+    pub variant: Option<String>,
 }
 
 /// One simulated endpoint.
@@ -346,6 +352,7 @@ pub struct Setup {
     /// The filter's plugin configuration as JSON ("" = defaults).
     pub filter_config: String,
     pub cswrr: crate::policy::cswrr::Periods,
+    pub variant: Variant,
     pub events: Vec<TimedEvent>,
     pub policies: Vec<String>,
 }
@@ -416,6 +423,7 @@ impl Setup {
                 positive("cswrr update period", update, false)?;
                 crate::policy::cswrr::Periods { blackout_ns: secs_to_ns(blackout), update_ns: secs_to_ns(update) }
             },
+            variant: Variant::parse(o.variant.as_deref().or(s.sim.variant.as_deref()).unwrap_or(""))?,
             events,
             policies: default_policies(&s.policies),
         })

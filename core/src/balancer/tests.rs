@@ -509,3 +509,47 @@ fn same_seed_same_decisions() {
     };
     assert_eq!(decisions(5), decisions(5));
 }
+
+/// The first choices of the next `n` steered picks at `now` (nothing answers in between).
+fn steered_firsts(b: &mut Balancer, n: usize, now: u64) -> Vec<String> {
+    let mut firsts = Vec::new();
+    for _ in 0..n * 10 {
+        if let Some(first) = b.pick(C, now).first_choice() {
+            firsts.push(first.to_string());
+            if firsts.len() == n {
+                break;
+            }
+        }
+    }
+    firsts
+}
+
+#[test]
+fn fresh_load_stamps_steer_to_the_shortest_queue_counting_own_sends() {
+    const X: &str = "10.0.0.3:80";
+    let mut settings = Settings::default();
+    settings.pick.load_stamp_max_age_us = 50 * MS;
+    let mut b = Balancer::new(settings, 7);
+    learn(&mut b, &[A, B, X], 0);
+    b.note_stamp(C, A, LoadStamp { rif: 9 }, MS);
+    b.note_stamp(C, B, LoadStamp { rif: 0 }, MS);
+    b.note_stamp(C, X, LoadStamp { rif: 5 }, MS);
+    // B's queue as this worker knows it: 0, 1, .. 4 after each send, below X's 5 and A's 9.
+    assert_eq!(steered_firsts(&mut b, 5, 2 * MS), vec![B; 5]);
+    // A newer stamp of B says its queue grew: X has the shortest now.
+    b.note_stamp(C, B, LoadStamp { rif: 20 }, 3 * MS);
+    assert_eq!(steered_firsts(&mut b, 3, 4 * MS), vec![X; 3]);
+    // Once every stamp is older than the maximum age, the picks spread again.
+    let later = steered_firsts(&mut b, 60, 60 * MS);
+    assert!([A, B, X].iter().all(|e| later.iter().any(|f| f == e)), "{later:?}");
+}
+
+#[test]
+fn stamps_are_ignored_when_off() {
+    let mut b = balancer();
+    learn(&mut b, &[A, B], 0);
+    b.note_stamp(C, A, LoadStamp { rif: 50 }, MS);
+    b.note_stamp(C, B, LoadStamp { rif: 0 }, MS);
+    let firsts = steered_firsts(&mut b, 40, 2 * MS);
+    assert!(firsts.iter().filter(|f| *f == A).count() >= 10, "{firsts:?}");
+}

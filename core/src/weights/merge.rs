@@ -190,9 +190,10 @@ pub(super) fn merge_reporters(
     let latency_us = capped_median(&mut s.votes, p.vote_cap);
     s.votes.clear();
     let mut orca_at = 0u64;
+    let orca_max_age_us = p.orca_vote_max_age_us();
     for o in ids.iter().filter_map(|id| obs.get(id)) {
         if let Some((cpu, at)) = o.cpu {
-            if now_us.saturating_sub(at) <= p.cpu_max_age_us {
+            if now_us.saturating_sub(at) <= orca_max_age_us {
                 s.votes.push(Vote { value: cpu, weight: o.rates(now_us).0.max(1.0) });
                 orca_at = orca_at.max(at);
             }

@@ -35,6 +35,10 @@ pub struct WeightParams {
     pub concurrency_decay_us: f64,
     /// A CPU value older than this is not used.
     pub cpu_max_age_us: u64,
+    /// A reporter's ORCA utilisation older than this is not voted (0: `cpu_max_age_us` applies).
+    /// Capacity divides the current request rate by the utilisation: a vote from a proxy that last
+    /// reached the endpoint tens of seconds ago pairs today's rate with that time's load.
+    pub orca_max_age_us: u64,
     /// The window a metrics-store CPU value averages over (the `[1m]` of `rate(...[1m])`). The CPU
     /// path divides it into the request rate over that same window, ending when the value was
     /// set: a 1 s request rate against a 60 s CPU average is off by the whole change in between.
@@ -110,6 +114,7 @@ impl Default for WeightParams {
             saturation_factor: 2.0,
             concurrency_decay_us: 10_000_000.0,
             cpu_max_age_us: 60_000_000,
+            orca_max_age_us: 0,
             cpu_window_us: 60_000_000,
             min_cpu: 0.01,
             failure_cost_us: 100_000.0,
@@ -149,6 +154,16 @@ impl WeightParams {
     /// The interval the book uses for a reporter claiming `interval_ms`: at most `max_interval_us`.
     pub fn interval_us(&self, interval_ms: u32) -> u64 {
         (u64::from(interval_ms) * 1_000).min(self.max_interval_us)
+    }
+
+    /// The age beyond which a reporter's ORCA utilisation is not voted: `orca_max_age_us`, or
+    /// `cpu_max_age_us` when that is 0.
+    pub fn orca_vote_max_age_us(&self) -> u64 {
+        if self.orca_max_age_us > 0 {
+            self.orca_max_age_us
+        } else {
+            self.cpu_max_age_us
+        }
     }
 
     /// The first bad field, if any.

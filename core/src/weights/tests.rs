@@ -184,6 +184,26 @@ fn external_cpu_applies_to_every_port_of_the_ip_and_the_fresher_source_wins() {
 }
 
 #[test]
+fn orca_votes_older_than_orca_max_age_are_not_used() {
+    // r0 and r1 reached A 10 s ago (their last ORCA value, 0.9); r2 a moment ago (0.3).
+    let vote = |params: WeightParams| {
+        let mut w = World::new(params);
+        w.now += SEC;
+        for (reporter, cpu, age_ms) in [("r0", 0.9, 10_000), ("r1", 0.9, 10_000), ("r2", 0.3, 100)] {
+            let mut report = w.report(reporter, &[(A, Traffic { cpu: Some(cpu), ..ok(50, 10_000) })]);
+            report.clusters[0].endpoints[0].cpu_age_ms = Some(age_ms);
+            w.book.ingest(&report, w.now).unwrap();
+        }
+        w.book.recompute(w.now);
+        w.decision(A).cpu
+    };
+    assert_eq!(vote(WeightParams::default()), Some(0.9), "10 s old votes count by default");
+    assert_eq!(vote(WeightParams { orca_max_age_us: 3 * SEC, ..Default::default() }), Some(0.3));
+    let old_cpu_only = WeightParams { cpu_max_age_us: 3 * SEC, ..Default::default() };
+    assert_eq!(vote(old_cpu_only), Some(0.3), "0 leaves it to cpu_max_age");
+}
+
+#[test]
 fn littles_law_learns_concurrency_of_saturated_endpoints() {
     // Same service time (10 ms); A serves 4 at a time, B one. Both saturated: queueing triples the
     // latency; throughput reveals the concurrency (A 400/s, B 100/s).

@@ -43,6 +43,17 @@ impl Active {
             a as u32
         }
     }
+
+    /// The same pick among `endpoints` only (a subset of the cluster).
+    pub fn least_of_two_among(&self, client: u32, endpoints: &[u32], rng: &mut Rng) -> u32 {
+        let a = endpoints[rng.below(endpoints.len())];
+        let b = endpoints[rng.below(endpoints.len())];
+        if self.get(client, b) < self.get(client, a) {
+            b
+        } else {
+            a
+        }
+    }
 }
 
 #[cfg(test)]

@@ -133,7 +133,7 @@ mod tests {
     use crate::engine::Queue;
 
     fn ok(orca: Orca) -> Outcome {
-        Outcome { latency_ns: 1, failed: false, orca }
+        Outcome { latency_ns: 1, failed: false, orca, rif: 0 }
     }
 
     #[test]

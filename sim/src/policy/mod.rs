@@ -34,6 +34,9 @@ pub struct Outcome {
     pub failed: bool,
     /// The server's ORCA report on the response.
     pub orca: Orca,
+    /// The server's load stamp on the response: requests at the server (in service and queued)
+    /// right after this one left, as the server's sidecar would write it into a response header.
+    pub rif: u32,
 }
 
 /// A policy's own wake-up: `kind` is the policy's to define, `arg` usually a client index.

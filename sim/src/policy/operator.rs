@@ -207,7 +207,7 @@ mod tests {
         for _ in 0..4_000 {
             let c = op.pick(0, &mut ctx);
             counts[c.endpoint as usize] += 1;
-            op.complete(0, c, &Outcome { latency_ns: 1, failed: false, orca: Default::default() }, &mut ctx);
+            op.complete(0, c, &Outcome { latency_ns: 1, failed: false, orca: Default::default(), rif: 0 }, &mut ctx);
         }
         // Nothing stays active, so the split is the weights' 3:1.
         assert!((2_990..=3_010).contains(&counts[0]), "{counts:?}");

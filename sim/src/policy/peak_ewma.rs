@@ -103,7 +103,7 @@ mod tests {
         let mut p = PeakEwmaP2c::new(1, 2, 3);
         let mut queue = Queue::default();
         let mut ctx = Ctx { now_ns: 1_000, servers: &[], queue: &mut queue, network_delay_ns: 0 };
-        let slow = Outcome { latency_ns: 200_000_000, failed: false, orca: Orca::default() };
+        let slow = Outcome { latency_ns: 200_000_000, failed: false, orca: Orca::default(), rif: 0 };
         p.pending.add(0, 1);
         p.complete(0, Choice { endpoint: 1, token: 0 }, &slow, &mut ctx);
         for _ in 0..10 {

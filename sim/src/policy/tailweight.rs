@@ -2,19 +2,29 @@
 //! siblings): `pick` per request (a steered pick names the endpoint; exploration and "no candidate"
 //! go to Envoy's fallback LEAST_REQUEST on the proxy's own active requests), `complete` per
 //! response with the served address, latency, failure and ORCA load, `tick` every sync interval.
+//! With load stamps on (`load_stamp_max_age_ms` in the filter configuration) each response's
+//! stamp (the server's requests in flight right after it) reaches `note_stamp` at its headers.
 //!
 //! With the aggregator (`tailweight`): on the first tick of each report interval the proxy sends
 //! `Report { clusters: balancer.snapshot(now) }`; it reaches the simulated aggregator (core's
 //! `WeightBook`) after the network delay, which ingests it and answers at once with its current
 //! view; the reply arrives one delay later and, like the filter's shared-data hand-over, is applied
 //! on the proxy's next tick with `apply_view(view, received, ttl)`. The aggregator recomputes and
-//! expires every report interval.
+//! expires every report interval, and counts what it costs (`AggregatorCost`).
+//!
+//! Research variants (`Variant`): with `subset=N` each proxy's Envoy cluster is its deterministic
+//! subset (the fallback draws there, the view lists only it); `orca_max_age_ms` and
+//! `smoothing_ms` set the book's parameters; `mean_inflight` replaces each view entry's `inflight` with the decision's
+//! qps x latency (the aggregator change the load-stamp pick wants; see sim/README.md).
 
 use super::active::Active;
 use super::{phase, Choice, Ctx, Outcome, Policy, Timer};
+use crate::variant::{deterministic_subsets, Variant};
+use serde::Serialize;
 use std::net::SocketAddrV4;
 use tailweight_core::orca::OrcaLoad;
 use tailweight_core::rng::Rng;
+use tailweight_core::stamp::LoadStamp;
 use tailweight_core::weights::{WeightBook, WeightParams};
 use tailweight_core::wire::{self, Reply, Report};
 use tailweight_core::{Balancer, FilterConfig, Pick, ResponseClass, Settings};
@@ -29,6 +39,11 @@ const TICK: u8 = 0;
 const REPORT_ARRIVES: u8 = 1;
 const REPLY_ARRIVES: u8 = 2;
 const RECOMPUTE: u8 = 3;
+
+/// One report (and reply) in this many is serialised to measure the bytes per endpoint entry.
+const BYTES_SAMPLE_EVERY: u64 = 64;
+/// Delta entries are counted up to this many clients x endpoints (one counter each).
+const DELTA_MAX_CELLS: usize = 1 << 24;
 
 /// Endpoint i is 10.a.b.c:8080 with a.b.c = i + 1 in base 256.
 pub fn address(endpoint: u32) -> String {
@@ -46,6 +61,32 @@ pub fn endpoint_of(address: &str) -> Option<u32> {
     (u32::from(x) << 16 | u32::from(y) << 8 | u32::from(z)).checked_sub(1)
 }
 
+/// What the aggregator did and what it cost over the whole run (for the results' `extra`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AggregatorCost {
+    pub reports: u64,
+    /// Endpoint entries in all reports, and those a delta report would carry: entries whose request
+    /// counter moved since the proxy's previous report, or with requests in flight.
+    pub report_entries: u64,
+    pub delta_entries: u64,
+    pub reply_entries: u64,
+    /// JSON bytes per report / reply entry, measured on one report and reply in `BYTES_SAMPLE_EVERY`.
+    sampled_report_bytes: u64,
+    sampled_report_entries: u64,
+    sampled_reply_bytes: u64,
+    sampled_reply_entries: u64,
+}
+
+impl AggregatorCost {
+    pub fn report_bytes_per_entry(&self) -> f64 {
+        self.sampled_report_bytes as f64 / self.sampled_report_entries.max(1) as f64
+    }
+
+    pub fn reply_bytes_per_entry(&self) -> f64 {
+        self.sampled_reply_bytes as f64 / self.sampled_reply_entries.max(1) as f64
+    }
+}
+
 struct Aggregator {
     book: WeightBook,
     report_interval_ns: u64,
@@ -56,6 +97,39 @@ struct Aggregator {
     last_report_epoch: Vec<u64>,
     incarnation: u64,
     rejected: u64,
+    /// Per client x endpoint: the request counter in its previous report (for delta reports;
+    /// empty above `DELTA_MAX_CELLS`: not counted).
+    last_requests: Vec<u64>,
+    /// Per endpoint: qps x latency of the last recompute (`Variant::mean_inflight`).
+    mean_inflight: Option<Vec<f64>>,
+    cost: AggregatorCost,
+}
+
+/// Each client's deterministic subset: its endpoints and a membership bitmap.
+struct Subsets {
+    members: Vec<Vec<u32>>,
+    bits: Vec<Vec<u64>>,
+}
+
+impl Subsets {
+    fn new(clients: u32, endpoints: u32, size: usize, seed: u64) -> Subsets {
+        let members = deterministic_subsets(clients, endpoints, size, seed);
+        let bits = members
+            .iter()
+            .map(|m| {
+                let mut b = vec![0u64; (endpoints as usize).div_ceil(64)];
+                for &e in m {
+                    b[e as usize / 64] |= 1 << (e % 64);
+                }
+                b
+            })
+            .collect();
+        Subsets { members, bits }
+    }
+
+    fn contains(&self, client: u32, endpoint: u32) -> bool {
+        self.bits[client as usize].get(endpoint as usize / 64).is_some_and(|w| w & (1 << (endpoint % 64)) != 0)
+    }
 }
 
 pub struct Tailweight {
@@ -65,20 +139,36 @@ pub struct Tailweight {
     rng: Rng,
     sync_interval_ns: u64,
     aggregator: Option<Aggregator>,
+    subsets: Option<Subsets>,
     /// Requests left to the fallback (exploration or nothing known), for the results.
     pub fallbacks: u64,
     pub steered: u64,
+    /// Responses carry server-side load stamps (the filter configuration enables them).
+    load_stamps: bool,
 }
 
 impl Tailweight {
     /// `config` is the filter's plugin configuration; `with_aggregator` adds the report/reply loop.
-    pub fn new(clients: u32, endpoints: u32, config: &FilterConfig, with_aggregator: bool, seed: u64) -> Tailweight {
+    pub fn new(
+        clients: u32,
+        endpoints: u32,
+        config: &FilterConfig,
+        with_aggregator: bool,
+        variant: &Variant,
+        seed: u64,
+    ) -> Tailweight {
         let mut rng = Rng::new(seed);
         let settings = Settings::from(config);
         let balancers = (0..clients).map(|_| Balancer::new(settings.clone(), rng.next_u64())).collect();
         let report_interval_ms = config.aggregator.as_ref().map_or(1_000, |a| a.report_interval_ms);
+        let defaults = WeightParams::default();
+        let params = WeightParams {
+            orca_max_age_us: variant.orca_max_age_ms.map_or(defaults.orca_max_age_us, |ms| ms * 1_000),
+            smoothing_us: variant.smoothing_ms.map_or(defaults.smoothing_us, |ms| ms as f64 * 1e3),
+            ..defaults
+        };
         let aggregator = with_aggregator.then(|| Aggregator {
-            book: WeightBook::new(WeightParams::default()),
+            book: WeightBook::new(params),
             report_interval_ns: report_interval_ms * 1_000_000,
             in_transit: vec![None; clients as usize],
             replies: vec![None; clients as usize],
@@ -86,7 +176,15 @@ impl Tailweight {
             last_report_epoch: vec![u64::MAX; clients as usize],
             incarnation: rng.next_u64() | 1,
             rejected: 0,
+            last_requests: match clients as usize * endpoints as usize {
+                cells if cells <= DELTA_MAX_CELLS => vec![0; cells],
+                _ => Vec::new(),
+            },
+            mean_inflight: variant.mean_inflight.then(|| vec![0.0; endpoints as usize]),
+            cost: AggregatorCost::default(),
         });
+        // Drawn from the seed only when subsetting, so that other runs keep their random streams.
+        let subsets = (variant.subset > 0).then(|| Subsets::new(clients, endpoints, variant.subset, seed ^ 0x5b5e7));
         Tailweight {
             balancers,
             addresses: (0..endpoints).map(address).collect(),
@@ -94,14 +192,29 @@ impl Tailweight {
             rng,
             sync_interval_ns: config.sync_interval_ms * 1_000_000,
             aggregator,
+            subsets,
             fallbacks: 0,
             steered: 0,
+            load_stamps: config.pick.load_stamp_max_age_us > 0,
         }
     }
 
     /// Reports the aggregator refused (a cap was hit).
     pub fn rejected_reports(&self) -> u64 {
         self.aggregator.as_ref().map_or(0, |a| a.rejected)
+    }
+
+    /// What the aggregator did and cost (None without one).
+    pub fn aggregator_cost(&self) -> Option<&AggregatorCost> {
+        self.aggregator.as_ref().map(|a| &a.cost)
+    }
+
+    /// The aggregator's last weight of each endpoint it decided on (empty without one).
+    pub fn view_weights(&self) -> Vec<(u32, f64)> {
+        let Some(agg) = &self.aggregator else { return Vec::new() };
+        let decisions = agg.book.decisions(Some(CLUSTER));
+        let endpoints = decisions.iter().flat_map(|d| &d.endpoints);
+        endpoints.filter_map(|e| endpoint_of(&e.address).map(|i| (i, e.weight))).collect()
     }
 
     fn on_tick(&mut self, client: u32, ctx: &mut Ctx) {
@@ -119,13 +232,15 @@ impl Tailweight {
             agg.last_report_epoch[client as usize] = epoch;
             let clusters = balancer.snapshot(now_us);
             if !clusters.is_empty() {
-                agg.in_transit[client as usize] = Some(Report {
+                let report = Report {
                     version: wire::VERSION,
                     reporter: reporter_id(client),
                     incarnation: agg.incarnation ^ u64::from(client),
                     interval_ms: (agg.report_interval_ns / 1_000_000) as u32,
                     clusters,
-                });
+                };
+                agg.count_report(client, &report, self.addresses.len());
+                agg.in_transit[client as usize] = Some(report);
                 ctx.after(ctx.network_delay_ns, Timer { kind: REPORT_ARRIVES, arg: client });
             }
         }
@@ -135,12 +250,70 @@ impl Tailweight {
         let Some(agg) = &mut self.aggregator else { return };
         let Some(report) = agg.in_transit[client as usize].take() else { return };
         let now_us = ctx.now_ns / 1_000;
-        if agg.book.ingest(&report, now_us).is_err() {
+        let ingested = agg.book.ingest(&report, now_us);
+        let Some(mut reply) = ingested.is_ok().then(|| agg.book.reply(&report.reporter, [CLUSTER], now_us)) else {
             agg.rejected += 1;
             return;
+        };
+        for view in &mut reply.clusters {
+            if let Some(subsets) = &self.subsets {
+                view.endpoints.retain(|v| endpoint_of(&v.address).is_some_and(|e| subsets.contains(client, e)));
+            }
+            if let Some(mean) = &agg.mean_inflight {
+                for v in &mut view.endpoints {
+                    if let Some(m) = endpoint_of(&v.address).and_then(|e| mean.get(e as usize)) {
+                        v.inflight = *m;
+                    }
+                }
+            }
         }
-        agg.replies[client as usize] = Some(agg.book.reply(&report.reporter, [CLUSTER], now_us));
+        agg.count_reply(&reply);
+        agg.replies[client as usize] = Some(reply);
         ctx.after(ctx.network_delay_ns, Timer { kind: REPLY_ARRIVES, arg: client });
+    }
+}
+
+impl Aggregator {
+    fn count_report(&mut self, client: u32, report: &Report, endpoints: usize) {
+        let c = &mut self.cost;
+        c.reports += 1;
+        for e in report.clusters.iter().flat_map(|cl| &cl.endpoints) {
+            c.report_entries += 1;
+            let Some(i) = endpoint_of(&e.address).filter(|i| (*i as usize) < endpoints) else { continue };
+            let Some(last) = self.last_requests.get_mut(client as usize * endpoints + i as usize) else { continue };
+            if e.requests != *last || e.inflight > 0 {
+                c.delta_entries += 1;
+            }
+            *last = e.requests;
+        }
+        if c.reports % BYTES_SAMPLE_EVERY == 1 {
+            c.sampled_report_bytes += serde_json::to_vec(report).map_or(0, |b| b.len() as u64);
+            c.sampled_report_entries += report.clusters.iter().map(|cl| cl.endpoints.len() as u64).sum::<u64>();
+        }
+    }
+
+    fn count_reply(&mut self, reply: &Reply) {
+        let c = &mut self.cost;
+        let entries: u64 = reply.clusters.iter().map(|cl| cl.endpoints.len() as u64).sum();
+        c.reply_entries += entries;
+        if c.reports % BYTES_SAMPLE_EVERY == 1 {
+            c.sampled_reply_bytes += serde_json::to_vec(reply).map_or(0, |b| b.len() as u64);
+            c.sampled_reply_entries += entries;
+        }
+    }
+
+    fn recompute(&mut self, now_us: u64) {
+        self.book.expire(now_us);
+        self.book.recompute(now_us);
+        if let Some(mean) = &mut self.mean_inflight {
+            for d in self.book.decisions(Some(CLUSTER)) {
+                for e in &d.endpoints {
+                    if let Some(m) = endpoint_of(&e.address).and_then(|i| mean.get_mut(i as usize)) {
+                        *m = e.qps * e.latency_us as f64 / 1e6;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -174,7 +347,11 @@ impl Policy for Tailweight {
             }
             _ => {
                 self.fallbacks += 1;
-                Choice { endpoint: self.fallback.least_of_two(client, &mut self.rng), token: FALLBACK }
+                let endpoint = match &self.subsets {
+                    Some(s) => self.fallback.least_of_two_among(client, &s.members[client as usize], &mut self.rng),
+                    None => self.fallback.least_of_two(client, &mut self.rng),
+                };
+                Choice { endpoint, token: FALLBACK }
             }
         };
         self.fallback.add(client, choice.endpoint);
@@ -199,12 +376,17 @@ impl Policy for Tailweight {
             load: Some(load),
         };
         let balancer = &mut self.balancers[client as usize];
+        let now_us = ctx.now_ns / 1_000;
         // The response is the first and only message: it ends the wait and the request at once.
         let chosen = (choice.token & STEERED == STEERED).then_some(served);
         if let Some(chosen) = chosen {
             balancer.release(CLUSTER, chosen, u64::from(choice.token >> 1));
         }
-        balancer.complete(CLUSTER, chosen, &result, ctx.now_ns / 1_000);
+        // The server's sidecar stamps the response headers (a refused connection has none).
+        if self.load_stamps && !outcome.failed {
+            balancer.note_stamp(CLUSTER, served, LoadStamp { rif: outcome.rif }, now_us);
+        }
+        balancer.complete(CLUSTER, chosen, &result, now_us);
     }
 
     fn timer(&mut self, timer: Timer, ctx: &mut Ctx) {
@@ -224,9 +406,7 @@ impl Policy for Tailweight {
             }
             RECOMPUTE => {
                 if let Some(agg) = &mut self.aggregator {
-                    let now_us = ctx.now_ns / 1_000;
-                    agg.book.expire(now_us);
-                    agg.book.recompute(now_us);
+                    agg.recompute(ctx.now_ns / 1_000);
                     ctx.after(agg.report_interval_ns, timer);
                 }
             }

@@ -1,0 +1,133 @@
+//! Research variants of the tailweight deployment (sim/README.md, "Closing the gap"): what the
+//! aggregator and the mesh would do differently, selected with `--variant a,b=c` or `sim.variant`.
+//! Load stamps and report intervals are the filter's own configuration (`--filter-config`).
+
+use tailweight_core::rng::Rng;
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Variant {
+    /// Each proxy's cluster is a deterministic subset of this many endpoints (0: all of them).
+    pub subset: usize,
+    /// The view's `inflight` is the endpoint's time-averaged requests in flight over the last
+    /// recompute, qps x latency (Little's law), instead of the sum of the reporters' last counts.
+    pub mean_inflight: bool,
+    /// The aggregator's `orca_max_age` (ORCA votes older than this are not used), milliseconds
+    /// (None: the book's default, the CPU max age of 60 s).
+    pub orca_max_age_ms: Option<u64>,
+    /// The aggregator's weight smoothing time constant, milliseconds (None: the default, 2 s).
+    pub smoothing_ms: Option<u64>,
+}
+
+impl Variant {
+    /// `mean_inflight,orca_max_age_ms=N,smoothing_ms=N,subset=N` in any order; empty: today's deployment.
+    pub fn parse(text: &str) -> Result<Variant, String> {
+        let mut v = Variant::default();
+        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match item.split_once('=') {
+                None if item == "mean_inflight" => v.mean_inflight = true,
+                Some(("orca_max_age_ms", n)) => {
+                    v.orca_max_age_ms = Some(n.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        format!("variant: orca_max_age_ms: expected a positive number of milliseconds, got {n:?}")
+                    })?)
+                }
+                Some(("smoothing_ms", n)) => {
+                    v.smoothing_ms = Some(n.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        format!("variant: smoothing_ms: expected a positive number of milliseconds, got {n:?}")
+                    })?)
+                }
+                Some(("subset", n)) => {
+                    v.subset =
+                        n.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                            format!("variant: subset: expected a positive number of endpoints, got {n:?}")
+                        })?
+                }
+                _ => {
+                    return Err(format!(
+                    "variant: {item:?} is unknown (known: mean_inflight, orca_max_age_ms=N, smoothing_ms=N, subset=N)"
+                ))
+                }
+            }
+        }
+        Ok(v)
+    }
+
+    pub fn is_default(&self) -> bool {
+        *self == Variant::default()
+    }
+
+    /// The short form `parse` reads (empty for today's deployment).
+    pub fn label(&self) -> String {
+        let mut parts = Vec::new();
+        if self.mean_inflight {
+            parts.push("mean_inflight".to_string());
+        }
+        if let Some(ms) = self.orca_max_age_ms {
+            parts.push(format!("orca_max_age_ms={ms}"));
+        }
+        if let Some(ms) = self.smoothing_ms {
+            parts.push(format!("smoothing_ms={ms}"));
+        }
+        if self.subset > 0 {
+            parts.push(format!("subset={}", self.subset));
+        }
+        parts.join(",")
+    }
+}
+
+/// Deterministic subsetting (Google SRE book, "Load Balancing in the Datacenter"): clients are
+/// taken in rounds of `endpoints / size`; each round shuffles the endpoints with the round's own
+/// seed and gives each of its clients the next `size` of them, so every endpoint has the same
+/// number of clients (within one) and the subsets of one round do not overlap. Returns each
+/// client's endpoints.
+pub fn deterministic_subsets(clients: u32, endpoints: u32, size: usize, seed: u64) -> Vec<Vec<u32>> {
+    let size = size.clamp(1, endpoints.max(1) as usize);
+    let per_round = (endpoints as usize / size).max(1);
+    let mut order: Vec<u32> = (0..endpoints).collect();
+    let mut out = Vec::with_capacity(clients as usize);
+    for client in 0..clients as usize {
+        if client % per_round == 0 {
+            let mut rng = Rng::new(seed ^ (client / per_round) as u64);
+            order.sort_unstable();
+            for i in (1..order.len()).rev() {
+                order.swap(i, rng.below(i + 1));
+            }
+        }
+        let start = (client % per_round) * size;
+        out.push(order[start..start + size].to_vec());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants_parse_and_refuse_unknown_items_naming_them() {
+        let v = Variant::parse("mean_inflight, subset=20,orca_max_age_ms=3000").unwrap();
+        assert_eq!(v, Variant { subset: 20, mean_inflight: true, orca_max_age_ms: Some(3000), smoothing_ms: None });
+        assert_eq!(Variant::parse(&v.label()).unwrap(), v);
+        assert!(Variant::parse("").unwrap().is_default());
+        assert!(Variant::parse("subset=0").unwrap_err().contains("subset"));
+        assert!(Variant::parse("stamps").unwrap_err().contains("\"stamps\" is unknown"));
+    }
+
+    #[test]
+    fn every_endpoint_gets_the_same_number_of_clients() {
+        let subsets = deterministic_subsets(100, 50, 10, 7);
+        let mut clients_of = vec![0u32; 50];
+        for s in &subsets {
+            assert_eq!(s.len(), 10);
+            let mut sorted = s.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), 10, "no endpoint twice in one subset");
+            for &e in s {
+                clients_of[e as usize] += 1;
+            }
+        }
+        // 100 clients x 10 / 50 endpoints: 20 each, exactly (rounds of 5 clients cover all 50).
+        assert!(clients_of.iter().all(|&c| c == 20), "{clients_of:?}");
+        assert_ne!(subsets[0], subsets[5], "each round shuffles anew");
+    }
+}
