@@ -205,8 +205,10 @@ def section_fleet_memory(group: ProcGroup, variants: dict, s: Settings, tmp: Pat
     backends = emu.start(group, [emu.BackendSettings(workers=4, base_ms=0.5)] * s.fleet_endpoints,
                          name="fleet-emulator")
     # One synthetic reporter stands for the whole fleet: give its identity the whole book (by
-    # default one principal may hold a quarter of it, and 64 x 1,000 endpoints need more).
-    agg = aggregator.start(group, "fleet-aggregator", args=["--worker-threads", "1", "--principal-share", "1"])
+    # default one principal may hold a quarter of it), and the book room for 64 x 1,000 endpoints
+    # (the aggregator's own memory is not what this measures).
+    agg = aggregator.start(group, "fleet-aggregator", args=["--worker-threads", "1", "--principal-share", "1",
+                                                            "--memory-limit-mib", "1024"])
     names = configs.fleet_cluster_names(s.fleet_clusters)
     addresses_file = tmp / "fleet-addresses.txt"
     addresses_file.write_text("\n".join(backends.addresses) + "\n")
