@@ -263,6 +263,16 @@ def _stop_leftovers() -> None:
         proc.stop(grace_s=2.0)
 
 
+def _exit_on_sigterm(signum: int, _frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+# A harness stopped with SIGTERM (kill, timeout) unwinds like one that failed: open groups close
+# and _stop_leftovers runs, so its children do not outlive it. Only where nothing else handles it.
+if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
 def wait_for(predicate: Callable[[], T], timeout_s: float, what: str, proc: Proc | None = None,
              interval_s: float = 0.05, max_interval_s: float | None = None) -> T:
     """Poll until `predicate()` returns something truthy and return it. Exceptions from the

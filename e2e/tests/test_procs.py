@@ -107,3 +107,32 @@ def test_other_failures_are_not_retried(tmp_path):
         with pytest.raises(ProcessExited, match="no config"):
             retry_port_clash(start)
         assert len(calls) == 1
+
+
+def test_a_harness_stopped_with_sigterm_stops_its_children(tmp_path):
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from tailweight_e2e.procs import ProcGroup\n"
+        "with ProcGroup(Path(sys.argv[1])) as group:\n"
+        "    child = group.start('sleeper', ['sleep', '60'])\n"
+        "    Path(sys.argv[2]).write_text(str(child.popen.pid))\n"
+        "    time.sleep(60)\n")
+    pid_file = tmp_path / "child.pid"
+    harness = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "logs"), str(pid_file)],
+                               cwd=paths.REPO / "e2e")
+    try:
+        child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 20, "the child's pid"))
+        harness.terminate()
+        assert harness.wait(20) == 128 + 15
+        def child_gone():
+            try:
+                with open(f"/proc/{child}/stat") as f:
+                    return f.read().split()[2] == "Z"  # a zombie until init reaps it: gone
+            except FileNotFoundError:
+                return True
+        wait_for(child_gone, 10, f"child {child} to stop")
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+
