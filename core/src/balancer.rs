@@ -177,25 +177,24 @@ impl Balancer {
             }
         } else if let Some(probe) = cluster.take_due_probe(now_us, p) {
             Candidate::Known(probe)
-        } else if p.load_stamp_max_age_us > 0 {
-            let Some(a) = cluster.sample_candidate(rng, now_us, true) else {
-                return Pick::NoCandidate;
-            };
-            stamped_choice(cluster, a, now_us, p)
         } else {
             let Some(a) = cluster.sample_candidate(rng, now_us, true) else {
                 return Pick::NoCandidate;
             };
-            let b = (0..8).filter_map(|_| cluster.sample_candidate(rng, now_us, true)).find(|c| *c != a);
-            let prior = cluster.prior_latency_us();
-            // A suggestion has no requests here and no samples: the prior is all there is.
-            let score = |c: Candidate| match c {
-                Candidate::Known(slot) => cluster.endpoints()[slot].score(now_us, p, prior),
-                Candidate::Suggested(_) => prior,
-            };
-            match b {
-                Some(b) if score(b) < score(a) => b,
-                _ => a,
+            if p.load_stamp_max_age_us > 0 {
+                stamped_choice(cluster, a, now_us, p)
+            } else {
+                let b = (0..8).filter_map(|_| cluster.sample_candidate(rng, now_us, true)).find(|c| *c != a);
+                let prior = cluster.prior_latency_us();
+                // A suggestion has no requests here and no samples: the prior is all there is.
+                let score = |c: Candidate| match c {
+                    Candidate::Known(slot) => cluster.endpoints()[slot].score(now_us, p, prior),
+                    Candidate::Suggested(_) => prior,
+                };
+                match b {
+                    Some(b) if score(b) < score(a) => b,
+                    _ => a,
+                }
             }
         };
         // The header: the first choice, then retry choices among the endpoints known here.
