@@ -4,6 +4,7 @@
 use crate::host;
 use crate::http::Request;
 use crate::metrics;
+use crate::server::{StampedRequest, Stamper};
 use crate::worker::Worker;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -11,13 +12,17 @@ use proxy_wasm::types::{BufferType, ContextType, LogLevel};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
+use tailweight_core::config::FilterRole;
 use tailweight_core::FilterConfig;
 
 pub enum PluginState {
     Unconfigured,
     /// Invalid configuration: every request passes untouched.
     Disabled,
+    /// Client role: steers, reports, reads load stamps.
     Active(Box<Worker>),
+    /// Server role: stamps responses (see `server`).
+    Stamping(Box<Stamper>),
 }
 
 /// One VM is single-threaded: the root and its HTTP contexts share state without locks.
@@ -51,7 +56,10 @@ impl RootContext for Root {
         let state = match FilterConfig::parse(&bytes) {
             Ok(config) => {
                 let _ = hostcalls::set_tick_period(Duration::from_millis(config.sync_interval_ms));
-                PluginState::Active(Box::new(Worker::new(config)))
+                match config.role {
+                    FilterRole::Client => PluginState::Active(Box::new(Worker::new(config))),
+                    FilterRole::Server => PluginState::Stamping(Box::new(Stamper::new(&config))),
+                }
             }
             Err(reason) => {
                 host::log(
@@ -68,14 +76,21 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
-        if let PluginState::Active(w) = &mut *self.state.borrow_mut() {
-            if let Some(period_ms) = w.tick(host::now_us()) {
-                let _ = hostcalls::set_tick_period(Duration::from_millis(period_ms));
+        match &mut *self.state.borrow_mut() {
+            PluginState::Active(w) => {
+                if let Some(period_ms) = w.tick(host::now_us()) {
+                    let _ = hostcalls::set_tick_period(Duration::from_millis(period_ms));
+                }
             }
+            PluginState::Stamping(s) => s.tick(host::now_us()),
+            PluginState::Unconfigured | PluginState::Disabled => {}
         }
     }
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        if matches!(&*self.state.borrow(), PluginState::Stamping(_)) {
+            return Some(Box::new(StampedRequest::new(self.state.clone())));
+        }
         Some(Box::new(Request::new(self.state.clone())))
     }
 

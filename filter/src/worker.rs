@@ -265,7 +265,7 @@ fn reporter_id(config: &FilterConfig) -> String {
 }
 
 /// Randomness from the host (WASI random_get, through std's hasher keys) mixed with the clock.
-fn random_u64() -> u64 {
+pub fn random_u64() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(host::now_us());
     h.finish()
