@@ -129,8 +129,9 @@ def delta(after: dict[str, int], before: dict[str, int], key: str) -> int:
 # The manifests as shipped: the apiserver (with Istio's CRDs) accepts every object
 
 
-@pytest.mark.parametrize("directory", [tm.WASMPLUGIN, tm.WASMPLUGIN / "overlays" / "example"],
-                         ids=["base", "overlays/example"])
+@pytest.mark.parametrize("directory", [tm.WASMPLUGIN, tm.WASMPLUGIN / "overlays" / "example",
+                                       tm.WASMPLUGIN / "overlays" / "load-stamps"],
+                         ids=["base", "overlays/example", "overlays/load-stamps"])
 def test_manifests_accepted_by_the_apiserver(mesh, directory):
     r = mesh.cp.apply_kustomization(directory, check=False, dry_run=True)
     assert r.returncode == 0, r.stderr

@@ -13,16 +13,9 @@ import requests
 from bench import emulator as emu
 from bench import fortio
 from tailweight_e2e import envoy, envoy_configs, paths
-from tailweight_e2e.procs import ProcGroup
 
 STAMP = "x-tailweight-load"
 STAT = "wasmcustom.tailweight."
-
-
-@pytest.fixture
-def group(tmp_path):
-    with ProcGroup(tmp_path / "logs") as g:
-        yield g
 
 
 def server_envoy(group, app, plugin_config=None, concurrency=1):
