@@ -83,6 +83,22 @@ pub enum FilterRole {
     Server,
 }
 
+impl FilterRole {
+    pub fn name(self) -> &'static str {
+        match self {
+            FilterRole::Client => "client",
+            FilterRole::Server => "server",
+        }
+    }
+
+    /// Does Envoy's `listener_direction` (`TrafficDirection`: 0 unspecified, 1 inbound, 2
+    /// outbound) contradict this role? A server-role filter on an outbound listener, or a
+    /// client-role one on an inbound listener, is most likely a WasmPlugin with the wrong `match`.
+    pub fn contradicted_by(self, listener_direction: u64) -> bool {
+        matches!((self, listener_direction), (FilterRole::Server, 2) | (FilterRole::Client, 1))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct AggregatorConfig {
     /// Envoy cluster of the aggregator, e.g. `outbound|8080||tailweight-aggregator.tailweight.svc.cluster.local`.
@@ -385,6 +401,13 @@ mod tests {
         let c = FilterConfig::parse(br#"{"role": "server", "sync_interval_ms": 50}"#).unwrap();
         assert_eq!((c.role, c.sync_interval_ms), (FilterRole::Server, 50));
         assert_eq!(FilterConfig::default().role, FilterRole::Client);
+        assert!(FilterRole::Server.contradicted_by(2) && FilterRole::Client.contradicted_by(1));
+        for direction in [0, 1, 3] {
+            assert!(!FilterRole::Server.contradicted_by(direction), "{direction}");
+        }
+        for direction in [0, 2, 3] {
+            assert!(!FilterRole::Client.contradicted_by(direction), "{direction}");
+        }
     }
 
     #[test]

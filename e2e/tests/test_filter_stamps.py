@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
+import yaml
 
 from bench import emulator as emu
 from bench import fortio
@@ -59,6 +60,19 @@ def test_stamps_count_the_requests_in_flight_at_the_endpoint(group, concurrency)
     assert server.stat(STAT + "stamps_written") == 3 + 8
     assert server.stat(STAT + "stamps_replaced") == 0
     assert server.stat(STAT + "picks", default=-1) == -1, "a server-role filter defines no steering counters"
+    assert "is the WasmPlugin's `match` mode right?" not in server.log(), "an inbound listener suits the role"
+
+
+def test_a_server_role_on_an_outbound_listener_is_warned_about_and_kept(group):
+    app = emu.start(group, [emu.BackendSettings(workers=4, base_ms=1.0)])
+    config = yaml.safe_load(envoy_configs.render_server_envoy(app.addresses[0], paths.WASM))
+    config["static_resources"]["listeners"][0]["traffic_direction"] = "OUTBOUND"
+    server = envoy.start(group, "server-outbound", yaml.safe_dump(config))
+    session = requests.Session()
+    for _ in range(10):
+        assert rif(session.get(server.url(), timeout=10)) == 0
+    warnings = [line for line in server.log().splitlines() if "is the WasmPlugin's `match` mode right?" in line]
+    assert len(warnings) == 1 and 'role "server" runs on an outbound listener' in warnings[0], warnings
 
 
 class ForgingApp:

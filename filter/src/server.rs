@@ -8,11 +8,12 @@
 
 use crate::host;
 use crate::metrics::{self, StampMetrics};
-use crate::root::{PluginState, Shared};
+use crate::root::{warn_if_direction_contradicts, PluginState, Shared};
 use crate::shared;
 use crate::worker::random_u64;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
+use tailweight_core::config::FilterRole;
 use tailweight_core::server_inflight::ServerInflight;
 use tailweight_core::stamp::{LoadStamp, LOAD_STAMP_HEADER};
 use tailweight_core::FilterConfig;
@@ -30,6 +31,7 @@ pub struct Stamper {
     load: ServerInflight,
     metrics: StampMetrics,
     slot: Option<u64>,
+    direction_checked: bool,
 }
 
 impl Stamper {
@@ -40,6 +42,7 @@ impl Stamper {
             load: ServerInflight::new(config.inflight_bound_ms * 1_000),
             metrics: StampMetrics::define(),
             slot: None,
+            direction_checked: false,
         }
     }
 
@@ -81,6 +84,10 @@ impl Context for StampedRequest {}
 impl HttpContext for StampedRequest {
     fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
         if let PluginState::Stamping(s) = &mut *self.state.borrow_mut() {
+            if !s.direction_checked {
+                s.direction_checked = true;
+                warn_if_direction_contradicts(FilterRole::Server);
+            }
             self.entered = Some(s.load.enter(host::now_us()));
         }
         Action::Continue

@@ -36,6 +36,8 @@ pub struct Worker {
     pub balancer: Balancer,
     pub metrics: Metrics,
     pub reporter: Option<Reporter>,
+    /// Whether the listener direction was compared with the role yet (on the first request).
+    pub direction_checked: bool,
     slot: Option<u64>,
     /// This VM's published snapshot, its version, and the balancer revision it was taken at.
     own: Slot,
@@ -65,6 +67,7 @@ impl Worker {
             balancer: Balancer::new(Settings::from(&config), seed),
             metrics: Metrics::define(config.per_endpoint_metrics),
             reporter,
+            direction_checked: false,
             slot: None,
             own: Slot::default(),
             own_version: 0,
