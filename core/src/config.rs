@@ -7,6 +7,8 @@ use crate::wire::{is_endpoint_address, REPORT_PATH, SHARD_HEADER};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct FilterConfig {
+    /// Which side of a call this filter serves (see `FilterRole`).
+    pub role: FilterRole,
     /// Request header the override_host LB policy reads.
     pub header: String,
     /// Keep an override header the request already carries (only for trusted callers, e.g. a gateway).
@@ -66,6 +68,37 @@ pub struct PickParams {
     pub load_stamp_pool: usize,
 }
 
+/// The side of a call the filter sits on, chosen by the `role` key (default `client`). The same
+/// module serves both so that one image is deployed; the role is explicit rather than taken from
+/// Envoy's `listener_direction` because that property is unset outside Istio (a plain Envoy's
+/// listeners have no direction) and is per request, while the role decides the VM's whole state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FilterRole {
+    /// The caller's sidecar (outbound): picks each request's endpoint, reports to the aggregator,
+    /// reads load stamps when `load_stamp_max_age_ms` is set.
+    #[default]
+    Client,
+    /// The destination's own sidecar (inbound): never steers, never reports; writes the endpoint's
+    /// requests in flight into each response (see `stamp` and `server_inflight`).
+    Server,
+}
+
+impl FilterRole {
+    pub fn name(self) -> &'static str {
+        match self {
+            FilterRole::Client => "client",
+            FilterRole::Server => "server",
+        }
+    }
+
+    /// Does Envoy's `listener_direction` (`TrafficDirection`: 0 unspecified, 1 inbound, 2
+    /// outbound) contradict this role? A server-role filter on an outbound listener, or a
+    /// client-role one on an inbound listener, is most likely a WasmPlugin with the wrong `match`.
+    pub fn contradicted_by(self, listener_direction: u64) -> bool {
+        matches!((self, listener_direction), (FilterRole::Server, 2) | (FilterRole::Client, 1))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct AggregatorConfig {
     /// Envoy cluster of the aggregator, e.g. `outbound|8080||tailweight-aggregator.tailweight.svc.cluster.local`.
@@ -100,6 +133,7 @@ impl Default for PickParams {
 impl Default for FilterConfig {
     fn default() -> Self {
         FilterConfig {
+            role: FilterRole::Client,
             header: "x-gateway-destination-endpoint".into(),
             trust_incoming_header: false,
             retry_choices: 1,
@@ -151,6 +185,7 @@ impl FilterConfig {
         let d = FilterConfig::default();
         let p = PickParams::default();
         let config = FilterConfig {
+            role: role(&mut f)?,
             header: header_name(&mut f, "header", &d.header)?,
             trust_incoming_header: f.boolean("trust_incoming_header", d.trust_incoming_header)?,
             retry_choices: f.integer("retry_choices", d.retry_choices as u64, 0..=4)? as usize,
@@ -196,6 +231,12 @@ impl FilterConfig {
             inflight_bound_ms: f.integer("inflight_bound_ms", d.inflight_bound_ms, 1_000..=86_400_000)?,
         };
         f.reject_unknown()?;
+        if config.role == FilterRole::Server && config.aggregator.is_some() {
+            return Err(ConfigError::Field {
+                field: "aggregator".into(),
+                problem: "not used with role \"server\" (a server-role filter never reports); remove it".into(),
+            });
+        }
         Ok(config)
     }
 
@@ -260,6 +301,15 @@ impl From<FieldError> for ConfigError {
     }
 }
 
+/// `role`: "client" or "server".
+fn role(f: &mut Fields) -> Result<FilterRole, FieldError> {
+    match f.string("role", "client", 16)?.as_str() {
+        "client" => Ok(FilterRole::Client),
+        "server" => Ok(FilterRole::Server),
+        other => Err(f.unexpected("role", "\"client\" or \"server\"", &Value::String(other.to_string()))),
+    }
+}
+
 /// An HTTP header name: lower case token characters (Envoy's header maps are lower case).
 fn header_name(f: &mut Fields, key: &'static str, default: &str) -> Result<String, FieldError> {
     let name = f.string(key, default, 128)?;
@@ -320,13 +370,13 @@ mod tests {
               "reporter_id": "pod-1.ns", "per_endpoint_metrics": true,
               "grpc_failure_codes": [14, 13], "inflight_bound_ms": 5000, "failure_decay_ms": 500,
               "probe_interval_ms": 100, "recovery_ramp_ms": 2000, "slow_start_ms": 0,
-              "load_stamp_max_age_ms": 40, "load_stamp_pool": 4,
+              "load_stamp_max_age_ms": 40, "load_stamp_pool": 4, "role": "client",
               "aggregator": {"cluster": "agg", "authority": "agg.local", "path": "/r",
                              "timeout_ms": 200, "report_interval_ms": 500, "shard_header": "x-s"}
             }"#,
         )
         .unwrap();
-        assert_eq!(c.header, "x-pick");
+        assert_eq!((c.role, c.header.as_str()), (FilterRole::Client, "x-pick"));
         assert!(c.trust_incoming_header);
         assert_eq!(c.retry_choices, 2);
         assert!(c.steers("a") && !c.steers("c"));
@@ -344,6 +394,20 @@ mod tests {
         let a = c.aggregator.unwrap();
         assert_eq!((a.cluster.as_str(), a.authority.as_str(), a.path.as_str()), ("agg", "agg.local", "/r"));
         assert_eq!((a.timeout_ms, a.report_interval_ms, a.shard_header.as_str()), (200, 500, "x-s"));
+    }
+
+    #[test]
+    fn the_server_role_is_chosen_by_name() {
+        let c = FilterConfig::parse(br#"{"role": "server", "sync_interval_ms": 50}"#).unwrap();
+        assert_eq!((c.role, c.sync_interval_ms), (FilterRole::Server, 50));
+        assert_eq!(FilterConfig::default().role, FilterRole::Client);
+        assert!(FilterRole::Server.contradicted_by(2) && FilterRole::Client.contradicted_by(1));
+        for direction in [0, 1, 3] {
+            assert!(!FilterRole::Server.contradicted_by(direction), "{direction}");
+        }
+        for direction in [0, 2, 3] {
+            assert!(!FilterRole::Client.contradicted_by(direction), "{direction}");
+        }
     }
 
     #[test]
@@ -389,6 +453,12 @@ mod tests {
             ),
             (r#"{"grpc_failure_codes": "14"}"#, "field `grpc_failure_codes`: expected a list"),
             (r#"{"inflight_bound_ms": 10}"#, "field `inflight_bound_ms`: expected an integer in 1000..=86400000"),
+            (r#"{"role": "severs"}"#, "field `role`: expected \"client\" or \"server\", got \"severs\""),
+            (r#"{"role": 1}"#, "field `role`: expected a non-empty string of at most 16 bytes, got 1"),
+            (
+                r#"{"role": "server", "aggregator": {"cluster": "a"}}"#,
+                "field `aggregator`: not used with role \"server\"",
+            ),
             (r#"{"load_stamp_pool": 0}"#, "field `load_stamp_pool`: expected an integer in 1..=64, got 0"),
             (r#"{"load_stamp_max_age_ms": 1e9}"#, "field `load_stamp_max_age_ms`: expected an integer in 0..=10000"),
         ] {

@@ -15,6 +15,7 @@ pub mod json;
 pub mod orca;
 pub mod outcome;
 pub mod rng;
+pub mod server_inflight;
 pub mod slot;
 pub mod snapshot;
 pub mod stamp;

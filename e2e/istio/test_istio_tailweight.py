@@ -10,6 +10,7 @@ module URL, delete the WasmPlugin) and restore what the next ones need.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -129,8 +130,9 @@ def delta(after: dict[str, int], before: dict[str, int], key: str) -> int:
 # The manifests as shipped: the apiserver (with Istio's CRDs) accepts every object
 
 
-@pytest.mark.parametrize("directory", [tm.WASMPLUGIN, tm.WASMPLUGIN / "overlays" / "example"],
-                         ids=["base", "overlays/example"])
+@pytest.mark.parametrize("directory", [tm.WASMPLUGIN, tm.WASMPLUGIN / "overlays" / "example",
+                                       tm.WASMPLUGIN / "overlays" / "load-stamps"],
+                         ids=["base", "overlays/example", "overlays/load-stamps"])
 def test_manifests_accepted_by_the_apiserver(mesh, directory):
     r = mesh.cp.apply_kustomization(directory, check=False, dry_run=True)
     assert r.returncode == 0, r.stderr
@@ -324,6 +326,39 @@ def test_authorization_policy_admits_only_opted_in_namespaces(mesh):
     # ... but metrics stay open for Prometheus.
     metrics = http_get(f"http://{replica.ip}:{tm.PORT}/metrics")
     assert metrics.status_code == 200 and "tailweight_reports_accepted_total" in metrics.text
+
+
+def test_load_stamps_written_by_the_destination_sidecar_only(mesh):
+    """wasmplugin/server (match SERVER, role server) in the aggregator's namespace: its sidecars
+    stamp every response of their inbound listener; the client's sidecar (its WasmPlugin matches
+    CLIENT and does not read stamps) passes the stamp on untouched and stamps nothing itself."""
+    docs = [d for d in yaml.safe_load_all(subprocess.run(
+        ["kubectl", "kustomize", str(tm.WASMPLUGIN / "server")], check=True, capture_output=True, text=True,
+        timeout=60).stdout) if d]
+    (plugin,) = docs
+    plugin["metadata"]["namespace"] = tm.AGG_NS
+    plugin["spec"]["url"] = mesh.url
+    manifest = yaml.safe_dump(plugin)
+    mesh.cp.apply_yaml(manifest)
+    try:
+        def stamped():
+            r = http_get(f"http://{mesh.client.ip}:{tm.PORT}/metrics", headers={"Host": tm.AGG_HOST}, timeout=5)
+            return r if r.status_code == 200 and "x-tailweight-load" in r.headers else None
+        r = wait_for(stamped, 60, "a stamped response from an aggregator replica's inbound sidecar")
+        assert re.fullmatch(r"1;rif=\d+", r.headers["x-tailweight-load"]), r.headers
+        for _ in range(10):
+            r = http_get(f"http://{mesh.client.ip}:{tm.PORT}/metrics", headers={"Host": tm.AGG_HOST}, timeout=5)
+            assert r.status_code == 200 and re.fullmatch(r"1;rif=\d+", r.headers["x-tailweight-load"]), r.headers
+        # The destinations in `shop` have no server plugin: nothing stamps their responses.
+        assert all("x-tailweight-load" not in r.headers for r in mesh.traffic(rounds=1))
+        written = sum(tm.filter_stats(r.sidecar).get("stamps_written", 0) for r in mesh.live)
+        assert written >= 11, written
+        # Istio's inbound listener has direction INBOUND, which suits the role: no warning.
+        for replica in mesh.live:
+            assert "is the WasmPlugin's `match` mode right?" not in tm.envoy_log(replica.sidecar)
+        assert "is the WasmPlugin's `match` mode right?" not in tm.envoy_log(mesh.client)
+    finally:
+        mesh.cp.delete("wasmplugin", tm.AGG_NS, plugin["metadata"]["name"])
 
 
 def test_invented_reporter_ids_of_one_pod_are_one_principal(mesh):

@@ -22,6 +22,8 @@ from cluster import ISTIO_CACHE, VERSIONS
 REPO = Path(__file__).resolve().parents[2]
 BASE = REPO / "wasmplugin"
 EXAMPLE = BASE / "overlays" / "example"
+LOAD_STAMPS = BASE / "overlays" / "load-stamps"
+STAMP_RS = REPO / "core" / "src" / "stamp.rs"
 FILTER_DEFAULTS = REPO / "core" / "src" / "wire.rs"  # SHARD_HEADER lives here
 CONFIG_RS = REPO / "core" / "src" / "config.rs"
 DOCS = REPO / "docs" / "istio.md"
@@ -50,7 +52,8 @@ def fqdn(service: dict) -> str:
     return f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc.cluster.local"
 
 
-@pytest.fixture(scope="module", params=[BASE, EXAMPLE], ids=["base", "overlays/example"])
+@pytest.fixture(scope="module", params=[BASE, EXAMPLE, LOAD_STAMPS],
+                ids=["base", "overlays/example", "overlays/load-stamps"])
 def objects(request) -> dict[tuple[str, str], dict]:
     return render(request.param)
 
@@ -64,6 +67,33 @@ def test_wasmplugin_outbound_fail_open_with_pod_identity(objects):
     assert spec["vmConfig"]["env"] == [{"name": "POD_NAME", "valueFrom": "HOST"},
                                       {"name": "POD_NAMESPACE", "valueFrom": "HOST"}]
     assert spec["url"].startswith("oci://")
+
+
+def test_load_stamps_server_plugin_inbound_and_client_reading():
+    """overlays/load-stamps: the destination namespace's sidecars run the same module in the server
+    role on inbound requests; the clients read stamps (the key the filter knows, in its range)."""
+    objects = render(LOAD_STAMPS)
+    client = objects[("WasmPlugin", "tailweight")]
+    server = objects[("WasmPlugin", "tailweight-load-stamps")]
+    spec = server["spec"]
+    assert spec["match"] == [{"mode": "SERVER"}]
+    assert spec["failStrategy"] == "FAIL_OPEN" and spec["type"] == "HTTP"
+    assert spec["url"] == client["spec"]["url"], "one module, two roles"
+    assert "selector" not in spec and "targetRefs" not in spec, "applies to the whole namespace"
+    config = spec["pluginConfig"]
+    assert config["role"] == "server" and "aggregator" not in config, "a server-role filter never reports"
+    known = set(re.findall(r'f\.[a-z_]+\(\s*"([a-z_]+)"', CONFIG_RS.read_text()))
+    assert set(config) <= known, set(config) - known
+    # The sidecars stamped are those of the services the clients steer to.
+    destinations = {c.rsplit("||", 1)[1] for c in client["spec"]["pluginConfig"]["clusters"]}
+    assert {d.split(".")[1] for d in destinations} == {server["metadata"]["namespace"]}
+    max_age = client["spec"]["pluginConfig"]["load_stamp_max_age_ms"]
+    assert isinstance(max_age, int) and 0 < max_age <= 10_000
+    assert rust_const(STAMP_RS, "LOAD_STAMP_HEADER") in (REPO / "docs" / "wire-protocol.md").read_text()
+    # Without the overlay nothing stamps and nothing reads.
+    base = render(BASE)
+    assert ("WasmPlugin", "tailweight-load-stamps") not in base
+    assert "load_stamp_max_age_ms" not in base[("WasmPlugin", "tailweight")]["spec"]["pluginConfig"]
 
 
 def test_plugin_config_names_the_aggregator_service(objects):
@@ -83,7 +113,7 @@ def test_plugin_config_is_valid_for_the_filter(objects):
     """Every key the manifests set is one FilterConfig::parse knows (it rejects unknown keys)."""
     config = objects[("WasmPlugin", "tailweight")]["spec"]["pluginConfig"]
     source = CONFIG_RS.read_text()
-    known = set(re.findall(r'f\.[a-z_]+\("([a-z_]+)"', source))
+    known = set(re.findall(r'f\.[a-z_]+\(\s*"([a-z_]+)"', source))
     assert set(config) <= known, set(config) - known
     assert set(config["aggregator"]) <= known, set(config["aggregator"]) - known
 
@@ -215,7 +245,8 @@ ENVOYFILTER_CAVEAT = ("IST0133", "EnvoyFilter exposes internal implementation de
 ENVOYFILTERS = ("tailweight-override-host", "tailweight-strip-incoming-header")
 
 
-@pytest.mark.parametrize("directory", [BASE, EXAMPLE], ids=["base", "overlays/example"])
+@pytest.mark.parametrize("directory", [BASE, EXAMPLE, LOAD_STAMPS],
+                         ids=["base", "overlays/example", "overlays/load-stamps"])
 def test_istioctl_analyze_finds_nothing_but_the_envoyfilter_caveat(directory, tmp_path):
     messages = istioctl_analyze(tmp_path, kustomize(directory))
     unexplained = [m for m in messages

@@ -252,3 +252,18 @@ def write_eds(path: str | Path, weights: dict[str, int], version: str = "1") -> 
     """Write the EDS file atomically (temp file in the same directory, then rename) so Envoy never
     reads half a file; the rename is what its watched_directory notices."""
     write_atomically(Path(path), render_eds(weights, version=version))
+
+
+def render_server_envoy(app: Endpoint, wasm_path: str | Path, plugin_config: dict | None = None,
+                        node_id: str = "server") -> str:
+    """The destination's own sidecar: listener LISTENER, marked INBOUND as Istio's inbound listener
+    is, runs the filter with `plugin_config` (default {"role": "server"}: stamps every response with
+    the endpoint's load) and routes everything to the application `app` (cluster CLUSTER, one
+    endpoint)."""
+    bootstrap = yaml.safe_load(render_client_envoy([app], "round_robin", node_id=node_id))
+    listener = bootstrap["static_resources"]["listeners"][0]
+    listener["traffic_direction"] = "INBOUND"
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    config = plugin_config if plugin_config is not None else {"role": "server"}
+    hcm["http_filters"].insert(0, wasm_filter(wasm_path, config))
+    return yaml.safe_dump(bootstrap, sort_keys=False)

@@ -67,6 +67,14 @@ pub fn response_header(name: &str) -> Option<String> {
     hostcalls::get_map_value(MapType::HttpResponseHeaders, name).ok()?
 }
 
+pub fn set_response_header(name: &str, value: &str) {
+    let _ = hostcalls::set_map_value(MapType::HttpResponseHeaders, name, Some(value));
+}
+
+pub fn remove_response_header(name: &str) {
+    let _ = hostcalls::remove_map_value(MapType::HttpResponseHeaders, name);
+}
+
 /// A response trailer (in `on_log`, Envoy serves the finished stream's trailers).
 pub fn response_trailer(name: &str) -> Option<String> {
     hostcalls::get_map_value(MapType::HttpResponseTrailers, name).ok()?

@@ -1,7 +1,10 @@
 //! Per request: pick in `on_http_request_headers` (write the override header), note the first
 //! response headers in `on_http_response_headers` (the request no longer waits on the endpoint: a
 //! stream's later messages do not count), and account the outcome in `on_log` (called once per
-//! stream, also on resets, so in-flight counts cannot leak).
+//! stream, also on resets, so in-flight counts cannot leak). With `load_stamp_max_age_ms` set, the
+//! response headers' load stamp (written by the destination's server-role filter, see `server`) is
+//! read for the balancer and removed before the response reaches the application; without it the
+//! header is not looked at.
 //!
 //! gRPC requests (content-type `application/grpc...`) end with a grpc-status in the trailers or in
 //! the headers of a trailers-only response; `on_log` reads it as Envoy's `response.grpc_status`
@@ -10,13 +13,14 @@
 
 use crate::host;
 use crate::metrics;
-use crate::root::{PluginState, Shared};
+use crate::root::{warn_if_direction_contradicts, PluginState, Shared};
 use crate::worker::Worker;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, LogLevel};
 use tailweight_core::config::is_override_value;
 use tailweight_core::orca::{self, OrcaLoad};
 use tailweight_core::outcome::classify;
+use tailweight_core::stamp::{LoadStamp, LOAD_STAMP_HEADER};
 use tailweight_core::{Completion, Pick, RequestOutcome};
 
 pub struct Request {
@@ -96,6 +100,10 @@ impl HttpContext for Request {
     fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
         let mut state = self.state.borrow_mut();
         let PluginState::Active(w) = &mut *state else { return Action::Continue };
+        if !w.direction_checked {
+            w.direction_checked = true;
+            warn_if_direction_contradicts(w.config.role);
+        }
         let header = w.config.header.as_str();
         let incoming = host::request_header(header);
         if let Some(value) = &incoming {
@@ -142,21 +150,22 @@ impl HttpContext for Request {
     }
 
     fn on_http_response_headers(&mut self, _: usize, _: bool) -> Action {
-        if self.cluster.is_some() {
-            self.response = Some(Response {
-                at_us: host::now_us(),
-                status: host::response_header(":status").and_then(|s| s.parse().ok()).unwrap_or(0),
-                served: served_by(),
-                load: orca_in_headers(self.grpc),
-            });
-            if self.waiting_epoch.is_some() {
-                let state = self.state.clone();
-                let mut state = state.borrow_mut();
-                if let PluginState::Active(w) = &mut *state {
-                    self.release(w);
-                }
+        let Some(cluster) = &self.cluster else { return Action::Continue };
+        let response = Response {
+            at_us: host::now_us(),
+            status: host::response_header(":status").and_then(|s| s.parse().ok()).unwrap_or(0),
+            served: served_by(),
+            load: orca_in_headers(self.grpc),
+        };
+        let state = self.state.clone();
+        let mut state = state.borrow_mut();
+        if let PluginState::Active(w) = &mut *state {
+            if w.config.pick.load_stamp_max_age_us > 0 {
+                read_stamp(w, cluster, response.served.as_deref(), response.at_us);
             }
+            self.release(w);
         }
+        self.response = Some(response);
         Action::Continue
     }
 
@@ -240,6 +249,22 @@ fn count(w: &Worker, outcome: &RequestOutcome, done: &Completion, cluster: &str)
                 pause_us / 1_000_000
             ),
         );
+    }
+}
+
+/// Take the response's load stamp for the balancer (a stamp that cannot be read is counted and
+/// dropped), and remove it: it is for this proxy, not the application.
+fn read_stamp(w: &mut Worker, cluster: &str, served: Option<&str>, now_us: u64) {
+    let Some(value) = host::response_header(LOAD_STAMP_HEADER) else { return };
+    host::remove_response_header(LOAD_STAMP_HEADER);
+    match LoadStamp::parse(&value) {
+        Ok(stamp) => {
+            if let Some(served) = served {
+                w.balancer.note_stamp(cluster, served, stamp, now_us);
+            }
+            metrics::inc(w.metrics.stamps_read);
+        }
+        Err(_) => metrics::inc(w.metrics.stamps_invalid),
     }
 }
 

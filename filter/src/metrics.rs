@@ -35,6 +35,10 @@ pub struct Metrics {
     pub reports_ok: Option<u32>,
     pub reports_failed: Option<u32>,
     pub views_applied: Option<u32>,
+    /// Load stamps read from responses (`load_stamp_max_age_ms` > 0), and stamp headers that could
+    /// not be read (removed all the same).
+    pub stamps_read: Option<u32>,
+    pub stamps_invalid: Option<u32>,
     pub endpoints_forgotten: Option<u32>,
     /// Gauges (process-wide: the last writer wins, so only one VM writes each).
     pub endpoints_tracked: Option<u32>,
@@ -42,6 +46,24 @@ pub struct Metrics {
     pub clusters_paused: Option<u32>,
     /// Metric id per endpoint address (usize::MAX: the host refused to define it).
     per_endpoint: Option<FastMap<usize>>,
+}
+
+/// The counters of a server-role filter (see `server`).
+pub struct StampMetrics {
+    /// Responses stamped with the endpoint's requests in flight.
+    pub written: Option<u32>,
+    /// Of those, responses whose application had set the stamp header itself (replaced).
+    pub replaced: Option<u32>,
+}
+
+impl StampMetrics {
+    pub fn define() -> Self {
+        host::define_counter("tailweight.config_errors");
+        StampMetrics {
+            written: host::define_counter("tailweight.stamps_written"),
+            replaced: host::define_counter("tailweight.stamps_replaced"),
+        }
+    }
 }
 
 pub fn inc(metric: Option<u32>) {
@@ -74,6 +96,8 @@ impl Metrics {
             reports_ok: c("reports_ok"),
             reports_failed: c("reports_failed"),
             views_applied: c("views_applied"),
+            stamps_read: c("stamps_read"),
+            stamps_invalid: c("stamps_invalid"),
             endpoints_forgotten: c("endpoints_forgotten"),
             endpoints_tracked: g("endpoints_tracked"),
             weights_age_ms: g("weights_age_ms"),

@@ -4,6 +4,7 @@
 use crate::host;
 use crate::http::Request;
 use crate::metrics;
+use crate::server::{StampedRequest, Stamper};
 use crate::worker::Worker;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -11,13 +12,17 @@ use proxy_wasm::types::{BufferType, ContextType, LogLevel};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
+use tailweight_core::config::FilterRole;
 use tailweight_core::FilterConfig;
 
 pub enum PluginState {
     Unconfigured,
     /// Invalid configuration: every request passes untouched.
     Disabled,
+    /// Client role: steers, reports, reads load stamps.
     Active(Box<Worker>),
+    /// Server role: stamps responses (see `server`).
+    Stamping(Box<Stamper>),
 }
 
 /// One VM is single-threaded: the root and its HTTP contexts share state without locks.
@@ -51,7 +56,10 @@ impl RootContext for Root {
         let state = match FilterConfig::parse(&bytes) {
             Ok(config) => {
                 let _ = hostcalls::set_tick_period(Duration::from_millis(config.sync_interval_ms));
-                PluginState::Active(Box::new(Worker::new(config)))
+                match config.role {
+                    FilterRole::Client => PluginState::Active(Box::new(Worker::new(config))),
+                    FilterRole::Server => PluginState::Stamping(Box::new(Stamper::new(&config))),
+                }
             }
             Err(reason) => {
                 host::log(
@@ -68,18 +76,46 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
-        if let PluginState::Active(w) = &mut *self.state.borrow_mut() {
-            if let Some(period_ms) = w.tick(host::now_us()) {
-                let _ = hostcalls::set_tick_period(Duration::from_millis(period_ms));
+        match &mut *self.state.borrow_mut() {
+            PluginState::Active(w) => {
+                if let Some(period_ms) = w.tick(host::now_us()) {
+                    let _ = hostcalls::set_tick_period(Duration::from_millis(period_ms));
+                }
             }
+            PluginState::Stamping(s) => s.tick(host::now_us()),
+            PluginState::Unconfigured | PluginState::Disabled => {}
         }
     }
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        if matches!(&*self.state.borrow(), PluginState::Stamping(_)) {
+            return Some(Box::new(StampedRequest::new(self.state.clone())));
+        }
         Some(Box::new(Request::new(self.state.clone())))
     }
 
     fn get_type(&self) -> Option<ContextType> {
         Some(ContextType::HttpContext)
+    }
+}
+
+/// Called on a VM's first request: warn (once per VM) when Envoy's listener direction contradicts
+/// the configured role. The role stays as configured: a plain Envoy's listeners have no direction,
+/// and the configuration is the operator's word.
+pub fn warn_if_direction_contradicts(role: FilterRole) {
+    // Envoy 1.40 serves it as `xds.listener_direction`; older hosts as `listener_direction`.
+    let direction =
+        host::property_u64(b"xds\0listener_direction").or_else(|| host::property_u64(b"listener_direction"));
+    let Some(direction) = direction else { return };
+    if role.contradicted_by(direction) {
+        let listener = if direction == 1 { "an inbound" } else { "an outbound" };
+        host::log(
+            LogLevel::Warn,
+            &format!(
+                "role \"{}\" runs on {listener} listener (is the WasmPlugin's `match` mode right?); keeping the \
+                 configured role",
+                role.name()
+            ),
+        );
     }
 }

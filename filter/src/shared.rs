@@ -8,6 +8,8 @@
 //! - `report_epoch`: the last report period someone claimed (CAS), so one report goes out per tick;
 //! - `reported`: a digest of the slot versions the last report was made of, so no VM reports the
 //!   same state twice (an idle Envoy goes quiet);
+//! - `server_rif.<n>`: a server-role VM n's requests in flight and when it published them
+//!   (`core::server_inflight::PublishedCount`, 12 bytes), written at its tick when they changed;
 //! - `incarnation`: random id of this Envoy's counters (reports carry it; a restart changes it);
 //! - `view.<cluster>`: the aggregator's last view of a cluster, when it arrived and for how long it
 //!   holds (`core::slot`, binary); `views`: bumped after views are stored, so the others read
@@ -17,6 +19,7 @@
 //! `on_configure`, where the main-thread VM comes before the worker VMs are cloned from it.
 
 use crate::host;
+pub use tailweight_core::server_inflight::PublishedCount;
 pub use tailweight_core::slot::{Slot, StoredView};
 
 const PREFIX: &str = "tailweight.";
@@ -144,4 +147,13 @@ pub fn view_if_changed(cluster: &str, seen: Option<u32>) -> Option<(StoredView, 
     }
     let view = StoredView::decode(&bytes?).ok()?;
     Some((view, cas))
+}
+
+/// A server-role VM's requests in flight (see `core::server_inflight`).
+pub fn publish_server_count(slot: u64, count: PublishedCount) {
+    host::shared_set(&key(&format!("server_rif.{slot}")), &count.encode(), None);
+}
+
+pub fn read_server_count(slot: u64) -> Option<PublishedCount> {
+    PublishedCount::decode(&host::shared_get(&key(&format!("server_rif.{slot}"))).0?)
 }

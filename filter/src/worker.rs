@@ -36,6 +36,8 @@ pub struct Worker {
     pub balancer: Balancer,
     pub metrics: Metrics,
     pub reporter: Option<Reporter>,
+    /// Whether the listener direction was compared with the role yet (on the first request).
+    pub direction_checked: bool,
     slot: Option<u64>,
     /// This VM's published snapshot, its version, and the balancer revision it was taken at.
     own: Slot,
@@ -65,6 +67,7 @@ impl Worker {
             balancer: Balancer::new(Settings::from(&config), seed),
             metrics: Metrics::define(config.per_endpoint_metrics),
             reporter,
+            direction_checked: false,
             slot: None,
             own: Slot::default(),
             own_version: 0,
@@ -265,7 +268,7 @@ fn reporter_id(config: &FilterConfig) -> String {
 }
 
 /// Randomness from the host (WASI random_get, through std's hasher keys) mixed with the clock.
-fn random_u64() -> u64 {
+pub fn random_u64() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(host::now_us());
     h.finish()

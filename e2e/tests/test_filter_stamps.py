@@ -1,0 +1,177 @@
+"""Server-side load stamps with real Envoys: a server-role filter (the destination's own sidecar,
+inbound) stamps each response with the endpoint's requests in flight; a client filter with
+`load_stamp_max_age_ms` reads the stamps and removes them.
+
+Counts are asserted with margins real runs meet; nothing here times anything."""
+import http.server
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+import yaml
+
+from bench import emulator as emu
+from bench import fortio
+from tailweight_e2e import envoy, envoy_configs, paths
+
+STAMP = "x-tailweight-load"
+STAT = "wasmcustom.tailweight."
+
+
+def server_envoy(group, app, plugin_config=None, concurrency=1):
+    name = f"server-{len(group.procs)}"
+    return envoy.start(group, name, envoy_configs.render_server_envoy(app, paths.WASM, plugin_config),
+                       concurrency=concurrency)
+
+
+def rif(response):
+    value = response.headers[STAMP]
+    assert value.startswith("1;rif="), value
+    return int(value.removeprefix("1;rif="))
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_stamps_count_the_requests_in_flight_at_the_endpoint(group, concurrency):
+    # 600 ms requests, served all at once (16 workers): 8 sent together are in flight together.
+    app = emu.start(group, [emu.BackendSettings(workers=16, base_ms=600.0)])
+    server = server_envoy(group, app.addresses[0], {"role": "server", "sync_interval_ms": 20},
+                          concurrency=concurrency)
+    session = requests.Session()
+    alone = [rif(session.get(server.url(), timeout=10)) for _ in range(3)]
+    assert alone == [0, 0, 0], "a request alone leaves nothing in flight behind it"
+
+    start = threading.Barrier(8)
+
+    def one(_):
+        start.wait(10)
+        # A connection of its own each, so that with two workers both get some.
+        return rif(requests.get(server.url(), timeout=10))
+
+    with ThreadPoolExecutor(8) as pool:
+        together = sorted(pool.map(one, range(8)))
+    # Each response counts the others still in flight when it leaves: at most the other 7; the first
+    # to leave sees (about) all 7, also when the other worker's requests are on its count.
+    assert all(0 <= n <= 7 for n in together), together
+    assert together[-1] >= 6, together
+    if concurrency == 1:
+        assert together[0] == 0, "the last to leave is alone (one worker's count is exact)"
+        assert len(set(together)) >= 6, together
+    assert server.stat(STAT + "stamps_written") == 3 + 8
+    assert server.stat(STAT + "stamps_replaced") == 0
+    assert server.stat(STAT + "picks", default=-1) == -1, "a server-role filter defines no steering counters"
+    assert "is the WasmPlugin's `match` mode right?" not in server.log(), "an inbound listener suits the role"
+
+
+def test_a_server_role_on_an_outbound_listener_is_warned_about_and_kept(group):
+    app = emu.start(group, [emu.BackendSettings(workers=4, base_ms=1.0)])
+    config = yaml.safe_load(envoy_configs.render_server_envoy(app.addresses[0], paths.WASM))
+    config["static_resources"]["listeners"][0]["traffic_direction"] = "OUTBOUND"
+    server = envoy.start(group, "server-outbound", yaml.safe_dump(config))
+    session = requests.Session()
+    for _ in range(10):
+        assert rif(session.get(server.url(), timeout=10)) == 0
+    warnings = [line for line in server.log().splitlines() if "is the WasmPlugin's `match` mode right?" in line]
+    assert len(warnings) == 1 and 'role "server" runs on an outbound listener' in warnings[0], warnings
+
+
+class ForgingApp:
+    """An application that writes the stamp header itself into every response, once per value."""
+
+    def __init__(self, values=("1;rif=999", "1;rif=998")):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                for value in values:
+                    self.send_header(STAMP, value)
+                self.send_header("content-length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *_):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_stamp_forged_by_the_application_is_replaced(group):
+    app = ForgingApp()
+    try:
+        server = server_envoy(group, app.address)
+        session = requests.Session()
+        for _ in range(20):
+            r = session.get(server.url(), timeout=10)
+            assert r.status_code == 200
+            # requests joins repeated headers with ", ": one value means the forged ones are gone.
+            assert r.headers[STAMP] == "1;rif=0", r.headers
+        assert server.stat(STAT + "stamps_replaced") == 20
+        assert server.stat(STAT + "stamps_written") == 20
+    finally:
+        app.close()
+
+
+def test_a_client_counts_and_drops_a_stamp_it_cannot_read(group):
+    app = ForgingApp(values=("1;rif=lots",))
+    try:
+        client = envoy.start(group, "client", envoy_configs.render_client_envoy(
+            [app.address], "tailweight_local", wasm_path=paths.WASM, plugin_config={"load_stamp_max_age_ms": 100}))
+        session = requests.Session()
+        for _ in range(20):
+            r = session.get(client.url(), timeout=10)
+            assert r.status_code == 200 and STAMP not in r.headers, r.headers
+        assert client.stat(STAT + "stamps_invalid") == 20
+        assert client.stat(STAT + "stamps_read") == 0
+    finally:
+        app.close()
+
+
+def test_a_bad_role_is_a_configuration_error_and_traffic_passes(group):
+    app = emu.start(group, [emu.BackendSettings(workers=4, base_ms=1.0)])
+    server = server_envoy(group, app.addresses[0], {"role": "severs"})
+    session = requests.Session()
+    responses = [session.get(server.url(), timeout=10) for _ in range(20)]
+    assert [r.status_code for r in responses] == [200] * 20
+    assert all(STAMP not in r.headers for r in responses)
+    message = 'invalid plugin configuration: field `role`: expected "client" or "server", got "severs"'
+    assert message in server.log()
+    assert server.stat(STAT + "config_errors") >= 1
+
+
+def test_a_client_reads_stamps_removes_them_and_avoids_the_busy_endpoint(group, tmp_path):
+    # Two endpoints behind their own server-role sidecars; endpoint 1 is 5x slower, so its
+    # requests pile up there and its stamps say so.
+    apps = emu.start(group, [emu.BackendSettings(workers=4, base_ms=4.0, speed=s) for s in (1.0, 5.0)])
+    servers = [server_envoy(group, a) for a in apps.addresses]
+    endpoints = [s.address() for s in servers]
+    reading = envoy.start(group, "client-reading", envoy_configs.render_client_envoy(
+        endpoints, "tailweight_local", wasm_path=paths.WASM, plugin_config={"load_stamp_max_age_ms": 100}))
+    r = requests.get(reading.url(), timeout=10)
+    assert r.status_code == 200 and STAMP not in r.headers, r.headers
+
+    before = apps.requests_total()
+    out = tmp_path / "load.json"
+    proc = group.start("fortio", fortio.load_argv(reading.url(), 150, 8, 6, out))
+    proc.popen.wait(70)
+    total, errors = fortio.counts(fortio.read(out))
+    served = [a - b for a, b in zip(apps.requests_total(), before, strict=True)]
+    assert errors == 0 and sum(served) >= total
+    assert served[1] < 0.5 * served[0], served
+    read = reading.stat(STAT + "stamps_read")
+    assert read >= 0.9 * (total + 1), (read, total)
+    assert reading.stat(STAT + "stamps_invalid") == 0
+    assert sum(s.stat(STAT + "stamps_written") for s in servers) >= read
+
+    # Without the key the client reads nothing: the stamp reaches the caller untouched.
+    plain = envoy.start(group, "client-plain", envoy_configs.render_client_envoy(
+        endpoints, "tailweight_local", wasm_path=paths.WASM, plugin_config={}))
+    session = requests.Session()
+    for _ in range(10):
+        r = session.get(plain.url(), timeout=10)
+        assert r.status_code == 200 and r.headers[STAMP].startswith("1;rif="), r.headers
+    assert plain.stat(STAT + "stamps_read") == 0
