@@ -16,7 +16,6 @@ from tailweight_e2e import envoy as envoy_mod
 from tailweight_e2e import paths
 from tailweight_e2e.envoy_configs import (
     CLUSTER,
-    INBOUND_LISTENER,
     LOCAL_APP_CLUSTER,
     REPORTING_POLICIES,
     STAMPING_SERVER_CONFIG,
@@ -305,7 +304,7 @@ class PolicyRun:
                                 log_level="warn")
             self.servers.append(e)
             self.cpu.track(f"server-envoy-{i}", e.proc.pid)
-            addresses.append(e.address(INBOUND_LISTENER))
+            addresses.append(e.address())
         self.result["server_envoy_admin"] = [e.admin for e in self.servers]
         return addresses
 

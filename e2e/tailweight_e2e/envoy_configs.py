@@ -31,7 +31,6 @@ STAMP_READING = {"load_stamp_max_age_ms": 20}
 STAMPING_SERVER_CONFIG = {"role": "server"}
 CLUSTER = "backends"
 LOCAL_APP_CLUSTER = "local_app"
-INBOUND_LISTENER = "inbound"
 AGGREGATOR_CLUSTER = "tailweight_aggregator"
 LISTENER = "ingress"
 OVERRIDE_HEADER = "x-gateway-destination-endpoint"
@@ -231,11 +230,13 @@ def render_client_envoy(backends: Sequence[Endpoint], policy: str,
     return yaml.safe_dump(bootstrap, sort_keys=False)
 
 
-def _http_listener(name: str, route: dict, http_filters: list) -> dict:
+def _http_listener(name: str, route: dict, http_filters: list, direction: str = "OUTBOUND") -> dict:
     """Listener `name` on 127.0.0.1 port 0 (stats under listener.<name>.*, not the address), HTTP/1.1
-    or h2c, everything routed by `route` through `http_filters`."""
+    or h2c, everything routed by `route` through `http_filters`; `direction` as Istio marks its
+    sidecars' listeners (the filter checks its role against it)."""
     return {
         "name": name,
+        "traffic_direction": direction,
         "stat_prefix": name,
         "address": _address(("127.0.0.1", 0)),
         "filter_chains": [{"filters": [{
@@ -255,23 +256,27 @@ def _http_listener(name: str, route: dict, http_filters: list) -> dict:
 
 def render_server_envoy(app: Endpoint, wasm_path: str | Path | None = None, plugin_config: dict | None = None,
                         node_id: str = "server", protocol: str = "http") -> str:
-    """One destination's sidecar: listener INBOUND_LISTENER in front of the application at `app`
-    (cluster LOCAL_APP_CLUSTER, HTTP/1.1 or h2c for gRPC, Istio's unlimited circuit breakers), with
-    the filter `wasm_path` configured by `plugin_config` (e.g. STAMPING_SERVER_CONFIG) before the
-    router when given, else no filter."""
+    """One destination's sidecar: listener LISTENER, marked INBOUND as Istio's inbound listener is, in
+    front of the application at `app` (cluster LOCAL_APP_CLUSTER, HTTP/1.1 or h2c for gRPC, Istio's
+    unlimited circuit breakers); with `wasm_path`, the filter before the router, configured by
+    `plugin_config` (default STAMPING_SERVER_CONFIG: it stamps every response with the endpoint's
+    load), else no filter."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
     cluster = _static_cluster(LOCAL_APP_CLUSTER, [app])
     cluster["circuit_breakers"] = copy.deepcopy(ISTIO_CIRCUIT_BREAKERS)
     if protocol != "http":
         cluster["typed_extension_protocol_options"] = _upstream_protocol_options(protocol, False)
-    http_filters = [wasm_filter(wasm_path, plugin_config)] if wasm_path is not None else []
+    http_filters = []
+    if wasm_path is not None:
+        http_filters.append(wasm_filter(wasm_path, plugin_config if plugin_config is not None
+                                        else STAMPING_SERVER_CONFIG))
     http_filters.append(copy.deepcopy(_ROUTER))
     route = {"cluster": LOCAL_APP_CLUSTER, "timeout": "0s"}  # the caller's sidecar owns the timeout
     return yaml.safe_dump({
         "node": {"id": node_id, "cluster": "tailweight-bench"},
         "admin": {"address": _address(("127.0.0.1", 0))},
-        "static_resources": {"listeners": [_http_listener(INBOUND_LISTENER, route, http_filters)],
+        "static_resources": {"listeners": [_http_listener(LISTENER, route, http_filters, "INBOUND")],
                              "clusters": [cluster]},
     }, sort_keys=False)
 
@@ -294,18 +299,3 @@ def write_eds(path: str | Path, weights: dict[str, int], version: str = "1") -> 
     """Write the EDS file atomically (temp file in the same directory, then rename) so Envoy never
     reads half a file; the rename is what its watched_directory notices."""
     write_atomically(Path(path), render_eds(weights, version=version))
-
-
-def render_server_envoy(app: Endpoint, wasm_path: str | Path, plugin_config: dict | None = None,
-                        node_id: str = "server") -> str:
-    """The destination's own sidecar: listener LISTENER, marked INBOUND as Istio's inbound listener
-    is, runs the filter with `plugin_config` (default {"role": "server"}: stamps every response with
-    the endpoint's load) and routes everything to the application `app` (cluster CLUSTER, one
-    endpoint)."""
-    bootstrap = yaml.safe_load(render_client_envoy([app], "round_robin", node_id=node_id))
-    listener = bootstrap["static_resources"]["listeners"][0]
-    listener["traffic_direction"] = "INBOUND"
-    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
-    config = plugin_config if plugin_config is not None else {"role": "server"}
-    hcm["http_filters"].insert(0, wasm_filter(wasm_path, config))
-    return yaml.safe_dump(bootstrap, sort_keys=False)

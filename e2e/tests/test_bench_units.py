@@ -486,7 +486,8 @@ def test_server_sidecar_renders_a_valid_envoy_config(protocol, stamping, tmp_pat
     assert error is None, error
     config = yaml.safe_load(text)
     (listener,) = config["static_resources"]["listeners"]
-    assert listener["name"] == "inbound" and listener["address"]["socket_address"]["port_value"] == 0
+    assert listener["name"] == "ingress" and listener["address"]["socket_address"]["port_value"] == 0
+    assert listener["traffic_direction"] == "INBOUND"
     hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
     filters = [f["name"] for f in hcm["http_filters"]]
     assert filters == (["envoy.filters.http.wasm", "envoy.filters.http.router"] if stamping
