@@ -3,6 +3,8 @@ import json
 import math
 from pathlib import Path
 
+from tailweight_e2e.envoy_configs import REPORTING_POLICIES
+
 from . import analysis
 from .scenario import Scenario
 
@@ -134,7 +136,7 @@ def _segment_lines(ok: list[dict]) -> list[str]:
              "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r, seg in seg_rows:
         killed = r.get("aggregator_killed_at_s")
-        state = "-" if killed is None and r["policy"] != "tailweight" else (
+        state = "-" if killed is None and r["policy"] not in REPORTING_POLICIES else (
             "killed" if killed is not None and seg["from_s"] >= killed - 1 else "running")
         lines.append(f"| {run_of(r)} | {seg.get('name', '-')} | {seg['from_s']:g} | {seg['to_s']:g} | {state} | "
                      f"{_fmt(seg['p50_ms'])} | {_fmt(seg['p90_ms'])} | {_fmt(seg['p99_ms'])} | "

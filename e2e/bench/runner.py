@@ -14,7 +14,15 @@ import requests
 from tailweight_e2e import aggregator as aggregator_mod
 from tailweight_e2e import envoy as envoy_mod
 from tailweight_e2e import paths
-from tailweight_e2e.envoy_configs import CLUSTER, plugin_config_for, render_client_envoy
+from tailweight_e2e.envoy_configs import (
+    CLUSTER,
+    LOCAL_APP_CLUSTER,
+    REPORTING_POLICIES,
+    STAMPING_SERVER_CONFIG,
+    plugin_config_for,
+    render_client_envoy,
+    render_server_envoy,
+)
 from tailweight_e2e.procs import Proc, ProcGroup, wait_exited
 from tailweight_e2e.prometheus import Prometheus
 
@@ -25,6 +33,8 @@ from .report_tap import ReportTap
 from .scenario import Event, Scenario, Segment
 
 SAMPLE_S = 0.5
+# The aggregator's --orca-max-age-ms under `tailweight_stamps` (sim/README.md, "Closing the gap").
+STAMPS_ORCA_MAX_AGE_MS = 3000
 
 
 @dataclass
@@ -197,6 +207,18 @@ ENVOY_CLUSTER_STATS = ("upstream_rq_total", "upstream_rq_5xx", "upstream_cx_conn
                        "upstream_cx_destroy_remote_with_active_rq")
 
 
+def envoy_entry(e: envoy_mod.Envoy, cluster: str, stats_path: Path) -> dict:
+    """An Envoy's /stats kept as text at `stats_path`; its ENVOY_CLUSTER_STATS of `cluster` and the
+    filter's counters (wasmcustom.*) if it runs the filter."""
+    stats_path.write_text(requests.get(f"{e.admin}/stats", timeout=5).text)
+    s = e.stats(f"cluster.{cluster}.")
+    entry = {k: s.get(f"cluster.{cluster}.{k}", 0) for k in ENVOY_CLUSTER_STATS}
+    wasm = e.stats("wasmcustom.")
+    if wasm:
+        entry["wasmcustom"] = wasm
+    return entry
+
+
 @dataclass
 class ClientEnvoy:
     """Client number `index`: its Envoy, in front of which its Fortio runs."""
@@ -229,6 +251,7 @@ class PolicyRun:
         self.aggregator: aggregator_mod.Aggregator | None = None
         self.tap: ReportTap | None = None
         self.clients: list[ClientEnvoy] = []
+        self.servers: list[envoy_mod.Envoy] = []
 
     def run(self) -> dict:
         """Every step, the processes stopped at the end (also on failure); the result entry."""
@@ -255,13 +278,35 @@ class PolicyRun:
 
     def start_backends(self, group: ProcGroup) -> None:
         """Every backend of the scenario in one emulator process (those declared absent bound but not
-        listening), and the endpoint set the client Envoys read: every backend not absent."""
+        listening), each behind its own sidecar with `server_sidecars`, and the endpoint set the
+        client Envoys read: every backend not absent (its sidecar's address if it has one)."""
         self.emu = emulator.start(group, backend_settings(self.scenario), seed=self.scenario.seed)
-        self.result["backends"] = self.emu.addresses
         self.cpu.track("emulator", self.emu.proc.pid)
-        self.endpoints = EndpointSet(self.log_dir / "eds" / "backends.yaml", self.emu.addresses,
+        addresses = self.emu.addresses
+        if self.scenario.server_sidecars:
+            addresses = self.start_server_sidecars(group)
+        self.result["backends"] = addresses
+        self.endpoints = EndpointSet(self.log_dir / "eds" / "backends.yaml", addresses,
                                      [b.index for b in self.scenario.backends if not b.absent],
                                      join_weight=operator.join_weight() if self.policy == "operator" else 1)
+
+    def start_server_sidecars(self, group: ProcGroup) -> list[str]:
+        """One Envoy in front of each backend (as many workers as the first client's), writing load
+        stamps under `tailweight_stamps` and a plain proxy otherwise; returns their addresses, in
+        backend order."""
+        stamping = self.policy == "tailweight_stamps"
+        addresses = []
+        for i, app in enumerate(self.emu.addresses):
+            config = render_server_envoy(app, wasm_path=paths.WASM if stamping else None,
+                                         plugin_config=STAMPING_SERVER_CONFIG if stamping else None,
+                                         node_id=f"server-{i}", protocol=self.scenario.protocol)
+            e = envoy_mod.start(group, f"server-envoy-{i}", config, concurrency=self.opts.envoy_concurrency[0],
+                                log_level="warn")
+            self.servers.append(e)
+            self.cpu.track(f"server-envoy-{i}", e.proc.pid)
+            addresses.append(e.address())
+        self.result["server_envoy_admin"] = [e.admin for e in self.servers]
+        return addresses
 
     def start_control_plane(self, group: ProcGroup) -> None:
         """What decides weights besides the client Envoys: for `operator`, Prometheus scraping the
@@ -284,8 +329,10 @@ class PolicyRun:
                                        "join_weight": operator.join_weight(),
                                        "start": "converged: weight proportional to capacity, scaled by "
                                                 f"{operator.RULE.median_weight:g}/median"}
-        elif self.policy == "tailweight":
-            self.aggregator = aggregator_mod.start(group)
+        elif self.policy in REPORTING_POLICIES:
+            # Stamps move traffic, and capacity from stale ORCA votes would then drift (sim/README.md).
+            args = ["--orca-max-age-ms", str(STAMPS_ORCA_MAX_AGE_MS)] if self.policy == "tailweight_stamps" else []
+            self.aggregator = aggregator_mod.start(group, args=args)
             self.cpu.track("aggregator", self.aggregator.proc.pid)
             self.tap = ReportTap(self.aggregator.port).start()
 
@@ -362,7 +409,7 @@ class PolicyRun:
                                                 "action": p.event.action, "cause": p.cause}
                                                for p in recording.pending]
             self.result["ended_s"] = round(time.monotonic() - t0, 3)
-            self.result["left_at_s"] = {self.emu.addresses[b]: t for b, t in recording.left_at_s.items()}
+            self.result["left_at_s"] = {self.result["backends"][b]: t for b, t in recording.left_at_s.items()}
             self.result["aggregator_killed_at_s"] = recording.aggregator_killed_at_s
             if self.aggregator is not None:
                 self.result["aggregator_view"] = recording.aggregator_view
@@ -443,12 +490,7 @@ class PolicyRun:
         envoy_stats = []
         for c in self.clients:
             e = c.envoy
-            (self.log_dir / f"envoy-{c.index}.stats.txt").write_text(requests.get(f"{e.admin}/stats", timeout=5).text)
-            s = e.stats(f"cluster.{CLUSTER}.")
-            entry = {k: s.get(f"cluster.{CLUSTER}.{k}", 0) for k in ENVOY_CLUSTER_STATS}
-            wasm = e.stats("wasmcustom.")
-            if wasm:
-                entry["wasmcustom"] = wasm
+            entry = envoy_entry(e, CLUSTER, self.log_dir / f"envoy-{c.index}.stats.txt")
             if self.aggregator is not None:  # the filter's reports to the aggregator
                 a = e.stats("cluster.tailweight_aggregator.")
                 entry["aggregator_calls"] = {k: a.get(f"cluster.tailweight_aggregator.{k}", 0) for k in
@@ -460,6 +502,10 @@ class PolicyRun:
                                     "live_not_tracked": [a for a in live if a not in mine["endpoints"]]}
             envoy_stats.append(entry)
         self.result["envoy_stats"] = envoy_stats
+        if self.servers:
+            self.result["server_envoy_stats"] = [
+                envoy_entry(e, LOCAL_APP_CLUSTER, self.log_dir / f"server-envoy-{i}.stats.txt")
+                for i, e in enumerate(self.servers)]
 
     def summarise(self, by_segment: list[list[dict]], segments: list[tuple[str, float]]) -> dict:
         """Latency and errors over all clients (and per segment), per-client figures, CPU per

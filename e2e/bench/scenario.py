@@ -74,6 +74,9 @@ class Scenario:
     sim: dict = field(default_factory=dict)
     path: Path | None = None
     segments: list[Segment] = field(default_factory=list)
+    # Each backend behind its own sidecar (an Envoy in front of it, as in a mesh): the clients'
+    # endpoints are the sidecars. Under `tailweight_stamps` the sidecars write load stamps.
+    server_sidecars: bool = False
 
     @property
     def capacity_rps(self) -> float:
@@ -108,7 +111,7 @@ def _number(where: str, value, lo: float, hi: float, integer: bool = False):
 
 def parse(data: dict, path: Path | None = None) -> Scenario:
     _check_keys("scenario", data, {"name", "backends", "clients", "duration_s", "policies"},
-                {"seed", "warmup_s", "events", "sim", "segments"})
+                {"seed", "warmup_s", "events", "sim", "segments", "server_sidecars"})
     name = data["name"]
     if not isinstance(name, str) or not name or any(c in name for c in "/\\ "):
         raise ScenarioError(f"name: expected a non-empty word usable in file names, got {name!r}")
@@ -154,6 +157,15 @@ def parse(data: dict, path: Path | None = None) -> Scenario:
     for p in policies:
         if p not in POLICIES:
             raise ScenarioError(f"policies: unknown policy {p!r} (harness policies: {', '.join(POLICIES)})")
+    server_sidecars = data.get("server_sidecars", False)
+    if not isinstance(server_sidecars, bool):
+        raise ScenarioError(f"server_sidecars: expected true or false, got {server_sidecars!r}")
+    if "tailweight_stamps" in policies and not server_sidecars:
+        raise ScenarioError("policies: tailweight_stamps needs server_sidecars: true (the destinations' sidecars "
+                            "write the load stamps)")
+    if "operator" in policies and server_sidecars:
+        raise ScenarioError("policies: operator cannot run with server_sidecars: true (its weights are keyed by "
+                            "the backends' own addresses)")
     sim = data.get("sim") or {}
     if not isinstance(sim, dict):
         raise ScenarioError("sim: expected a mapping")
@@ -165,6 +177,7 @@ def parse(data: dict, path: Path | None = None) -> Scenario:
         backends=backends, clients=clients, events=events,
         policies=list(policies), sim=sim, path=path,
         segments=_segments(data.get("segments"), duration_s),
+        server_sidecars=server_sidecars,
     )
 
 

@@ -20,8 +20,17 @@ import yaml
 
 from .procs import write_atomically
 
-POLICIES = ("round_robin", "least_request", "cswrr_orca", "operator", "tailweight_local", "tailweight")
+POLICIES = ("round_robin", "least_request", "cswrr_orca", "operator", "tailweight_local", "tailweight",
+            "tailweight_stamps")
+# Policies whose filters report to the aggregator; `tailweight_stamps` also reads the load stamps the
+# destinations' sidecars write (render_server_envoy with STAMPING_SERVER_CONFIG).
+REPORTING_POLICIES = ("tailweight", "tailweight_stamps")
+# The client filter's stamp settings under `tailweight_stamps` (sim/README.md, "Closing the gap").
+STAMP_READING = {"load_stamp_max_age_ms": 20}
+# The filter configuration of a destination's sidecar that writes load stamps.
+STAMPING_SERVER_CONFIG = {"role": "server"}
 CLUSTER = "backends"
+LOCAL_APP_CLUSTER = "local_app"
 AGGREGATOR_CLUSTER = "tailweight_aggregator"
 LISTENER = "ingress"
 OVERRIDE_HEADER = "x-gateway-destination-endpoint"
@@ -50,6 +59,8 @@ ISTIO_CIRCUIT_BREAKERS = {"thresholds": [{
 Endpoint = str | tuple[str, int]
 
 _HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+_ROUTER = {"name": "envoy.filters.http.router",
+           "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}
 _LB = "envoy.load_balancing_policies."
 _LB_TYPE = "type.googleapis.com/envoy.extensions.load_balancing_policies."
 
@@ -83,7 +94,7 @@ def lb_policy(policy: str, cswrr_blackout_s: float = 1.0, cswrr_update_s: float 
         # Benchmark settings (Envoy defaults: blackout 10 s, update 1 s); weights = qps / utilisation.
         return _lb("client_side_weighted_round_robin", "ClientSideWeightedRoundRobin",
                    blackout_period=f"{cswrr_blackout_s}s", weight_update_period=f"{cswrr_update_s}s")
-    if policy in ("tailweight_local", "tailweight"):
+    if policy.startswith("tailweight"):
         return _lb("override_host", "OverrideHost",
                    override_host_sources=[{"header": OVERRIDE_HEADER}],
                    fallback_policy=least_request_lb())
@@ -156,8 +167,10 @@ def wasm_filter(wasm_path: str | Path, plugin_config: dict | None = None) -> dic
 def plugin_config_for(policy: str, report_interval_ms: int = 1000, extra: dict | None = None) -> dict:
     """The filter configuration each tailweight policy runs with (`extra` overrides fields)."""
     config = {}
-    if policy == "tailweight":
+    if policy in REPORTING_POLICIES:
         config["aggregator"] = {"cluster": AGGREGATOR_CLUSTER, "report_interval_ms": report_interval_ms}
+    if policy == "tailweight_stamps":
+        config.update(STAMP_READING)
     config.update(extra or {})
     return config
 
@@ -174,7 +187,7 @@ def render_client_envoy(backends: Sequence[Endpoint], policy: str,
 
     backends: "ip:port" strings or (ip, port) pairs, a static endpoint list; ignored when `eds_path`
     (a file written by `write_eds`) is given, which `operator` needs. tailweight policies need
-    `wasm_path`; `tailweight` also needs `aggregator_port`. `plugin_config` defaults to
+    `wasm_path`; REPORTING_POLICIES also need `aggregator_port`. `plugin_config` defaults to
     plugin_config_for(policy). `retries`: Istio's default route retry policy (ISTIO_RETRY_POLICY).
     `protocol`: "http" (HTTP/1.1 to the backends) or "grpc" (HTTP/2 cleartext)."""
     if policy not in POLICIES:
@@ -184,8 +197,8 @@ def render_client_envoy(backends: Sequence[Endpoint], policy: str,
     steering = policy.startswith("tailweight")
     if steering and wasm_path is None:
         raise ValueError(f"policy {policy} needs wasm_path (build it with `make wasm`)")
-    if policy == "tailweight" and aggregator_port is None:
-        raise ValueError("policy tailweight needs aggregator_port")
+    if policy in REPORTING_POLICIES and aggregator_port is None:
+        raise ValueError(f"policy {policy} needs aggregator_port")
     if policy == "operator" and eds_path is None:
         raise ValueError("policy operator needs eds_path (see write_eds)")
 
@@ -199,10 +212,9 @@ def render_client_envoy(backends: Sequence[Endpoint], policy: str,
     if steering:
         config = plugin_config if plugin_config is not None else plugin_config_for(policy)
         http_filters.append(wasm_filter(wasm_path, config))
-        if policy == "tailweight":
+        if policy in REPORTING_POLICIES:
             clusters.append(_static_cluster(AGGREGATOR_CLUSTER, [("127.0.0.1", aggregator_port)]))
-    http_filters.append({"name": "envoy.filters.http.router", "typed_config": {
-        "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}})
+    http_filters.append(copy.deepcopy(_ROUTER))
     route = {"cluster": CLUSTER, "timeout": f"{route_timeout_s}s"}
     if retries:
         route["retry_policy"] = copy.deepcopy(ISTIO_RETRY_POLICY)
@@ -211,27 +223,62 @@ def render_client_envoy(backends: Sequence[Endpoint], policy: str,
         "node": {"id": node_id, "cluster": "tailweight-bench"},
         "admin": {"address": _address(("127.0.0.1", 0))},
         "static_resources": {
-            "listeners": [{
-                "name": LISTENER,
-                "stat_prefix": LISTENER,  # listener.ingress.*, not listener.127.0.0.1_<port>.*
-                "address": _address(("127.0.0.1", 0)),
-                "filter_chains": [{"filters": [{
-                    "name": "envoy.filters.network.http_connection_manager",
-                    "typed_config": {
-                        "@type": _HCM_TYPE,
-                        "stat_prefix": LISTENER,
-                        "route_config": {"name": "local", "virtual_hosts": [{
-                            "name": "all", "domains": ["*"],
-                            "routes": [{"match": {"prefix": "/"}, "route": route}],
-                        }]},
-                        "http_filters": http_filters,
-                    },
-                }]}],
-            }],
+            "listeners": [_http_listener(LISTENER, route, http_filters)],
             "clusters": clusters,
         },
     }
     return yaml.safe_dump(bootstrap, sort_keys=False)
+
+
+def _http_listener(name: str, route: dict, http_filters: list, direction: str = "OUTBOUND") -> dict:
+    """Listener `name` on 127.0.0.1 port 0 (stats under listener.<name>.*, not the address), HTTP/1.1
+    or h2c, everything routed by `route` through `http_filters`; `direction` as Istio marks its
+    sidecars' listeners (the filter checks its role against it)."""
+    return {
+        "name": name,
+        "traffic_direction": direction,
+        "stat_prefix": name,
+        "address": _address(("127.0.0.1", 0)),
+        "filter_chains": [{"filters": [{
+            "name": "envoy.filters.network.http_connection_manager",
+            "typed_config": {
+                "@type": _HCM_TYPE,
+                "stat_prefix": name,
+                "route_config": {"name": "local", "virtual_hosts": [{
+                    "name": "all", "domains": ["*"],
+                    "routes": [{"match": {"prefix": "/"}, "route": route}],
+                }]},
+                "http_filters": http_filters,
+            },
+        }]}],
+    }
+
+
+def render_server_envoy(app: Endpoint, wasm_path: str | Path | None = None, plugin_config: dict | None = None,
+                        node_id: str = "server", protocol: str = "http") -> str:
+    """One destination's sidecar: listener LISTENER, marked INBOUND as Istio's inbound listener is, in
+    front of the application at `app` (cluster LOCAL_APP_CLUSTER, HTTP/1.1 or h2c for gRPC, Istio's
+    unlimited circuit breakers); with `wasm_path`, the filter before the router, configured by
+    `plugin_config` (default STAMPING_SERVER_CONFIG: it stamps every response with the endpoint's
+    load), else no filter."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
+    cluster = _static_cluster(LOCAL_APP_CLUSTER, [app])
+    cluster["circuit_breakers"] = copy.deepcopy(ISTIO_CIRCUIT_BREAKERS)
+    if protocol != "http":
+        cluster["typed_extension_protocol_options"] = _upstream_protocol_options(protocol, False)
+    http_filters = []
+    if wasm_path is not None:
+        http_filters.append(wasm_filter(wasm_path, plugin_config if plugin_config is not None
+                                        else STAMPING_SERVER_CONFIG))
+    http_filters.append(copy.deepcopy(_ROUTER))
+    route = {"cluster": LOCAL_APP_CLUSTER, "timeout": "0s"}  # the caller's sidecar owns the timeout
+    return yaml.safe_dump({
+        "node": {"id": node_id, "cluster": "tailweight-bench"},
+        "admin": {"address": _address(("127.0.0.1", 0))},
+        "static_resources": {"listeners": [_http_listener(LISTENER, route, http_filters, "INBOUND")],
+                             "clusters": [cluster]},
+    }, sort_keys=False)
 
 
 def render_eds(weights: dict[str, int], cluster: str = CLUSTER, version: str = "1") -> str:
@@ -252,18 +299,3 @@ def write_eds(path: str | Path, weights: dict[str, int], version: str = "1") -> 
     """Write the EDS file atomically (temp file in the same directory, then rename) so Envoy never
     reads half a file; the rename is what its watched_directory notices."""
     write_atomically(Path(path), render_eds(weights, version=version))
-
-
-def render_server_envoy(app: Endpoint, wasm_path: str | Path, plugin_config: dict | None = None,
-                        node_id: str = "server") -> str:
-    """The destination's own sidecar: listener LISTENER, marked INBOUND as Istio's inbound listener
-    is, runs the filter with `plugin_config` (default {"role": "server"}: stamps every response with
-    the endpoint's load) and routes everything to the application `app` (cluster CLUSTER, one
-    endpoint)."""
-    bootstrap = yaml.safe_load(render_client_envoy([app], "round_robin", node_id=node_id))
-    listener = bootstrap["static_resources"]["listeners"][0]
-    listener["traffic_direction"] = "INBOUND"
-    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
-    config = plugin_config if plugin_config is not None else {"role": "server"}
-    hcm["http_filters"].insert(0, wasm_filter(wasm_path, config))
-    return yaml.safe_dump(bootstrap, sort_keys=False)

@@ -73,3 +73,29 @@ def test_bad_scenario_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["--scenario", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "unknown policy 'fastest'" in err
+
+
+def test_server_sidecars_stand_between_clients_and_backends(tmp_path):
+    """With server_sidecars every backend is behind its own Envoy: the clients' endpoints are the
+    sidecars, every request crosses one, and the emulator still counts per backend."""
+    scenario = tmp_path / "sidecars.yaml"
+    scenario.write_text(yaml.safe_dump({**TINY, "name": "sidecars", "events": [], "server_sidecars": True,
+                                        "policies": ["least_request", "tailweight_local"]}))
+    out = tmp_path / "out"
+    assert main(["--scenario", str(scenario), "--out", str(out), "--quiet"]) == 0
+    doc = json.loads((out / "results.json").read_text())
+    for p in doc["policies"]:
+        assert "error" not in p, p.get("error")
+        assert p["errors"] == 0 and 300 <= p["requests"] <= 420, (p["errors"], p["requests"])
+        servers = p["server_envoy_stats"]
+        assert len(servers) == 2 and len(p["server_envoy_admin"]) == 2
+        # Every request the clients sent went through a sidecar to its backend, once.
+        forwarded = sum(s["upstream_rq_total"] for s in servers)
+        assert forwarded == sum(s["upstream_rq_total"] for s in p["envoy_stats"]) >= p["requests"]
+        assert all(s["upstream_rq_5xx"] == 0 and "wasmcustom" not in s for s in servers)
+        # The endpoints the clients balance over are the sidecars, not the emulator's listeners.
+        assert set(p["backends"]) == set(p["share"]) and len(p["backends"]) == 2
+        assert sum(p["share"].values()) == pytest.approx(1.0)
+    tw = doc["policies"][1]
+    picks = sum(s["wasmcustom"].get("wasmcustom.tailweight.picks_honoured", 0) for s in tw["envoy_stats"])
+    assert picks >= tw["requests"] * 0.9, picks

@@ -12,7 +12,16 @@ from bench import analysis, fortio, operator, runner
 from bench.membership import EndpointSet
 from bench.scenario import ScenarioError, load, parse
 from tailweight_e2e import envoy, paths
-from tailweight_e2e.envoy_configs import POLICIES, plugin_config_for, render_client_envoy, render_eds, write_eds
+from tailweight_e2e.envoy_configs import (
+    POLICIES,
+    REPORTING_POLICIES,
+    STAMPING_SERVER_CONFIG,
+    plugin_config_for,
+    render_client_envoy,
+    render_eds,
+    render_server_envoy,
+    write_eds,
+)
 from tailweight_e2e.procs import wait_for
 
 SCENARIOS = paths.REPO / "e2e" / "scenarios"
@@ -31,7 +40,15 @@ def minimal(**over):
 def test_shipped_scenarios_load(name):
     s = load(SCENARIOS / name)
     assert s.clients.count >= 4
-    assert set(s.policies) == set(POLICIES)
+    # Every policy but the one that needs the destinations' sidecars.
+    assert set(s.policies) == set(POLICIES) - {"tailweight_stamps"} and not s.server_sidecars
+
+
+def test_thin_clients_scenario_is_the_seed_spread_over_twelve_sidecars():
+    thin, seed = load(SCENARIOS / "thin-clients.yaml"), load(SCENARIOS / "seed-fib.yaml")
+    assert thin.backends == seed.backends and thin.clients.qps == seed.clients.qps
+    assert (thin.clients.count, thin.clients.connections) == (12, 4)
+    assert thin.server_sidecars and "tailweight_stamps" in thin.policies and "operator" not in thin.policies
 
 
 def test_seed_scenario_overloads_the_slowest_backend_under_an_even_split():
@@ -137,6 +154,9 @@ TWO_AND_ONE_ABSENT = [{"count": 2, "workers": 1, "base_ms": 5},
     ({"events": [{"at_s": 1, "backends": [0], "action": "join", "value": 1}]}, "action join takes no value"),
     ({"events": [{"at_s": 1, "backends": [0], "action": "leave", "value": -1}]}, "events[0].value"),
     ({"events": "stop at 3"}, "events: expected a list"),
+    ({"server_sidecars": "yes"}, "server_sidecars: expected true or false"),
+    ({"policies": ["tailweight_stamps"]}, "tailweight_stamps needs server_sidecars: true"),
+    ({"policies": ["operator"], "server_sidecars": True}, "operator cannot run with server_sidecars"),
     ({"segments": []}, "segments: expected a non-empty list"),
     ({"segments": [{"name": "a", "from_s": 1}]}, "segments[0].from_s: the first segment starts at 0"),
     ({"segments": [{"name": "a", "from_s": 0}, {"name": "b", "from_s": 0}]}, "segments[1].from_s: expected after 0"),
@@ -378,7 +398,7 @@ def _policy_kwargs(policy: str) -> dict:
         if not paths.WASM.exists():
             pytest.skip("build/tailweight_filter.wasm missing (make wasm)")
         kwargs["wasm_path"] = paths.WASM
-    if policy == "tailweight":
+    if policy in REPORTING_POLICIES:
         kwargs["aggregator_port"] = 18100
     return kwargs
 
@@ -403,14 +423,14 @@ def test_every_policy_renders_a_valid_envoy_config(policy, tmp_path):
     lb_name = cluster["load_balancing_policy"]["policies"][0]["typed_extension_config"]["name"]
     expected = {"round_robin": "round_robin", "least_request": "least_request", "operator": "least_request",
                 "cswrr_orca": "client_side_weighted_round_robin", "tailweight_local": "override_host",
-                "tailweight": "override_host"}[policy]
+                "tailweight": "override_host", "tailweight_stamps": "override_host"}[policy]
     assert lb_name == "envoy.load_balancing_policies." + expected
     filters = [f["name"] for f in config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
                ["typed_config"]["http_filters"]]
     assert filters[-1] == "envoy.filters.http.router"
     assert ("envoy.filters.http.wasm" in filters) == policy.startswith("tailweight")
     assert [c["name"] for c in config["static_resources"]["clusters"]] == \
-        (["backends", "tailweight_aggregator"] if policy == "tailweight" else ["backends"])
+        (["backends", "tailweight_aggregator"] if policy in REPORTING_POLICIES else ["backends"])
     # Callers never pick Envoy's ports: admin and listener bind port 0 (envoy.start reads them).
     assert config["admin"]["address"]["socket_address"]["port_value"] == 0
     (listener,) = config["static_resources"]["listeners"]
@@ -449,6 +469,37 @@ def test_tailweight_plugin_config_reports_to_the_aggregator_cluster():
     assert plugin_config_for("tailweight") == {
         "aggregator": {"cluster": "tailweight_aggregator", "report_interval_ms": 1000}}
     assert plugin_config_for("tailweight_local") == {}
+    assert plugin_config_for("tailweight_stamps") == {
+        "aggregator": {"cluster": "tailweight_aggregator", "report_interval_ms": 1000}, "load_stamp_max_age_ms": 20}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("stamping", [False, True])
+def test_server_sidecar_renders_a_valid_envoy_config(protocol, stamping, tmp_path):
+    """A destination's sidecar: one inbound listener (port 0) to its application, with the filter in
+    the stamping role or no filter."""
+    kwargs = _policy_kwargs("tailweight_local") if stamping else {}
+    if stamping:
+        kwargs["plugin_config"] = STAMPING_SERVER_CONFIG
+    text = render_server_envoy("127.0.0.1:18001", protocol=protocol, **kwargs)
+    error = envoy.validate(text, tmp_path)
+    assert error is None, error
+    config = yaml.safe_load(text)
+    (listener,) = config["static_resources"]["listeners"]
+    assert listener["name"] == "ingress" and listener["address"]["socket_address"]["port_value"] == 0
+    assert listener["traffic_direction"] == "INBOUND"
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    filters = [f["name"] for f in hcm["http_filters"]]
+    assert filters == (["envoy.filters.http.wasm", "envoy.filters.http.router"] if stamping
+                       else ["envoy.filters.http.router"])
+    if stamping:
+        configured = hcm["http_filters"][0]["typed_config"]["config"]["configuration"]["value"]
+        assert json.loads(configured) == STAMPING_SERVER_CONFIG
+    (cluster,) = config["static_resources"]["clusters"]
+    address = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+    assert (address["address"], address["port_value"]) == ("127.0.0.1", 18001)
+    h2 = "typed_extension_protocol_options" in cluster
+    assert h2 == (protocol == "grpc")
 
 
 def test_render_refuses_incomplete_arguments():
