@@ -21,6 +21,7 @@ pub mod snapshot;
 pub mod stamp;
 pub mod stats;
 pub mod steering;
+pub mod tick;
 pub mod weights;
 pub mod wire;
 

@@ -10,18 +10,12 @@ use crate::reporter::Reporter;
 use crate::shared::{self, Beat, Slot};
 use std::hash::{BuildHasher, Hasher};
 use tailweight_core::snapshot::{self, Part};
+use tailweight_core::tick;
 use tailweight_core::{Balancer, FilterConfig, Settings};
 
 /// A VM whose heartbeat is older than this many of the slowest ticks is gone: its counters still
 /// count, its in-flight requests do not.
 const LIVE_TICKS: u64 = 3;
-/// A VM handling fewer requests per second than `QUIET_BELOW_RPS` ticks `QUIET_TICK_FACTOR` times
-/// more slowly (at most once a second), until it handles `BUSY_FROM_RPS` again: what a tick folds in
-/// (siblings' in-flight counts, views) changes little at a few requests per second, and the ticks
-/// of a lightly loaded sidecar would cost more than its requests.
-const QUIET_BELOW_RPS: u64 = 5;
-const BUSY_FROM_RPS: u64 = 10;
-const QUIET_TICK_FACTOR: u64 = 5;
 
 /// What this VM last read of another VM's slot.
 struct SiblingSlot {
@@ -84,12 +78,7 @@ impl Worker {
         }
     }
 
-    /// The slowest tick period (quiet VMs): what liveness is judged by.
-    fn quiet_tick_ms(&self) -> u64 {
-        (self.config.sync_interval_ms * QUIET_TICK_FACTOR).min(1_000).max(self.config.sync_interval_ms)
-    }
-
-    /// One tick; returns a new tick period when this VM became busy or quiet.
+    /// One tick; returns a new tick period when this VM's request rate calls for one (see `tick`).
     pub fn tick(&mut self, now_us: u64) -> Option<u64> {
         let forgotten = self.balancer.tick(now_us);
         host::increment(self.metrics.endpoints_forgotten, forgotten as i64);
@@ -141,11 +130,7 @@ impl Worker {
         let requests = self.balancer.revision().wrapping_sub(self.last_revision) / 3;
         self.last_revision = self.balancer.revision();
         let rps = requests * 1_000 / self.tick_ms.max(1);
-        let wanted = match (self.tick_ms == self.config.sync_interval_ms, rps) {
-            (true, rps) if rps < QUIET_BELOW_RPS => self.quiet_tick_ms(),
-            (false, rps) if rps >= BUSY_FROM_RPS => self.config.sync_interval_ms,
-            _ => self.tick_ms,
-        };
+        let wanted = tick::tick_period_ms(rps, self.config.sync_interval_ms);
         (wanted != self.tick_ms).then(|| {
             self.tick_ms = wanted;
             wanted
@@ -155,7 +140,8 @@ impl Worker {
     /// Read the other VMs' heartbeats, and the slots whose version moved. True if anything the
     /// siblings' stats come from changed (a new snapshot, or a VM that came or went).
     fn read_siblings(&mut self, own_slot: u64, now_us: u64) -> bool {
-        let live_after = now_us.saturating_sub(LIVE_TICKS * self.quiet_tick_ms() * 1_000);
+        let live_after =
+            now_us.saturating_sub(LIVE_TICKS * tick::slowest_tick_ms(self.config.sync_interval_ms) * 1_000);
         let mut changed = false;
         for number in (0..shared::slots_claimed()).filter(|n| *n != own_slot) {
             let Some(beat) = shared::read_beat(number) else { continue };
