@@ -528,6 +528,8 @@ class PolicyRun:
         result["cpu_us_per_request"] = {
             "envoys": round(envoy_s / n * 1e6, 1), "fortio": round(fortio_s / n * 1e6, 1),
             "emulator": round(used.get("emulator", 0.0) / n * 1e6, 1),
+            **({"server_envoys": round(sum(v for k, v in used.items() if k.startswith("server-envoy-")) / n * 1e6, 1)}
+               if self.servers else {}),
             **({"aggregator": round(used["aggregator"] / n * 1e6, 1)} if "aggregator" in used else {}),
             **({"prometheus": round(used["prometheus"] / n * 1e6, 1)} if "prometheus" in used else {}),
         }

@@ -93,6 +93,7 @@ def test_server_sidecars_stand_between_clients_and_backends(tmp_path):
         forwarded = sum(s["upstream_rq_total"] for s in servers)
         assert forwarded == sum(s["upstream_rq_total"] for s in p["envoy_stats"]) >= p["requests"]
         assert all(s["upstream_rq_5xx"] == 0 and "wasmcustom" not in s for s in servers)
+        assert p["cpu_us_per_request"]["server_envoys"] > 0
         # The endpoints the clients balance over are the sidecars, not the emulator's listeners.
         assert set(p["backends"]) == set(p["share"]) and len(p["backends"]) == 2
         assert sum(p["share"].values()) == pytest.approx(1.0)
