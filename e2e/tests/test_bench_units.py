@@ -44,6 +44,15 @@ def test_shipped_scenarios_load(name):
     assert set(s.policies) == set(POLICIES) - {"tailweight_stamps"} and not s.server_sidecars
 
 
+@pytest.mark.parametrize("name,source", [("seed-sidecars.yaml", "seed-fib.yaml"),
+                                         ("slowdown-sidecars.yaml", "slowdown.yaml")])
+def test_sidecar_scenarios_are_their_source_behind_server_sidecars(name, source):
+    s, src = load(SCENARIOS / name), load(SCENARIOS / source)
+    assert s.server_sidecars and not src.server_sidecars
+    assert (s.backends, s.clients, s.events, s.seed) == (src.backends, src.clients, src.events, src.seed)
+    assert s.policies == ["least_request", "tailweight", "tailweight_stamps"]
+
+
 def test_thin_clients_scenario_is_the_seed_spread_over_twelve_sidecars():
     thin, seed = load(SCENARIOS / "thin-clients.yaml"), load(SCENARIOS / "seed-fib.yaml")
     assert thin.backends == seed.backends and thin.clients.qps == seed.clients.qps
