@@ -88,6 +88,7 @@ class Settings:
     grpc_streams: int
     light_rates: tuple[float, ...]
     light_seconds: float
+    light_rounds: int  # the rates' steps, repeated (each round every rate once, in order)
     flat_minutes: float
     flat_rps: float
     concurrencies: tuple[int, ...] = (1, 2)
@@ -96,11 +97,11 @@ class Settings:
 FULL = Settings(starts=7, memory_starts=3, idle_late_s=10, fleet_clusters=64, fleet_endpoints=1000,
                 fleet_qps=3000, fleet_connections=96, fleet_seconds=150, fleet_idle_timeout_s=1.0,
                 rounds=10, seconds=6, warmup_s=5, qps=1000, connections=16, payload=1024,
-                grpc_connections=2, grpc_streams=8, light_rates=(0, 1, 10, 100, 1000), light_seconds=30,
+                grpc_connections=2, grpc_streams=8, light_rates=(0, 1, 10, 100, 1000), light_seconds=20, light_rounds=3,
                 flat_minutes=0, flat_rps=10)
 QUICK = dataclasses.replace(FULL, starts=1, memory_starts=1, fleet_clusters=4, fleet_endpoints=50,
                             fleet_qps=200, fleet_connections=8, fleet_seconds=6, rounds=2, seconds=1,
-                            warmup_s=0.5, light_seconds=2)
+                            warmup_s=0.5, light_seconds=2, light_rounds=1)
 
 
 def log(text: str) -> None:
@@ -183,11 +184,22 @@ def section_idle_memory(group: ProcGroup, variants: dict, s: Settings) -> dict:
         for v, e, ready, rss_1s in running:
             measure.wait_until(ready + s.idle_late_s)
             samples[v].append({"rss_1s_mib": rss_1s / measure.MIB,
-                               "rss_late_mib": measure.rss_bytes(e.proc.pid) / measure.MIB})
+                               "rss_late_mib": measure.rss_bytes(e.proc.pid) / measure.MIB,
+                               **heap_mib(e)})
             e.proc.stop()
         log(f"idle memory {rep + 1}/{s.memory_starts}: " + ", ".join(
             f"{v} {samples[v][-1]['rss_late_mib']:.1f} MiB" for v in variants))
     return samples
+
+
+def heap_mib(e: envoy.Envoy) -> dict:
+    """Envoy's own heap (tcmalloc, admin /memory) in MiB: what its objects hold (`allocated`), free
+    pages it keeps mapped (`pageheap_free`: counted in RSS, e.g. what V8 freed after compiling the
+    module) and its threads' caches."""
+    m = requests.get(f"{e.admin}/memory", timeout=5).json()
+    return {"heap_allocated_mib": int(m["allocated"]) / measure.MIB,
+            "heap_free_mib": int(m["pageheap_free"]) / measure.MIB,
+            "thread_caches_mib": int(m["total_thread_cache"]) / measure.MIB}
 
 
 def views_list_all(url: str, cluster: str, endpoints: int) -> bool:
@@ -325,7 +337,8 @@ def connections_for(rate: float) -> int:
 
 
 def section_light(group: ProcGroup, variants: dict, s: Settings, tmp: Path) -> tuple[list, list | None]:
-    """Steps: idle (fresh), each rate, idle again (endpoints still tracked). Then, with
+    """Steps: idle (fresh), `light_rounds` rounds of every rate in order, idle again (endpoints
+    still tracked); every variant's Envoy at once, so each step's figures are paired. Then, with
     --flat-minutes, RSS every 30 s under `flat_rps`."""
     backends = emu.start(group, [emu.BackendSettings(workers=16, base_ms=0.2, payload_bytes=s.payload)] * 3,
                          name="light-emulator")
@@ -335,23 +348,25 @@ def section_light(group: ProcGroup, variants: dict, s: Settings, tmp: Path) -> t
     envoys = {v: envoy.start(group, f"light-{v}", configs.render(configs.client(w, backends.addresses, agg.port)),
                              concurrency=2, command_prefix=measure.pin_prefix(ENVOY_CORE))
               for v, w in variants.items()}
-    steps = [("idle", 0.0)] + [(f"{r:g} rps", float(r)) for r in s.light_rates if r > 0] + [("idle after load", 0.0)]
+    rated = [(f"{r:g} rps", float(r), n) for n in range(s.light_rounds) for r in s.light_rates if r > 0]
+    steps = [("idle", 0.0, None), *rated, ("idle after load", 0.0, None)]
     out = []
-    for label, rate in steps:
+    for label, rate, round_number in steps:
         loads = {}
         cpu0 = {v: measure.thread_cpu_ns(e.proc.pid) for v, e in envoys.items()}
         t0 = time.monotonic()
         if rate > 0:
-            loads = {v: fortio_run(group, f"light-{v}-{rate:g}", e.url(), rate, connections_for(rate), s.light_seconds,
-                                   tmp / f"light-{v}-{rate:g}.json", payload=s.payload)
+            tag = {v: f"light-{v}-{rate:g}-{round_number}" for v in envoys}
+            loads = {v: fortio_run(group, tag[v], e.url(), rate, connections_for(rate), s.light_seconds,
+                                   tmp / f"{tag[v]}.json", payload=s.payload)
                      for v, e in envoys.items()}
-            results = {v: finish(p, s.light_seconds, tmp / f"light-{v}-{rate:g}.json") for v, p in loads.items()}
+            results = {v: finish(p, s.light_seconds, tmp / f"{tag[v]}.json") for v, p in loads.items()}
         else:
             time.sleep(s.light_seconds)
             results = {}
         window = time.monotonic() - t0
         cpu1 = {v: measure.thread_cpu_ns(e.proc.pid) for v, e in envoys.items()}
-        row = {"step": label, "rate": rate, "seconds": round(window, 2), "variants": {}}
+        row = {"step": label, "rate": rate, "round": round_number, "seconds": round(window, 2), "variants": {}}
         for v in variants:
             requests_total, errors = counts(results[v]) if v in results else (0, 0)
             row["variants"][v] = {"cpu_ms_per_s": (cpu1[v] - cpu0[v]) / 1e6 / window,

@@ -53,7 +53,8 @@ def summarise(r: dict) -> dict:
         idle, fleet = r["memory"]["idle"], r["memory"]["fleet"]
         rows = {}
         for v, samples in idle.items():
-            row = {"rss_1s_mib": _median(samples, "rss_1s_mib"), "rss_late_mib": _median(samples, "rss_late_mib")}
+            row = {k: _median(samples, k) for k in ("rss_1s_mib", "rss_late_mib", "heap_allocated_mib",
+                                                    "heap_free_mib", "thread_caches_mib")}
             if v != EMPTY and EMPTY in idle:
                 row["late_vs_empty"] = paired(_column(samples, "rss_late_mib"), _column(idle[EMPTY], "rss_late_mib"))
             f = fleet.get(v, {})
@@ -82,7 +83,7 @@ def summarise(r: dict) -> dict:
                 rows[v] = row
             out["cpu"][key] = rows
     if r.get("light"):
-        out["light"] = [_light_row(step) for step in r["light"]]
+        out["light"] = _light_rows(r["light"])
         out["light_per_request"] = _light_per_request(out["light"])
     if r.get("flat"):
         by_v: dict[str, list[float]] = {}
@@ -94,20 +95,35 @@ def summarise(r: dict) -> dict:
     return out
 
 
-def _light_row(step: dict) -> dict:
-    row = {"step": step["step"], "rate": step["rate"], "variants": {}}
-    base = step["variants"].get(EMPTY, {}).get("cpu_ms_per_s")
-    for v, x in step["variants"].items():
-        rps = x["requests"] / step["seconds"] if step["rate"] > 0 else 0.0
-        cell = {"cpu_ms_per_s": x["cpu_ms_per_s"], "rps": rps, "errors": x["errors"]}
-        if rps > 0:
-            cell["per_request_us"] = x["cpu_ms_per_s"] * 1e3 / rps
-        if v != EMPTY and base is not None:
-            cell["vs_empty_ms_per_s"] = x["cpu_ms_per_s"] - base
-            if rps > 0:
-                cell["vs_empty_per_request_us"] = cell["vs_empty_ms_per_s"] * 1e3 / rps
-        row["variants"][v] = cell
-    return row
+def _light_rows(steps: list[dict]) -> list[dict]:
+    """One row per step name (its rounds together, in the order first run): per variant the median
+    CPU per second, and over the empty filter the median of the per-round differences (the variants
+    ran side by side, so each round's difference is paired) with its interval, per second and per
+    request."""
+    by_step: dict[str, list[dict]] = {}
+    for step in steps:
+        by_step.setdefault(step["step"], []).append(step)
+    rows = []
+    for name, rounds in by_step.items():
+        row = {"step": name, "rate": rounds[0]["rate"], "rounds": len(rounds), "variants": {}}
+        for v in rounds[0]["variants"]:
+            cpu = [st["variants"][v]["cpu_ms_per_s"] for st in rounds]
+            rps = [st["variants"][v]["requests"] / st["seconds"] if st["rate"] > 0 else 0.0 for st in rounds]
+            cell = {"cpu_ms_per_s": statistics.median(cpu), "rps": statistics.median(rps),
+                    "errors": sum(st["variants"][v]["errors"] for st in rounds)}
+            if cell["rps"] > 0:
+                cell["per_request_us"] = statistics.median(c * 1e3 / n for c, n in zip(cpu, rps, strict=True) if n)
+            if v != EMPTY and EMPTY in rounds[0]["variants"]:
+                base = [st["variants"][EMPTY]["cpu_ms_per_s"] for st in rounds]
+                cell["vs_empty"] = paired(cpu, base)
+                cell["vs_empty_ms_per_s"] = cell["vs_empty"]["median"]
+                if cell["rps"] > 0:
+                    cell["vs_empty_per_request"] = median_interval(
+                        [(c - b) * 1e3 / n for c, b, n in zip(cpu, base, rps, strict=True) if n])
+                    cell["vs_empty_per_request_us"] = cell["vs_empty_per_request"]["median"]
+            row["variants"][v] = cell
+        rows.append(row)
+    return rows
 
 
 def _light_per_request(rows: list[dict]) -> dict:
@@ -292,6 +308,18 @@ def _memory_table(r: dict, s: dict) -> list[str]:
                      f"| {_f(f.get('ready_s'), 2)} |")
     total = r["header"]["settings"]["fleet_clusters"] * r["header"]["settings"]["fleet_endpoints"]
     lines += ["", f"({total:,} cluster x endpoint pairs in all.)", ""]
+    if any(x.get("heap_allocated_mib") is not None for x in s["memory"].values()):
+        lines += [
+            f"Where the idle RSS is ({late} after /ready; Envoy's heap from its admin /memory, tcmalloc; medians): "
+            "what Envoy's objects hold (allocated), free pages the heap keeps mapped (counted in RSS: the heap "
+            "grew while V8 compiled the module and keeps the pages V8 freed) and the threads' caches.",
+            "",
+            "| variant | RSS MiB | heap allocated MiB | heap free, kept MiB | thread caches MiB |",
+            "| --- | ---: | ---: | ---: | ---: |",
+            *[f"| {v} | {_f(x['rss_late_mib'])} | {_f(x.get('heap_allocated_mib'))} | {_f(x.get('heap_free_mib'))} "
+              f"| {_f(x.get('thread_caches_mib'))} |" for v, x in s["memory"].items()],
+            "",
+        ]
     return lines
 
 
@@ -349,25 +377,30 @@ def _light_table(r: dict, s: dict) -> list[str]:
     st = r["header"]["settings"]
     variants = list(s["light"][0]["variants"])
     judged = subjects(variants)
-    head = ["step"] + [f"{v} ms/s" for v in variants]
+    head = ["step", "rounds"] + [f"{v} ms/s" for v in variants]
     head += [f"{v} over empty, ms/s" for v in judged] + [f"{v} us/request (over empty)" for v in judged]
+    rounds = st.get("light_rounds", 1)
     lines = [
         "## 4. Light load",
         "",
         f"Envoy --concurrency 2 with the filter reporting to the aggregator every second (the empty filter "
-        f"gets the same config and ignores it), every variant at once: idle (fresh), then Fortio at each rate "
-        f"for {st['light_seconds']:g} s, then idle again (endpoints still tracked). CPU per second from the "
-        "threads' schedstat (ns); per request = CPU per second / requests per second.",
+        f"gets the same config and ignores it), every variant at once: idle (fresh), then {rounds} round(s) of "
+        f"Fortio at each rate for {st['light_seconds']:g} s, then idle again (endpoints still tracked). CPU per "
+        "second from the threads' schedstat (ns), the median over the rounds; per request = CPU per second / "
+        "requests per second. Over empty: the median of the per-round differences (the variants run side by "
+        "side, so each round pairs them) [interval].",
         "",
         "| " + " | ".join(head) + " |",
         "| --- | " + " | ".join("---:" for _ in head[1:]) + " |",
     ]
     for row in s["light"]:
-        cells = [row["step"]] + [_f(row["variants"][v]["cpu_ms_per_s"], 2) for v in variants]
-        cells += [_f(row["variants"][v].get("vs_empty_ms_per_s"), 2, sign=True) for v in judged]
+        cells = [row["step"], str(row.get("rounds", 1))] + [_f(row["variants"][v]["cpu_ms_per_s"], 2)
+                                                          for v in variants]
+        cells += [_ci(row["variants"][v].get("vs_empty"), 2) if "vs_empty" in row["variants"][v]
+                  else _f(row["variants"][v].get("vs_empty_ms_per_s"), 2, sign=True) for v in judged]
         digits = 1 if row["rate"] >= 100 else 0
         cells += [f"{_f(row['variants'][v].get('per_request_us'), 0)} "
-                  f"({_f(row['variants'][v].get('vs_empty_per_request_us'), digits, sign=True)})"
+                  f"({_ci(row['variants'][v].get('vs_empty_per_request'), digits)})"
                   if row["rate"] > 0 else "–" for v in judged]
         lines.append("| " + " | ".join(cells) + " |")
     lpr = s.get("light_per_request", {})

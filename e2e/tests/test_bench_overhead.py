@@ -19,6 +19,27 @@ def group(tmp_path):
         yield g
 
 
+def test_light_rows_pair_the_rounds_of_each_step():
+    """Each round's variants ran side by side: over empty is the median of per-round differences,
+    per request divides each round's difference by that round's rate."""
+    def step(name, rate, rnd, empty, tw, requests):
+        cell = {"requests": requests, "errors": 0}
+        return {"step": name, "rate": rate, "round": rnd, "seconds": 10.0,
+                "variants": {"empty_wasm": {**cell, "cpu_ms_per_s": empty}, "tailweight": {**cell, "cpu_ms_per_s": tw}}}
+    steps = [step("idle", 0, None, 1.0, 1.2, 0),
+             step("10 rps", 10, 0, 5.0, 5.5, 100), step("10 rps", 10, 1, 9.0, 9.2, 100),
+             step("10 rps", 10, 2, 6.0, 7.0, 100)]
+    rows = overhead.tables._light_rows(steps)
+    assert [(r["step"], r["rounds"]) for r in rows] == [("idle", 1), ("10 rps", 3)]
+    tw = rows[1]["variants"]["tailweight"]
+    assert tw["cpu_ms_per_s"] == 7.0  # the median of 5.5, 9.2, 7.0
+    assert tw["vs_empty_ms_per_s"] == pytest.approx(0.5)  # the median of +0.5, +0.2, +1.0 (not 7.0 - 6.0)
+    assert (tw["vs_empty"]["low"], tw["vs_empty"]["high"]) == pytest.approx((0.2, 1.0))
+    assert tw["vs_empty_per_request_us"] == pytest.approx(50.0)  # 0.5 ms/s over 10 rps
+    assert rows[0]["variants"]["tailweight"]["vs_empty_ms_per_s"] == pytest.approx(0.2)
+    assert "vs_empty" not in rows[1]["variants"]["empty_wasm"]
+
+
 def test_median_interval_takes_the_widest_order_statistics_reaching_the_confidence():
     # n = 10: k = 2 covers 1 - 2 (1 + 10) / 1024 = 97.9%; k = 3 would cover 89.1% < 90%.
     d = median_interval([7, 1, 9, 3, 5, 2, 8, 4, 10, 6])
@@ -103,6 +124,9 @@ def test_quick_run_writes_every_section_with_numbers(tmp_path):
         assert numbers(rows["tailweight"]["wall_vs_empty"]["median"])
     for v, x in s["memory"].items():
         assert numbers(x["rss_1s_mib"], x["rss_late_mib"], x["fleet_rss_mib"]), (v, x)
+        # Envoy's own heap account, from its admin /memory: part of the RSS.
+        assert numbers(x["heap_allocated_mib"], x["heap_free_mib"], x["thread_caches_mib"]), (v, x)
+        assert 0 < x["heap_allocated_mib"] + x["heap_free_mib"] + x["thread_caches_mib"] < x["rss_late_mib"]
     fleet = r["memory"]["fleet"]
     assert fleet["tailweight"]["endpoints_tracked"] > 0 and fleet["no_wasm"]["endpoints_tracked"] is None
     assert all(fleet[v]["requests"] > 0 for v in variants)
