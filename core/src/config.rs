@@ -64,6 +64,10 @@ pub struct PickParams {
     pub load_stamp_max_age_us: u64,
     /// Endpoints of this worker's most recent stamps a pick considers (per cluster).
     pub load_stamp_pool: usize,
+    /// Stamps decide a pick only while at most this share of the cluster's endpoints known here
+    /// have a fresh latency estimate of this proxy's own (`Cluster::own_fresh_share`); above it the
+    /// proxy's own counts are rich enough for the two-choice pick (1: stamps always decide).
+    pub load_stamp_max_fresh_share: f64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -93,6 +97,7 @@ impl Default for PickParams {
             use_global_view: true,
             load_stamp_max_age_us: 0,
             load_stamp_pool: 8,
+            load_stamp_max_fresh_share: 1.0,
         }
     }
 }
@@ -177,6 +182,12 @@ impl FilterConfig {
                     0..=10_000,
                 )? * 1_000,
                 load_stamp_pool: f.integer("load_stamp_pool", p.load_stamp_pool as u64, 1..=64)? as usize,
+                load_stamp_max_fresh_share: f.number(
+                    "load_stamp_max_fresh_share",
+                    p.load_stamp_max_fresh_share,
+                    0.0,
+                    1.0,
+                )?,
             },
             endpoint_ttl_ms: f.integer("endpoint_ttl_ms", d.endpoint_ttl_ms, 1_000..=86_400_000)?,
             max_clusters: f.integer("max_clusters", d.max_clusters as u64, 1..=10_000)? as usize,
@@ -320,7 +331,7 @@ mod tests {
               "reporter_id": "pod-1.ns", "per_endpoint_metrics": true,
               "grpc_failure_codes": [14, 13], "inflight_bound_ms": 5000, "failure_decay_ms": 500,
               "probe_interval_ms": 100, "recovery_ramp_ms": 2000, "slow_start_ms": 0,
-              "load_stamp_max_age_ms": 40, "load_stamp_pool": 4,
+              "load_stamp_max_age_ms": 40, "load_stamp_pool": 4, "load_stamp_max_fresh_share": 0.5,
               "aggregator": {"cluster": "agg", "authority": "agg.local", "path": "/r",
                              "timeout_ms": 200, "report_interval_ms": 500, "shard_header": "x-s"}
             }"#,
@@ -341,6 +352,7 @@ mod tests {
         assert_eq!((c.pick.failure_decay_us, c.pick.probe_interval_us), (500_000.0, 100_000));
         assert_eq!((c.pick.recovery_ramp_us, c.pick.slow_start_us), (2_000_000, 0));
         assert_eq!((c.pick.load_stamp_max_age_us, c.pick.load_stamp_pool), (40_000, 4));
+        assert_eq!(c.pick.load_stamp_max_fresh_share, 0.5);
         let a = c.aggregator.unwrap();
         assert_eq!((a.cluster.as_str(), a.authority.as_str(), a.path.as_str()), ("agg", "agg.local", "/r"));
         assert_eq!((a.timeout_ms, a.report_interval_ms, a.shard_header.as_str()), (200, 500, "x-s"));
@@ -390,6 +402,7 @@ mod tests {
             (r#"{"grpc_failure_codes": "14"}"#, "field `grpc_failure_codes`: expected a list"),
             (r#"{"inflight_bound_ms": 10}"#, "field `inflight_bound_ms`: expected an integer in 1000..=86400000"),
             (r#"{"load_stamp_pool": 0}"#, "field `load_stamp_pool`: expected an integer in 1..=64, got 0"),
+            (r#"{"load_stamp_max_fresh_share": 2}"#, "field `load_stamp_max_fresh_share`: expected a number in 0..=1"),
             (r#"{"load_stamp_max_age_ms": 1e9}"#, "field `load_stamp_max_age_ms`: expected an integer in 0..=10000"),
         ] {
             let err = FilterConfig::parse(input.as_bytes()).unwrap_err().to_string();
