@@ -68,9 +68,6 @@ pub struct PickParams {
     /// have a fresh latency estimate of this proxy's own (`Cluster::own_fresh_share`); above it the
     /// proxy's own counts are rich enough for the two-choice pick (1: stamps always decide).
     pub load_stamp_max_fresh_share: f64,
-    /// Read a stamp as stale: its difference from the view's in-flight fades with its age over the
-    /// view's latency of the endpoint (`StampRecord::faded_queue`); false: the stamp as is.
-    pub load_stamp_fade: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -101,7 +98,6 @@ impl Default for PickParams {
             load_stamp_max_age_us: 0,
             load_stamp_pool: 8,
             load_stamp_max_fresh_share: 1.0,
-            load_stamp_fade: false,
         }
     }
 }
@@ -192,7 +188,6 @@ impl FilterConfig {
                     0.0,
                     1.0,
                 )?,
-                load_stamp_fade: f.boolean("load_stamp_fade", p.load_stamp_fade)?,
             },
             endpoint_ttl_ms: f.integer("endpoint_ttl_ms", d.endpoint_ttl_ms, 1_000..=86_400_000)?,
             max_clusters: f.integer("max_clusters", d.max_clusters as u64, 1..=10_000)? as usize,
@@ -336,7 +331,7 @@ mod tests {
               "reporter_id": "pod-1.ns", "per_endpoint_metrics": true,
               "grpc_failure_codes": [14, 13], "inflight_bound_ms": 5000, "failure_decay_ms": 500,
               "probe_interval_ms": 100, "recovery_ramp_ms": 2000, "slow_start_ms": 0,
-              "load_stamp_max_age_ms": 40, "load_stamp_pool": 4, "load_stamp_max_fresh_share": 0.5, "load_stamp_fade": true,
+              "load_stamp_max_age_ms": 40, "load_stamp_pool": 4, "load_stamp_max_fresh_share": 0.5,
               "aggregator": {"cluster": "agg", "authority": "agg.local", "path": "/r",
                              "timeout_ms": 200, "report_interval_ms": 500, "shard_header": "x-s"}
             }"#,
@@ -357,7 +352,7 @@ mod tests {
         assert_eq!((c.pick.failure_decay_us, c.pick.probe_interval_us), (500_000.0, 100_000));
         assert_eq!((c.pick.recovery_ramp_us, c.pick.slow_start_us), (2_000_000, 0));
         assert_eq!((c.pick.load_stamp_max_age_us, c.pick.load_stamp_pool), (40_000, 4));
-        assert_eq!((c.pick.load_stamp_max_fresh_share, c.pick.load_stamp_fade), (0.5, true));
+        assert_eq!(c.pick.load_stamp_max_fresh_share, 0.5);
         let a = c.aggregator.unwrap();
         assert_eq!((a.cluster.as_str(), a.authority.as_str(), a.path.as_str()), ("agg", "agg.local", "/r"));
         assert_eq!((a.timeout_ms, a.report_interval_ms, a.shard_header.as_str()), (200, 500, "x-s"));

@@ -137,9 +137,7 @@ impl Endpoint {
 
     /// With load stamps, the expected cost of one more request here, lower is better:
     /// `(q + 1) x u x (1 + error_penalty x f)` with `f` the recent failure ratio; `q` the requests at
-    /// the endpoint: a fresh stamp's plus what this worker sent since (with `load_stamp_fade` and a
-    /// fresh view, its difference from the view's in-flight fading with age: `faded_queue`), else
-    /// (fresh view) the view's
+    /// the endpoint: a fresh stamp's plus what this worker sent since, else (fresh view) the view's
     /// in-flight from all proxies, else this proxy's own; `u` the time one request holds it: 1 / its
     /// view weight (the weight is capacity relative to the cluster's mean) while the view is fresh,
     /// else its expected latency. A shared, second-old in-flight count only sets the bar a fresh
@@ -152,11 +150,7 @@ impl Endpoint {
             Some(g) => g.inflight.max(0.0),
             None => self.load(),
         };
-        let q = match (stamped, global) {
-            (Some(s), Some(g)) if p.load_stamp_fade => s.faded_queue(now_us, prior_q, g.latency_us),
-            (Some(s), _) => f64::from(s.queue()),
-            (None, _) => prior_q,
-        };
+        let q = stamped.map_or(prior_q, |s| f64::from(s.queue()));
         let u = match global {
             Some(g) => 1.0 / g.weight.max(MIN_SAMPLING_WEIGHT),
             None if view_fresh => 1.0,
@@ -251,21 +245,6 @@ mod tests {
         e.global = Some(GlobalStats { weight: 3.0, inflight: 9.0, latency_us: 70_000.0, ejected: false });
         assert_eq!(e.score(0, &p, 5_000.0), own);
         assert_eq!(own, 1_000.0);
-    }
-
-    #[test]
-    fn a_faded_stamp_scores_between_the_stamp_and_the_views_inflight() {
-        let p = PickParams { load_stamp_max_age_us: 50_000, ..params() };
-        let mut e = Endpoint::new("10.0.0.1:80", 0);
-        e.global = Some(GlobalStats { weight: 2.0, inflight: 4.0, latency_us: 10_000.0, ejected: false });
-        e.stamp = Some(StampRecord::new(crate::stamp::LoadStamp { rif: 0 }, 0));
-        // u = 1 / weight = 0.5; as is, the stamp's q = 0; faded after one latency, 4 (1 - e^-1).
-        assert_eq!(e.stamped_score(10_000, &p, true, 5_000.0), 0.5);
-        let faded = PickParams { load_stamp_fade: true, ..p.clone() };
-        let q = 4.0 * (1.0 - (-1.0f64).exp());
-        assert!((e.stamped_score(10_000, &faded, true, 5_000.0) - (q + 1.0) * 0.5).abs() < 1e-9);
-        // Without a fresh view there is nothing to fade toward: the stamp as is.
-        assert_eq!(e.stamped_score(10_000, &faded, false, 5_000.0), e.stamped_score(10_000, &p, false, 5_000.0));
     }
 
     #[test]

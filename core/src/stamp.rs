@@ -94,20 +94,6 @@ impl StampRecord {
     pub fn sent(&mut self) {
         self.sent_since = self.sent_since.saturating_add(1);
     }
-
-    /// The queue now, reading the stamp as stale information (Dahlin, "Interpreting stale load
-    /// information", IEEE TPDS 2000): other proxies' requests arrive and the endpoint's leave
-    /// since, so the stamp's difference from the endpoint's usual queue `mean` fades with the time
-    /// a request spends there, `latency_us`:
-    /// `mean + (rif - mean) x exp(-age / latency) + sent_since`. Without a usable `latency_us`
-    /// (not a positive number): `queue()`.
-    pub fn faded_queue(&self, now_us: u64, mean: f64, latency_us: f64) -> f64 {
-        if !latency_us.is_finite() || latency_us <= 0.0 {
-            return f64::from(self.queue());
-        }
-        let age_us = now_us.saturating_sub(self.at_us) as f64;
-        mean + (f64::from(self.rif) - mean) * (-age_us / latency_us).exp() + f64::from(self.sent_since)
-    }
 }
 
 #[cfg(test)]
@@ -141,20 +127,5 @@ mod tests {
         assert_eq!(r.queue(), 4);
         assert!(r.fresh(1_000 + 49_999, 50_000));
         assert!(!r.fresh(1_000 + 50_000, 50_000));
-    }
-
-    #[test]
-    fn a_faded_queue_moves_from_the_stamp_to_the_mean_with_age() {
-        let mut r = StampRecord::new(LoadStamp { rif: 0 }, 1_000);
-        r.sent();
-        // At once: the stamp's 0 plus the one sent; after one latency 1 - e^-1 of the way to 5.
-        assert_eq!(r.faded_queue(1_000, 5.0, 20_000.0), 1.0);
-        let one = r.faded_queue(21_000, 5.0, 20_000.0);
-        assert!((one - (5.0 * (1.0 - (-1.0f64).exp()) + 1.0)).abs() < 1e-9, "{one}");
-        assert!(r.faded_queue(1_000_000, 5.0, 20_000.0) > 5.99);
-        // A queue above the mean fades down; no latency known: the stamp as is.
-        let high = StampRecord::new(LoadStamp { rif: 9 }, 0);
-        assert!((high.faded_queue(20_000, 1.0, 20_000.0) - (1.0 + 8.0 * (-1.0f64).exp())).abs() < 1e-9);
-        assert_eq!(high.faded_queue(20_000, 1.0, 0.0), 9.0);
     }
 }
