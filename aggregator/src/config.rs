@@ -2,10 +2,11 @@
 
 use crate::budget::{BookBudget, ServiceLimits};
 use crate::identity::IdentitySource;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::time::Duration;
-use tailweight_core::weights::WeightParams;
+use tailweight_core::weights::{ViewInflight, WeightParams};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -105,6 +106,12 @@ pub struct ServiceConfig {
     /// comes off its capacity (0 = off).
     #[arg(long, env = "TAILWEIGHT_BACKLOG_DRAIN_MS", default_value_t = WeightParams::default().backlog_drain_us / 1e3)]
     pub backlog_drain_ms: f64,
+    /// The in-flight count the reply view gives each endpoint: `last` (the sum of the sidecars'
+    /// last counts) or `mean` (requests per second x mean latency over the last window, Little's
+    /// law: the queue the endpoint usually has, not one instant's). Sidecars with load stamps
+    /// compare a fresh stamp against it.
+    #[arg(long, env = "TAILWEIGHT_VIEW_INFLIGHT", default_value_t = ViewInflight::Last, value_parser = PossibleValuesParser::new(["last", "mean"]).try_map(|s| s.parse::<ViewInflight>()))]
+    pub view_inflight: ViewInflight,
     /// Slow start, in milliseconds: an endpoint new to a cluster known for longer than this gets a
     /// weight ramping from 10% to its full share over this long (0 = off).
     #[arg(long, env = "TAILWEIGHT_SLOW_START_MS", default_value_t = WeightParams::default().slow_start_us / 1_000)]
@@ -223,6 +230,7 @@ impl ServiceConfig {
             eject_ratio: self.eject_ratio,
             failure_cost_us: self.failure_cost_ms * 1e3,
             backlog_drain_us: self.backlog_drain_ms * 1e3,
+            view_inflight: self.view_inflight,
             slow_start_us: self.slow_start_ms.saturating_mul(1_000),
             error_penalty: self.error_penalty,
             vote_cap: self.vote_cap,
@@ -361,5 +369,15 @@ mod tests {
         assert_eq!(c.weight_params().unwrap().orca_max_age_us, 3_000_000);
         let e = ServiceConfig::try_parse_from(["tailweight-aggregator", "--orca-max-age-ms", "4000000"]).unwrap_err();
         assert!(e.to_string().contains("--orca-max-age-ms"), "{e}");
+    }
+
+    #[test]
+    fn view_inflight_reaches_the_weight_book_and_names_the_flag_otherwise() {
+        let parse = |args: &[&str]| ServiceConfig::try_parse_from([&["tailweight-aggregator"], args].concat());
+        assert_eq!(parse(&[]).unwrap().weight_params().unwrap().view_inflight, ViewInflight::Last);
+        let mean = parse(&["--view-inflight", "mean"]).unwrap();
+        assert_eq!(mean.weight_params().unwrap().view_inflight, ViewInflight::Mean);
+        let e = parse(&["--view-inflight", "average"]).unwrap_err().to_string();
+        assert!(e.contains("--view-inflight") && e.contains("last") && e.contains("mean"), "{e}");
     }
 }

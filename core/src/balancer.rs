@@ -167,11 +167,12 @@ impl Balancer {
         if cluster.steering.paused(now_us) {
             return Pick::Paused;
         }
+        let stamps = p.load_stamp_max_age_us > 0 && cluster.own_fresh_share() <= p.load_stamp_max_fresh_share;
         let first = if rng.chance(p.explore_ratio.max(cluster.novelty() / 2.0)) {
             // A trial of an endpoint the view suggests, else Envoy's own choice (see `cluster`).
             // With load stamps the trial, too, yields to an endpoint freshly known to be less loaded.
             match cluster.sample_suggestion(rng, now_us) {
-                Some(at) if p.load_stamp_max_age_us > 0 => stamped_choice(cluster, Candidate::Suggested(at), now_us, p),
+                Some(at) if stamps => stamped_choice(cluster, Candidate::Suggested(at), now_us, p),
                 Some(at) => Candidate::Suggested(at),
                 None => return Pick::Explore,
             }
@@ -181,7 +182,7 @@ impl Balancer {
             let Some(a) = cluster.sample_candidate(rng, now_us, true) else {
                 return Pick::NoCandidate;
             };
-            if p.load_stamp_max_age_us > 0 {
+            if stamps {
                 stamped_choice(cluster, a, now_us, p)
             } else {
                 let b = (0..8).filter_map(|_| cluster.sample_candidate(rng, now_us, true)).find(|c| *c != a);

@@ -43,6 +43,8 @@ pub struct Cluster {
     view_expires_us: u64,
     /// Latency assumed for endpoints without an estimate: the median of the fresh ones.
     prior_latency_us: f64,
+    /// Share of the endpoints known here with a fresh latency estimate of this proxy's own.
+    own_fresh_share: f64,
     /// Recent share of exploration picks that found an endpoint not known before (starts at 1).
     novelty: f64,
     /// When this worker first saw the cluster: endpoints joining after the slow-start window ramp up.
@@ -75,6 +77,7 @@ impl Cluster {
             sampled_with_view: false,
             view_expires_us: 0,
             prior_latency_us: default_latency_us,
+            own_fresh_share: 0.0,
             novelty: 1.0,
             created_us: now_us,
             next_probe_us: u64::MAX,
@@ -118,6 +121,14 @@ impl Cluster {
 
     pub fn prior_latency_us(&self) -> f64 {
         self.prior_latency_us
+    }
+
+    /// As of the last tick: `fresh / known`, the endpoints known here with a latency estimate of
+    /// this proxy's own (its workers') younger than `stale_after` over all known (0 with none). How
+    /// much this proxy's own counts say about the cluster: near 1 when it reaches every endpoint
+    /// every few seconds, low when it is one of many proxies that each reach an endpoint rarely.
+    pub fn own_fresh_share(&self) -> f64 {
+        self.own_fresh_share
     }
 
     pub fn novelty(&self) -> f64 {
@@ -315,10 +326,13 @@ impl Cluster {
     }
 
     /// Once per tick: the prior is the median of the fresh latency estimates (like client-side WRR
-    /// giving unweighted hosts the median weight), else of the aggregator's, else the default.
+    /// giving unweighted hosts the median weight), else of the aggregator's, else the default; and
+    /// the share of endpoints with a fresh estimate (`own_fresh_share`).
     pub fn refresh_prior(&mut self, now_us: u64, p: &PickParams) {
         let fresh_view = self.view_fresh(now_us);
         let mut fresh: Vec<f64> = self.endpoints.iter().filter_map(|e| e.fresh_latency_us(now_us, p)).collect();
+        self.own_fresh_share =
+            if self.endpoints.is_empty() { 0.0 } else { fresh.len() as f64 / self.endpoints.len() as f64 };
         if fresh.is_empty() && fresh_view {
             fresh = self.endpoints.iter().filter_map(|e| e.global.map(|g| g.latency_us)).filter(|l| *l > 0.0).collect();
         }
@@ -592,10 +606,13 @@ mod tests {
             let (slot, _) = c.learn(&format!("10.0.0.{}:80", i + 1), 0, 10, 0).unwrap();
             c.endpoint_mut(slot).record(crate::outcome::ResponseClass::Success, *lat, None, 0, &p);
         }
+        c.learn("10.0.0.4:80", 0, 10, 0).unwrap();
         c.refresh_prior(0, &p);
         assert_eq!(c.prior_latency_us(), 2_000.0);
+        assert_eq!(c.own_fresh_share(), 0.75, "3 of 4 known endpoints have an estimate");
         c.refresh_prior(p.stale_after_us + 1, &p);
         assert_eq!(c.prior_latency_us(), 30_000.0, "all stale, no view: the default");
+        assert_eq!(c.own_fresh_share(), 0.0, "all stale");
     }
 
     #[test]

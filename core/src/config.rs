@@ -66,6 +66,10 @@ pub struct PickParams {
     pub load_stamp_max_age_us: u64,
     /// Endpoints of this worker's most recent stamps a pick considers (per cluster).
     pub load_stamp_pool: usize,
+    /// Stamps decide a pick only while at most this share of the cluster's endpoints known here
+    /// have a fresh latency estimate of this proxy's own (`Cluster::own_fresh_share`); above it the
+    /// proxy's own counts are rich enough for the two-choice pick (1: stamps always decide).
+    pub load_stamp_max_fresh_share: f64,
 }
 
 /// The side of a call the filter sits on, chosen by the `role` key (default `client`). The same
@@ -126,6 +130,7 @@ impl Default for PickParams {
             use_global_view: true,
             load_stamp_max_age_us: 0,
             load_stamp_pool: 8,
+            load_stamp_max_fresh_share: 1.0,
         }
     }
 }
@@ -212,6 +217,12 @@ impl FilterConfig {
                     0..=10_000,
                 )? * 1_000,
                 load_stamp_pool: f.integer("load_stamp_pool", p.load_stamp_pool as u64, 1..=64)? as usize,
+                load_stamp_max_fresh_share: f.number(
+                    "load_stamp_max_fresh_share",
+                    p.load_stamp_max_fresh_share,
+                    0.0,
+                    1.0,
+                )?,
             },
             endpoint_ttl_ms: f.integer("endpoint_ttl_ms", d.endpoint_ttl_ms, 1_000..=86_400_000)?,
             max_clusters: f.integer("max_clusters", d.max_clusters as u64, 1..=10_000)? as usize,
@@ -370,7 +381,8 @@ mod tests {
               "reporter_id": "pod-1.ns", "per_endpoint_metrics": true,
               "grpc_failure_codes": [14, 13], "inflight_bound_ms": 5000, "failure_decay_ms": 500,
               "probe_interval_ms": 100, "recovery_ramp_ms": 2000, "slow_start_ms": 0,
-              "load_stamp_max_age_ms": 40, "load_stamp_pool": 4, "role": "client",
+              "load_stamp_max_age_ms": 40, "load_stamp_pool": 4, "load_stamp_max_fresh_share": 0.5,
+              "role": "client",
               "aggregator": {"cluster": "agg", "authority": "agg.local", "path": "/r",
                              "timeout_ms": 200, "report_interval_ms": 500, "shard_header": "x-s"}
             }"#,
@@ -391,6 +403,7 @@ mod tests {
         assert_eq!((c.pick.failure_decay_us, c.pick.probe_interval_us), (500_000.0, 100_000));
         assert_eq!((c.pick.recovery_ramp_us, c.pick.slow_start_us), (2_000_000, 0));
         assert_eq!((c.pick.load_stamp_max_age_us, c.pick.load_stamp_pool), (40_000, 4));
+        assert_eq!(c.pick.load_stamp_max_fresh_share, 0.5);
         let a = c.aggregator.unwrap();
         assert_eq!((a.cluster.as_str(), a.authority.as_str(), a.path.as_str()), ("agg", "agg.local", "/r"));
         assert_eq!((a.timeout_ms, a.report_interval_ms, a.shard_header.as_str()), (200, 500, "x-s"));
@@ -460,6 +473,7 @@ mod tests {
                 "field `aggregator`: not used with role \"server\"",
             ),
             (r#"{"load_stamp_pool": 0}"#, "field `load_stamp_pool`: expected an integer in 1..=64, got 0"),
+            (r#"{"load_stamp_max_fresh_share": 2}"#, "field `load_stamp_max_fresh_share`: expected a number in 0..=1"),
             (r#"{"load_stamp_max_age_ms": 1e9}"#, "field `load_stamp_max_age_ms`: expected an integer in 0..=10000"),
         ] {
             let err = FilterConfig::parse(input.as_bytes()).unwrap_err().to_string();

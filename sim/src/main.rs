@@ -22,7 +22,7 @@ options:
   --cswrr-periods B,U    client-side WRR blackout and weight update periods in seconds
                          (default: sim.cswrr_blackout_s, sim.cswrr_update_s: Envoy's 10,1)
   --variant LIST         research variant of tailweight's deployment: mean_inflight (the view's
-                         in-flight is qps x latency), orca_max_age_ms=N, smoothing_ms=N (aggregator
+                         in-flight is qps x latency: the aggregator's --view-inflight mean), orca_max_age_ms=N, smoothing_ms=N (aggregator
                          parameters), subset=N (each proxy's cluster is a deterministic subset of N)
   --threads N            policies (and sweep points) run in parallel (default 1)";
 

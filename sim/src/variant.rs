@@ -9,7 +9,8 @@ pub struct Variant {
     /// Each proxy's cluster is a deterministic subset of this many endpoints (0: all of them).
     pub subset: usize,
     /// The view's `inflight` is the endpoint's time-averaged requests in flight over the last
-    /// recompute, qps x latency (Little's law), instead of the sum of the reporters' last counts.
+    /// recompute, qps x latency (Little's law), instead of the sum of the reporters' last counts
+    /// (the book's `ViewInflight::Mean`, the aggregator's `--view-inflight mean`).
     pub mean_inflight: bool,
     /// The aggregator's `orca_max_age` (ORCA votes older than this are not used), milliseconds
     /// (None: the book's default, the CPU max age of 60 s).

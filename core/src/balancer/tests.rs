@@ -545,6 +545,35 @@ fn fresh_load_stamps_steer_to_the_shortest_queue_counting_own_sends() {
 }
 
 #[test]
+fn stamps_decide_only_while_own_fresh_estimates_are_thin() {
+    const X: &str = "10.0.0.3:80";
+    let mut settings = Settings::default();
+    settings.pick.load_stamp_max_age_us = 50 * MS;
+    settings.pick.load_stamp_max_fresh_share = 0.5;
+    let stamp_all = |b: &mut Balancer, at: u64| {
+        for (e, rif) in [(A, 9), (B, 0), (X, 5)] {
+            b.note_stamp(C, e, LoadStamp { rif }, at);
+        }
+    };
+    let mut b = Balancer::new(settings, 7);
+    learn(&mut b, &[A, B, X], 0);
+    // Every endpoint has a fresh sample of this proxy's own (share 1 > 0.5): the two-choice pick on
+    // its own counts spreads the picks, A included, though its stamp says 9 queued. (Stamps would
+    // send the first 15 to B and X: B's queue reaches A's 9 after ten sends, X's after four.)
+    b.tick(MS);
+    assert_eq!(b.cluster(C).unwrap().own_fresh_share(), 1.0);
+    stamp_all(&mut b, MS);
+    let rich = steered_firsts(&mut b, 12, 2 * MS);
+    assert!(rich.iter().filter(|f| *f == A).count() >= 2, "{rich:?}");
+    // Once its own samples are stale (share 0), fresh stamps decide: B's is the shortest queue.
+    let later = 6_000 * MS;
+    b.tick(later);
+    assert_eq!(b.cluster(C).unwrap().own_fresh_share(), 0.0);
+    stamp_all(&mut b, later);
+    assert_eq!(steered_firsts(&mut b, 5, later + MS), vec![B; 5]);
+}
+
+#[test]
 fn stamps_are_ignored_when_off() {
     let mut b = balancer();
     learn(&mut b, &[A, B], 0);

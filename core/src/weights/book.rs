@@ -600,8 +600,9 @@ impl WeightBook {
             let metrics_cpu = endpoint.ip.is_some_and(|ip| external_cpu.contains_key(&ip));
             endpoint.rates.record(metrics_cpu, merged.qps, merged.eps, elapsed_us, p.cpu_window_us, now_us);
             s.by_cpu.push(capacity::by_cpu(&merged, &endpoint.rates, p));
-            endpoint.decision =
-                Some(EndpointDecision { counted: *counted, ..EndpointDecision::merged(merged, endpoint) });
+            let mut decision = EndpointDecision { counted: *counted, ..EndpointDecision::merged(merged, endpoint) };
+            decision.view_inflight = p.view_inflight.of(&decision);
+            endpoint.decision = Some(decision);
         }
         // 3. Raw capacity by the cluster's method, less the backlog.
         capacity::rate(endpoints, &s.by_cpu, &s.counted, p, &mut s.sorted, &mut s.raw, now_us);

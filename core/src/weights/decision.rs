@@ -29,7 +29,10 @@ pub struct EndpointDecision {
     pub target: f64,
     pub qps: f64,
     pub eps: f64,
+    /// The sum of the live reporters' last in-flight counts.
     pub inflight: f64,
+    /// What the reply view gives as the endpoint's in-flight count (`WeightParams::view_inflight`).
+    pub view_inflight: f64,
     pub latency_us: u64,
     pub service_time_us: Option<f64>,
     pub concurrency: Option<f64>,
@@ -67,6 +70,7 @@ impl EndpointDecision {
             qps: m.qps,
             eps: m.eps,
             inflight: m.inflight,
+            view_inflight: m.inflight,
             latency_us: m.latency_us.map_or(0, |l| l.round().min(wire::MAX_LATENCY_US as f64) as u64),
             service_time_us: e.latency.service_us,
             concurrency: e.latency.concurrency,

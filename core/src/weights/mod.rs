@@ -38,7 +38,9 @@
 //! 4. Target = raw / mean raw, at least `floor`, smoothed geometrically toward (`smoothing.rs`);
 //!    then `normalize.rs`: mean 1, each weight within a factor `max_step` of its previous value,
 //!    never below `floor`.
-//! 5. Publish: the weights go into the decisions and the cluster's reply view (`reply.rs`).
+//! 5. Publish: the weights go into the decisions and the cluster's reply view (`reply.rs`), whose
+//!    in-flight counts are the reporters' last ones or their mean over the window
+//!    (`view_inflight.rs`).
 //!
 //! What lying reporters and principals can and cannot do to these numbers, and why:
 //! docs/weights.md. Whatever is reported, each weight moves at most x`max_step` per recompute and
@@ -59,6 +61,7 @@ mod record;
 mod reply;
 mod route;
 mod smoothing;
+mod view_inflight;
 
 pub use book::{Counts, Rejection, WeightBook, TRUSTED_PRINCIPAL};
 pub use capacity::cswrr_weight;
@@ -66,6 +69,7 @@ pub use decision::{ClusterDecision, EndpointDecision, Method};
 pub use merge::{capped_median, clip_contributions, Vote};
 pub use params::{ParamsError, WeightParams};
 pub use reply::ReplyPlan;
+pub use view_inflight::{UnknownViewInflight, ViewInflight};
 
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 //! The weight book's tuning and caps, and their validation.
 
+use super::view_inflight::ViewInflight;
 use std::fmt;
 
 /// Tuning and caps of the weight book. Times in microseconds.
@@ -61,6 +62,8 @@ pub struct WeightParams {
     /// A standing queue (in flight beyond the endpoint's concurrency) should drain within this
     /// time: that rate comes off its capacity until it has (0 = off).
     pub backlog_drain_us: f64,
+    /// The in-flight count the reply view gives each endpoint (see `view_inflight.rs`).
+    pub view_inflight: ViewInflight,
     /// A reporter's latency sample without requests in its last window counts if younger than this.
     pub latency_sample_max_age_us: u64,
     /// Lying-reporter guard of medians: each vote <= vote_cap x the other votes (< 1).
@@ -123,6 +126,7 @@ impl Default for WeightParams {
             error_penalty: 1.0,
             slow_start_us: 10_000_000,
             backlog_drain_us: 5_000_000.0,
+            view_inflight: ViewInflight::Last,
             latency_sample_max_age_us: 10_000_000,
             vote_cap: 0.5,
             sum_clip: 2.0,

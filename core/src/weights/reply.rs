@@ -65,7 +65,7 @@ impl PublishedCluster {
             json.extend_from_slice(b",\"weight\":");
             write_json(json, &d.weight);
             json.extend_from_slice(b",\"inflight\":");
-            write_json(json, &d.inflight);
+            write_json(json, &d.view_inflight);
             json.extend_from_slice(b",\"peer_inflight\":");
             let split = json.len() as u32;
             json.extend_from_slice(b",\"latency_us\":");
@@ -78,7 +78,7 @@ impl PublishedCluster {
             write_json(json, &d.ejected);
             json.push(b'}');
             p.spans.push(Span { start, split, end: json.len() as u32, address });
-            p.inflight.push(d.inflight);
+            p.inflight.push(d.view_inflight);
         }
         p
     }
@@ -214,8 +214,8 @@ impl WeightBook {
                     Some(EndpointView {
                         address: e.address.clone(),
                         weight: d.weight,
-                        inflight: d.inflight,
-                        peer_inflight: (d.inflight - e.own_inflight(asking, now_us)).max(0.0),
+                        inflight: d.view_inflight,
+                        peer_inflight: (d.view_inflight - e.own_inflight(asking, now_us)).max(0.0),
                         latency_us: d.latency_us,
                         cpu: d.cpu,
                         ejected: d.ejected,

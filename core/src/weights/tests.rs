@@ -789,6 +789,50 @@ fn reply_excludes_the_askers_own_inflight_and_omits_unknown_clusters() {
 }
 
 #[test]
+fn the_views_inflight_is_the_last_counts_or_the_windows_qps_times_latency() {
+    // r0 sends 40 rps, r1 60 rps, both at 25 ms, and last had 3 and 5 in flight.
+    let run = |view_inflight| {
+        let mut w = World::new(WeightParams { view_inflight, ..WeightParams::default() });
+        for _ in 0..3 {
+            w.step(&["r0", "r1"], |i| {
+                let (requests, inflight) = if i == 0 { (40, 3) } else { (60, 5) };
+                vec![(A, Traffic { inflight, ..ok(requests, 25_000) }), (B, ok(50, 10_000))]
+            });
+        }
+        w
+    };
+    let (last, mean) = (run(ViewInflight::Last), run(ViewInflight::Mean));
+    let view = |w: &World, asker: &str| {
+        let reply = w.book.reply(asker, [CLUSTER], w.now);
+        let mut fast = Vec::new();
+        w.book.reply_plan(TRUSTED_PRINCIPAL, asker, [CLUSTER], w.now, usize::MAX).render(&mut fast);
+        assert_eq!(fast, serde_json::to_vec(&reply).unwrap(), "the rendered reply carries the same numbers");
+        let a = reply.clusters[0].endpoints.iter().find(|e| e.address == A).unwrap().clone();
+        (a.inflight, a.peer_inflight)
+    };
+    // Last: the reporters' last counts, less the asker's own.
+    assert_eq!(view(&last, "r0"), (8.0, 5.0));
+    assert_eq!(view(&last, "stranger"), (8.0, 8.0));
+    assert_eq!(last.decision(A).view_inflight, 8.0);
+    // Mean: 100 rps x 0.025 s = 2.5 in flight on average; r0's own 3 leaves none to its peers.
+    let d = mean.decision(A);
+    assert_eq!((d.qps, d.latency_us), (100.0, 25_000));
+    assert!((d.view_inflight - 2.5).abs() < 1e-9, "{d:?}");
+    let (inflight, peers) = view(&mean, "r0");
+    assert!((inflight - 2.5).abs() < 1e-9 && peers == 0.0, "{inflight} {peers}");
+    assert!((view(&mean, "stranger").1 - 2.5).abs() < 1e-9);
+    // B: 2 x 50 rps x 0.01 s = 1 on average, against the 2 last counted.
+    assert!((mean.decision(B).view_inflight - 1.0).abs() < 1e-9);
+    assert_eq!(last.decision(B).view_inflight, 2.0);
+    // Only the view changes: the decision's merged count (and the backlog it feeds) and the weights stay.
+    assert_eq!(
+        (d.inflight, d.backlog, mean.decision(A).weight),
+        (8.0, last.decision(A).backlog, last.decision(A).weight)
+    );
+    assert_eq!(mean.weights(), last.weights());
+}
+
+#[test]
 fn reply_json_is_the_serialised_reply_byte_for_byte() {
     let mut w = World::new(WeightParams::default());
     for i in 0..8 {

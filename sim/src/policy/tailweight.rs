@@ -14,8 +14,8 @@
 //!
 //! Research variants (`Variant`): with `subset=N` each proxy's Envoy cluster is its deterministic
 //! subset (the fallback draws there, the view lists only it); `orca_max_age_ms` and
-//! `smoothing_ms` set the book's parameters; `mean_inflight` replaces each view entry's `inflight` with the decision's
-//! qps x latency (the aggregator change the load-stamp pick wants; see sim/README.md).
+//! `smoothing_ms` set the book's parameters, and `mean_inflight` its view in-flight (`ViewInflight::Mean`, the
+//! aggregator's `--view-inflight mean`: the decision's qps x latency; see sim/README.md).
 
 use super::active::Active;
 use super::{phase, Choice, Ctx, Outcome, Policy, Timer};
@@ -25,7 +25,7 @@ use std::net::SocketAddrV4;
 use tailweight_core::orca::OrcaLoad;
 use tailweight_core::rng::Rng;
 use tailweight_core::stamp::LoadStamp;
-use tailweight_core::weights::{WeightBook, WeightParams};
+use tailweight_core::weights::{ViewInflight, WeightBook, WeightParams};
 use tailweight_core::wire::{self, Reply, Report};
 use tailweight_core::{Balancer, FilterConfig, Pick, ResponseClass, Settings};
 
@@ -100,8 +100,6 @@ struct Aggregator {
     /// Per client x endpoint: the request counter in its previous report (for delta reports;
     /// empty above `DELTA_MAX_CELLS`: not counted).
     last_requests: Vec<u64>,
-    /// Per endpoint: qps x latency of the last recompute (`Variant::mean_inflight`).
-    mean_inflight: Option<Vec<f64>>,
     cost: AggregatorCost,
 }
 
@@ -165,6 +163,7 @@ impl Tailweight {
         let params = WeightParams {
             orca_max_age_us: variant.orca_max_age_ms.map_or(defaults.orca_max_age_us, |ms| ms * 1_000),
             smoothing_us: variant.smoothing_ms.map_or(defaults.smoothing_us, |ms| ms as f64 * 1e3),
+            view_inflight: if variant.mean_inflight { ViewInflight::Mean } else { defaults.view_inflight },
             ..defaults
         };
         let aggregator = with_aggregator.then(|| Aggregator {
@@ -180,7 +179,6 @@ impl Tailweight {
                 cells if cells <= DELTA_MAX_CELLS => vec![0; cells],
                 _ => Vec::new(),
             },
-            mean_inflight: variant.mean_inflight.then(|| vec![0.0; endpoints as usize]),
             cost: AggregatorCost::default(),
         });
         // Drawn from the seed only when subsetting, so that other runs keep their random streams.
@@ -255,16 +253,9 @@ impl Tailweight {
             agg.rejected += 1;
             return;
         };
-        for view in &mut reply.clusters {
-            if let Some(subsets) = &self.subsets {
+        if let Some(subsets) = &self.subsets {
+            for view in &mut reply.clusters {
                 view.endpoints.retain(|v| endpoint_of(&v.address).is_some_and(|e| subsets.contains(client, e)));
-            }
-            if let Some(mean) = &agg.mean_inflight {
-                for v in &mut view.endpoints {
-                    if let Some(m) = endpoint_of(&v.address).and_then(|e| mean.get(e as usize)) {
-                        v.inflight = *m;
-                    }
-                }
             }
         }
         agg.count_reply(&reply);
@@ -305,15 +296,6 @@ impl Aggregator {
     fn recompute(&mut self, now_us: u64) {
         self.book.expire(now_us);
         self.book.recompute(now_us);
-        if let Some(mean) = &mut self.mean_inflight {
-            for d in self.book.decisions(Some(CLUSTER)) {
-                for e in &d.endpoints {
-                    if let Some(m) = endpoint_of(&e.address).and_then(|i| mean.get_mut(i as usize)) {
-                        *m = e.qps * e.latency_us as f64 / 1e6;
-                    }
-                }
-            }
-        }
     }
 }
 
