@@ -33,8 +33,9 @@ from .report_tap import ReportTap
 from .scenario import Event, Scenario, Segment
 
 SAMPLE_S = 0.5
-# The aggregator's --orca-max-age-ms under `tailweight_stamps` (sim/README.md, "Closing the gap").
-STAMPS_ORCA_MAX_AGE_MS = 3000
+# The aggregator's flags under `tailweight_stamps` (the simulator's best configuration, sim/README.md,
+# "Closing the gap"): ORCA votes no older than 1 s, the view's in-flight as qps x latency.
+STAMPS_AGGREGATOR_ARGS = ("--orca-max-age-ms", "1000", "--view-inflight", "mean")
 
 
 @dataclass
@@ -331,7 +332,7 @@ class PolicyRun:
                                                 f"{operator.RULE.median_weight:g}/median"}
         elif self.policy in REPORTING_POLICIES:
             # Stamps move traffic, and capacity from stale ORCA votes would then drift (sim/README.md).
-            args = ["--orca-max-age-ms", str(STAMPS_ORCA_MAX_AGE_MS)] if self.policy == "tailweight_stamps" else []
+            args = list(STAMPS_AGGREGATOR_ARGS) if self.policy == "tailweight_stamps" else []
             self.aggregator = aggregator_mod.start(group, args=args)
             self.cpu.track("aggregator", self.aggregator.proc.pid)
             self.tap = ReportTap(self.aggregator.port).start()
