@@ -8,7 +8,7 @@ from pathlib import Path
 from tailweight_e2e import paths
 
 from . import operator, report, runner
-from .scenario import ScenarioError, load
+from .scenario import ScenarioError, check_policies, load
 
 
 def main(argv=None) -> int:
@@ -36,10 +36,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         scenario = load(args.scenario)
+        policies = args.policies.split(",") if args.policies else scenario.policies
+        check_policies(policies, scenario.server_sidecars)
     except ScenarioError as e:
         print(f"bench: {e}", file=sys.stderr)
         return 2
-    policies = args.policies.split(",") if args.policies else scenario.policies
     out_dir = Path(args.out) if args.out else paths.REPO / "bench" / "results" / scenario.name
     out_dir.mkdir(parents=True, exist_ok=True)
     # Results are small and worth keeping; logs are bulky and stay out of bench/results.

@@ -109,6 +109,22 @@ def _number(where: str, value, lo: float, hi: float, integer: bool = False):
     return int(value) if integer else float(value)
 
 
+def check_policies(policies, server_sidecars: bool) -> None:
+    """A non-empty list of harness policies that can run with (or without) the destinations'
+    sidecars; the scenario's own list or one given on the command line."""
+    if not isinstance(policies, list) or not policies:
+        raise ScenarioError("policies: expected a non-empty list")
+    for p in policies:
+        if p not in POLICIES:
+            raise ScenarioError(f"policies: unknown policy {p!r} (harness policies: {', '.join(POLICIES)})")
+    if "tailweight_stamps" in policies and not server_sidecars:
+        raise ScenarioError("policies: tailweight_stamps needs server_sidecars: true (the destinations' sidecars "
+                            "write the load stamps)")
+    if "operator" in policies and server_sidecars:
+        raise ScenarioError("policies: operator cannot run with server_sidecars: true (its weights are keyed by "
+                            "the backends' own addresses)")
+
+
 def parse(data: dict, path: Path | None = None) -> Scenario:
     _check_keys("scenario", data, {"name", "backends", "clients", "duration_s", "policies"},
                 {"seed", "warmup_s", "events", "sim", "segments", "server_sidecars"})
@@ -152,20 +168,10 @@ def parse(data: dict, path: Path | None = None) -> Scenario:
     duration_s = _number("duration_s", data["duration_s"], 1, 86400)
     events = _events(data.get("events") or [], backends, duration_s)
     policies = data["policies"]
-    if not isinstance(policies, list) or not policies:
-        raise ScenarioError("policies: expected a non-empty list")
-    for p in policies:
-        if p not in POLICIES:
-            raise ScenarioError(f"policies: unknown policy {p!r} (harness policies: {', '.join(POLICIES)})")
     server_sidecars = data.get("server_sidecars", False)
     if not isinstance(server_sidecars, bool):
         raise ScenarioError(f"server_sidecars: expected true or false, got {server_sidecars!r}")
-    if "tailweight_stamps" in policies and not server_sidecars:
-        raise ScenarioError("policies: tailweight_stamps needs server_sidecars: true (the destinations' sidecars "
-                            "write the load stamps)")
-    if "operator" in policies and server_sidecars:
-        raise ScenarioError("policies: operator cannot run with server_sidecars: true (its weights are keyed by "
-                            "the backends' own addresses)")
+    check_policies(policies, server_sidecars)
     sim = data.get("sim") or {}
     if not isinstance(sim, dict):
         raise ScenarioError("sim: expected a mapping")

@@ -24,7 +24,8 @@ GRPC = {
     "backends": [{"count": 2, "workers": 2, "base_ms": 5, "jitter": 0.2, "protocol": "grpc"},
                  {"count": 1, "workers": 2, "base_ms": 5, "speed": 4.0, "jitter": 0.2, "protocol": "grpc"}],
     "clients": {"count": 2, "qps": 80, "connections": 2, "streams": 4},
-    "policies": list(POLICIES),
+    # Every policy but the one that needs the destinations' sidecars (see the load-stamp test).
+    "policies": [p for p in POLICIES if p != "tailweight_stamps"],
 }
 
 # Four backends, two replaced one by one under load: a new one joins (cold), then an old one leaves
@@ -63,7 +64,7 @@ def test_every_policy_runs_over_grpc_without_errors(tmp_path):
     out = tmp_path / "out"
     assert main(["--scenario", str(scenario), "--out", str(out), "--operator-period", "2", "--quiet"]) == 0
     doc = json.loads((out / "results.json").read_text())
-    assert [p["policy"] for p in doc["policies"]] == list(POLICIES)
+    assert [p["policy"] for p in doc["policies"]] == GRPC["policies"]
     for p in doc["policies"]:
         name = p["policy"]
         assert "error" not in p, p.get("error")
@@ -81,6 +82,31 @@ def test_every_policy_runs_over_grpc_without_errors(tmp_path):
         if name.startswith("tailweight"):
             assert all(s["wasmcustom"]["wasmcustom.tailweight.picks"] > 0 for s in p["envoy_stats"]), name
     assert "gRPC (h2c), 2 connections x 4 streams per client" in (out / "results.md").read_text()
+
+
+def test_load_stamps_cross_grpc_through_the_destinations_sidecars(tmp_path):
+    """The gRPC backends behind their own sidecars: under tailweight_stamps each sidecar stamps every
+    response and the clients read (and remove) every stamp; least_request's plain sidecars stamp
+    nothing."""
+    scenario = tmp_path / "grpc-sidecars.yaml"
+    scenario.write_text(yaml.safe_dump({**GRPC, "name": "grpc-sidecars", "server_sidecars": True,
+                                        "policies": ["least_request", "tailweight_stamps"]}))
+    out = tmp_path / "out"
+    assert main(["--scenario", str(scenario), "--out", str(out), "--quiet"]) == 0
+    doc = json.loads((out / "results.json").read_text())
+    plain, stamps = doc["policies"]
+    for p in (plain, stamps):
+        assert "error" not in p, p.get("error")
+        assert p["errors"] == 0 and p["codes"] == {"SERVING": p["requests"]}, (p["policy"], p["codes"])
+        assert len(p["server_envoy_stats"]) == 3
+    assert all("wasmcustom" not in s for s in plain["server_envoy_stats"])
+    written = sum(s["wasmcustom"]["wasmcustom.tailweight.stamps_written"] for s in stamps["server_envoy_stats"])
+    read = sum(s["wasmcustom"]["wasmcustom.tailweight.stamps_read"] for s in stamps["envoy_stats"])
+    invalid = sum(s["wasmcustom"]["wasmcustom.tailweight.stamps_invalid"] for s in stamps["envoy_stats"])
+    # Every response a client's filter saw carried a stamp: the recorded calls, the warm-up's and
+    # Fortio's first ping per connection.
+    assert read >= stamps["requests"] and invalid == 0, (read, invalid, stamps["requests"])
+    assert written >= read, (written, read)
 
 
 def test_rollout_leaves_every_envoy_tracking_only_live_endpoints(tmp_path):

@@ -73,6 +73,14 @@ def test_bad_scenario_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["--scenario", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "unknown policy 'fastest'" in err
+    # --policies is checked as the scenario's own list is.
+    scenario.write_text(yaml.safe_dump(TINY))
+    for policies, needle in (("round_robin,fastest", "unknown policy 'fastest'"),
+                             ("tailweight_stamps", "tailweight_stamps needs server_sidecars: true")):
+        assert main(["--scenario", str(scenario), "--policies", policies, "--out", str(tmp_path / "out"),
+                     "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and needle in err, err
 
 
 def test_server_sidecars_stand_between_clients_and_backends(tmp_path):
