@@ -72,7 +72,9 @@ def test_every_rpc_on_one_connection_is_steered_and_a_failing_backend_gets_few(g
     assert s["picks"] > 1000 and s["picks_honoured"] == s["picks"] and s["picks_refused"] == 0
     assert proxy.stat(f"cluster.{envoy_configs.CLUSTER}.upstream_cx_http2_total") <= 4, "HTTP/2: few connections"
     assert served[1] < 0.03 * total, f"the failing backend got {served}"
-    assert all(n > 0.08 * total for i, n in enumerate(served) if i != 1), served
+    # The healthy ones all keep serving (a fair share is a third; the pick follows each one's
+    # latency samples, so one with a few slow answers may get much less for a while, never none).
+    assert all(n > 0.03 * total for i, n in enumerate(served) if i != 1), served
     # Its UNAVAILABLE answers were counted against it, and it was suspended (then only probed).
     failed_rpcs = result["RetCodes"].get("ERROR", 0)
     assert s["failures"] >= failed_rpcs > 0 and s["suspensions"] >= 1, (s, result["RetCodes"])
