@@ -358,7 +358,7 @@ def test_load_stamps_written_by_the_destination_sidecar_only(mesh):
         # The destinations in `shop` have no server plugin: nothing stamps their responses.
         assert all("x-tailweight-load" not in r.headers for r in mesh.traffic(rounds=1))
         written = sum(tm.filter_stats(r.sidecar).get("stamps_written", 0) for r in mesh.live)
-        assert written >= 11, written
+        assert written >= 10, written  # the ten stamped answers waited for
         # Istio's inbound listener has direction INBOUND, which suits the role: no warning.
         for replica in mesh.live:
             assert "is the WasmPlugin's `match` mode right?" not in tm.envoy_log(replica.sidecar)
