@@ -10,13 +10,7 @@ import requests
 from bench import overhead, overhead_configs, overhead_reporter
 from bench.overhead_measure import median_interval, paired, start_phases
 from tailweight_e2e import aggregator, envoy, paths
-from tailweight_e2e.procs import ProcGroup, wait_for
-
-
-@pytest.fixture
-def group(tmp_path):
-    with ProcGroup(tmp_path / "logs") as g:
-        yield g
+from tailweight_e2e.procs import wait_for
 
 
 def test_light_rows_pair_the_rounds_of_each_step():

@@ -7,17 +7,10 @@ import requests
 from bench import emulator
 from tailweight_e2e import envoy, paths
 from tailweight_e2e.envoy_configs import CLUSTER, OVERRIDE_HEADER, render_client_envoy, write_eds
-from tailweight_e2e.procs import ProcGroup
 
 pytestmark = pytest.mark.timeout(120)
 
 REQUESTS = 40
-
-
-@pytest.fixture
-def group(tmp_path):
-    with ProcGroup(tmp_path / "logs") as g:
-        yield g
 
 
 def client(group, tmp_path, addresses, retries: bool, name: str) -> envoy.Envoy:

@@ -10,7 +10,6 @@ from bench import fortio
 from bench.emulator import BackendSettings, start
 from tailweight_e2e import envoy, paths
 from tailweight_e2e.envoy_configs import render_client_envoy
-from tailweight_e2e.procs import ProcGroup
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -20,12 +19,6 @@ def parse_orca(header: str) -> dict:
     kind, _, body = header.partition(" ")
     assert kind == "TEXT", header
     return {k.strip(): float(v) for k, v in (pair.split("=") for pair in body.split(","))}
-
-
-@pytest.fixture
-def group(tmp_path):
-    with ProcGroup(tmp_path / "logs") as g:
-        yield g
 
 
 def run_fortio(group, tmp_path, url, qps, connections, seconds, name):

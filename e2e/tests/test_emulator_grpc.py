@@ -18,15 +18,9 @@ from bench.emulator import BackendSettings, start
 from tailweight_e2e import envoy
 from tailweight_e2e.envoy_configs import CLUSTER, render_client_envoy
 from tailweight_e2e.grpc_calls import channel, decode, ping, ticks
-from tailweight_e2e.procs import ProcGroup, wait_for
+from tailweight_e2e.procs import wait_for
 
 pytestmark = pytest.mark.timeout(180)
-
-@pytest.fixture
-def group(tmp_path):
-    with ProcGroup(tmp_path / "logs") as g:
-        yield g
-
 
 def refused(port: int) -> bool:
     with socket.socket() as s:

@@ -13,17 +13,11 @@ import yaml
 from bench import emulator as emu
 from bench import fortio
 from tailweight_e2e import envoy, envoy_configs, paths
-from tailweight_e2e.procs import ProcGroup, wait_for
+from tailweight_e2e.procs import wait_for
 
 HEADER = envoy_configs.OVERRIDE_HEADER
 STAT = "wasmcustom.tailweight."
 ACCESS_FORMAT = "%REQ(X-GATEWAY-DESTINATION-ENDPOINT)% %UPSTREAM_HOST% %RESPONSE_CODE%\n"
-
-
-@pytest.fixture
-def group(tmp_path):
-    with ProcGroup(tmp_path / "logs") as g:
-        yield g
 
 
 def client_yaml(backends, plugin_config, *, policy="tailweight_local", aggregator_port=None,

@@ -13,17 +13,11 @@ from bench import emulator as emu
 from bench import fortio
 from tailweight_e2e import aggregator, envoy, envoy_configs, paths
 from tailweight_e2e.grpc_calls import channel, ticks
-from tailweight_e2e.procs import ProcGroup, wait_for
+from tailweight_e2e.procs import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
 STAT = "wasmcustom.tailweight."
-
-
-@pytest.fixture
-def group(tmp_path):
-    with ProcGroup(tmp_path / "logs") as g:
-        yield g
 
 
 def grpc_client(group, backends, plugin_config=None, policy="tailweight_local", aggregator_port=None):
