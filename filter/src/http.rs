@@ -13,7 +13,7 @@
 
 use crate::host;
 use crate::metrics;
-use crate::root::{warn_if_direction_contradicts, PluginState, Shared};
+use crate::root::{check_direction_once, PluginState, Shared};
 use crate::worker::Worker;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, LogLevel};
@@ -100,10 +100,7 @@ impl HttpContext for Request {
     fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
         let mut state = self.state.borrow_mut();
         let PluginState::Active(w) = &mut *state else { return Action::Continue };
-        if !w.direction_checked {
-            w.direction_checked = true;
-            warn_if_direction_contradicts(w.config.role);
-        }
+        check_direction_once(&mut w.direction_checked, w.config.role);
         let header = w.config.header.as_str();
         let incoming = host::request_header(header);
         if let Some(value) = &incoming {

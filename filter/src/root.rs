@@ -99,10 +99,13 @@ impl RootContext for Root {
     }
 }
 
-/// Called on a VM's first request: warn (once per VM) when Envoy's listener direction contradicts
-/// the configured role. The role stays as configured: a plain Envoy's listeners have no direction,
-/// and the configuration is the operator's word.
-pub fn warn_if_direction_contradicts(role: FilterRole) {
+/// On a VM's first request (`checked` false; then set): warn when Envoy's listener direction
+/// contradicts the configured role. The role stays as configured: a plain Envoy's listeners have no
+/// direction, and the configuration is the operator's word.
+pub fn check_direction_once(checked: &mut bool, role: FilterRole) {
+    if std::mem::replace(checked, true) {
+        return;
+    }
     // Envoy 1.40 serves it as `xds.listener_direction`; older hosts as `listener_direction`.
     let direction =
         host::property_u64(b"xds\0listener_direction").or_else(|| host::property_u64(b"listener_direction"));

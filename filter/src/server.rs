@@ -8,7 +8,7 @@
 
 use crate::host;
 use crate::metrics::{self, StampMetrics};
-use crate::root::{warn_if_direction_contradicts, PluginState, Shared};
+use crate::root::{check_direction_once, PluginState, Shared};
 use crate::shared;
 use crate::worker::random_u64;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -84,10 +84,7 @@ impl Context for StampedRequest {}
 impl HttpContext for StampedRequest {
     fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
         if let PluginState::Stamping(s) = &mut *self.state.borrow_mut() {
-            if !s.direction_checked {
-                s.direction_checked = true;
-                warn_if_direction_contradicts(FilterRole::Server);
-            }
+            check_direction_once(&mut s.direction_checked, FilterRole::Server);
             self.entered = Some(s.load.enter(host::now_us()));
         }
         Action::Continue
