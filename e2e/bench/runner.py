@@ -18,7 +18,6 @@ from tailweight_e2e.envoy_configs import (
     CLUSTER,
     LOCAL_APP_CLUSTER,
     REPORTING_POLICIES,
-    STAMPING_SERVER_CONFIG,
     plugin_config_for,
     render_client_envoy,
     render_server_envoy,
@@ -299,7 +298,6 @@ class PolicyRun:
         addresses = []
         for i, app in enumerate(self.emu.addresses):
             config = render_server_envoy(app, wasm_path=paths.WASM if stamping else None,
-                                         plugin_config=STAMPING_SERVER_CONFIG if stamping else None,
                                          node_id=f"server-{i}", protocol=self.scenario.protocol)
             e = envoy_mod.start(group, f"server-envoy-{i}", config, concurrency=self.opts.envoy_concurrency[0],
                                 log_level="warn")
