@@ -394,10 +394,8 @@ def _light_table(r: dict, s: dict) -> list[str]:
         "| --- | " + " | ".join("---:" for _ in head[1:]) + " |",
     ]
     for row in s["light"]:
-        cells = [row["step"], str(row.get("rounds", 1))] + [_f(row["variants"][v]["cpu_ms_per_s"], 2)
-                                                          for v in variants]
-        cells += [_ci(row["variants"][v].get("vs_empty"), 2) if "vs_empty" in row["variants"][v]
-                  else _f(row["variants"][v].get("vs_empty_ms_per_s"), 2, sign=True) for v in judged]
+        cells = [row["step"], str(row["rounds"])] + [_f(row["variants"][v]["cpu_ms_per_s"], 2) for v in variants]
+        cells += [_ci(row["variants"][v].get("vs_empty"), 2) for v in judged]
         digits = 1 if row["rate"] >= 100 else 0
         cells += [f"{_f(row['variants'][v].get('per_request_us'), 0)} "
                   f"({_ci(row['variants'][v].get('vs_empty_per_request'), digits)})"
