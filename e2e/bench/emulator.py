@@ -24,6 +24,7 @@ class BackendSettings:
     cold_factor: float = 1.0
     cold_s: float = 0.0
     absent: bool = False  # not listening until a `join` event
+    load_stamps: bool = False  # write the load stamp a server-role sidecar would (HTTP only)
 
     def lifecycle_spec(self) -> str:
         """The --backend keys beyond the service-time ones, only those that differ from the defaults."""
@@ -34,6 +35,8 @@ class BackendSettings:
             keys.append(f"cold_factor={self.cold_factor},cold_s={self.cold_s}")
         if self.absent:
             keys.append("absent=1")
+        if self.load_stamps:
+            keys.append("load_stamps=1")
         return "".join("," + k for k in keys)
 
 

@@ -2,6 +2,7 @@
 x-served-by headers, 503 mode, stop (connection refused) and recover, and Envoy's client-side WRR
 reacting to its ORCA headers."""
 import socket
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -49,6 +50,18 @@ def test_counts_utilisation_and_headers(group, tmp_path):
     assert 0.85 * served * 0.020 < m["emulator_busy_seconds_total"][0] < 1.25 * served * 0.020
     assert m["emulator_workers"][0] == 2 and m["emulator_inflight"][0] == 0
     assert m["process_cpu_seconds_total"][-1] >= 0
+
+
+def test_load_stamps_count_the_requests_left_behind(group):
+    """One worker, 400 ms per request, three requests at once: they leave 400 ms apart, and each
+    stamp counts the requests still there (2, 1, 0); a backend without load_stamps writes none."""
+    emu = start(group, [BackendSettings(workers=1, base_ms=400, load_stamps=True),
+                        BackendSettings(workers=1, base_ms=1)])
+    url = f"http://{emu.addresses[0]}/"
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(lambda _: requests.get(url, timeout=10), range(3)))
+    assert sorted(r.headers["x-tailweight-load"] for r in answers) == ["1;rif=0", "1;rif=1", "1;rif=2"]
+    assert "x-tailweight-load" not in requests.get(f"http://{emu.addresses[1]}/", timeout=5).headers
 
 
 def test_fail_stop_and_recover(group, tmp_path):

@@ -248,6 +248,12 @@ impl Backend {
         }
     }
 
+    /// Requests in service and queued here now (what a load stamp reports).
+    pub fn requests_in_flight(&self) -> u32 {
+        let s = self.state();
+        s.busy.busy().saturating_add(s.queued)
+    }
+
     /// The error a request would get now (fail or shed mode), without counting a request: a running
     /// stream checks it before each message.
     pub fn refusal(&self) -> Option<Answer> {

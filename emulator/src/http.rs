@@ -1,5 +1,6 @@
 //! The HTTP/1.1 front end: any method and path is one request of the backend's work, answered 200
-//! with the payload, 503 (fail) or 429 (shed), each with `x-served-by` and the ORCA TEXT header.
+//! with the payload, 503 (fail) or 429 (shed), each with `x-served-by`, the ORCA TEXT header and,
+//! with `load_stamps=1`, the load stamp a server-role sidecar would write.
 
 use crate::backend::{Answer, Backend};
 use crate::orca;
@@ -14,6 +15,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::sync::Arc;
+use tailweight_core::stamp::{LoadStamp, LOAD_STAMP_HEADER};
 use tokio::net::TcpStream;
 
 /// Request bodies are read (so keep-alive works) up to this size and dropped.
@@ -49,6 +51,13 @@ async fn handle(backend: Arc<Backend>, request: Request<Incoming>) -> Result<Res
     }
     if let Ok(v) = orca::text_header(backend.load()).parse() {
         headers.insert(tailweight_core::orca::HEADER, v);
+    }
+    if backend.spec.load_stamps {
+        // This request has left the queue and its worker by now: the count is the others'.
+        let stamp = LoadStamp { rif: backend.requests_in_flight() };
+        if let Ok(v) = stamp.header_value().parse() {
+            headers.insert(LOAD_STAMP_HEADER, v);
+        }
     }
     Ok(response)
 }

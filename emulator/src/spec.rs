@@ -10,10 +10,12 @@
 pub const USAGE: &str =
     "usage: tailweight-emulator --admin-port PORT [--seed N] [--ready-file PATH] --backend SPEC [--backend SPEC ...]
   SPEC: port=P,workers=K,base_ms=MS[,speed=X][,jitter=SIGMA][,payload_bytes=N][,protocol=http|grpc]
-        [,cold_factor=F][,cold_s=S][,absent=0|1]
+        [,cold_factor=F][,cold_s=S][,absent=0|1][,load_stamps=0|1]
   Every backend listens on 127.0.0.1:P (HTTP/1.1, or gRPC over cleartext HTTP/2);
   service time = base_ms x speed x cold x LogNormal(mean 1, sigma), where cold goes linearly from
   cold_factor down to 1 over the first cold_s seconds of serving. absent=1: not listening until `join`.
+  load_stamps=1 (HTTP only): every response carries x-tailweight-load: 1;rif=N, N = the backend's
+  requests in service and queued once it left, as a server-role tailweight sidecar would write it.
   Port 0 (admin or backend) lets the OS pick a free port; --ready-file then tells which: once every
   port is bound and listens (an absent backend's is only bound), PATH is written (atomically) with {\"admin\": P, \"backends\": [P0, P1, ..]}.
   Admin on 127.0.0.1:PORT: GET /metrics (Prometheus text), GET /healthz,
@@ -43,6 +45,10 @@ pub struct BackendSpec {
     pub cold_s: f64,
     /// Not listening until a `join` event.
     pub absent: bool,
+    /// Write the load stamp a server-role sidecar would write (`x-tailweight-load`) into every
+    /// HTTP response: the harness's stand-in for a sidecar per backend where that many Envoys do
+    /// not fit on the machine.
+    pub load_stamps: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -138,6 +144,7 @@ pub fn parse_backend(spec: &str) -> Result<BackendSpec, String> {
     let mut cold_factor = 1.0;
     let mut cold_s = 0.0;
     let mut absent = false;
+    let mut load_stamps = false;
     for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) =
             pair.split_once('=').ok_or_else(|| format!("--backend {spec:?}: {pair:?} is not key=value"))?;
@@ -168,20 +175,18 @@ pub fn parse_backend(spec: &str) -> Result<BackendSpec, String> {
             }
             "cold_factor" => cold_factor = parse_number(&what, value, 1.0, 1_000.0)?,
             "cold_s" => cold_s = parse_number(&what, value, 0.0, 86_400.0)?,
-            "absent" => {
-                absent = match value {
-                    "0" => false,
-                    "1" => true,
-                    _ => return Err(format!("{what}: expected 0 or 1, got {value:?}")),
-                }
-            }
+            "absent" => absent = parse_flag(&what, value)?,
+            "load_stamps" => load_stamps = parse_flag(&what, value)?,
             _ => {
                 return Err(format!(
                     "--backend {spec:?}: unknown key {key:?} (known: port, workers, base_ms, speed, jitter, \
-                     payload_bytes, protocol, cold_factor, cold_s, absent)"
+                     payload_bytes, protocol, cold_factor, cold_s, absent, load_stamps)"
                 ))
             }
         }
+    }
+    if load_stamps && protocol == Protocol::Grpc {
+        return Err(format!("--backend {spec:?}: load_stamps=1 is for protocol=http only"));
     }
     let missing = |k: &str| format!("--backend {spec:?}: {k} is required");
     Ok(BackendSpec {
@@ -195,7 +200,16 @@ pub fn parse_backend(spec: &str) -> Result<BackendSpec, String> {
         cold_factor,
         cold_s,
         absent,
+        load_stamps,
     })
+}
+
+fn parse_flag(what: &str, value: &str) -> Result<bool, String> {
+    match value {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err(format!("{what}: expected 0 or 1, got {value:?}")),
+    }
 }
 
 /// Parses the query of `POST /event` against `n` backends (form-encoded: `backends=2%2C5` is `2,5`).
@@ -268,6 +282,7 @@ mod tests {
                 cold_factor: 1.0,
                 cold_s: 0.0,
                 absent: false,
+                load_stamps: false,
             }
         );
         assert_eq!(
@@ -283,6 +298,7 @@ mod tests {
                 cold_factor: 1.0,
                 cold_s: 0.0,
                 absent: false,
+                load_stamps: false,
             }
         );
         assert_eq!(c.ready_file, None);
@@ -294,6 +310,8 @@ mod tests {
         assert_eq!((b.protocol, b.cold_factor, b.cold_s, b.absent), (Protocol::Grpc, 4.0, 30.0, true));
         let b = parse_backend("port=0,workers=1,base_ms=5,protocol=http,absent=0").unwrap();
         assert_eq!((b.protocol, b.absent), (Protocol::Http, false));
+        let b = parse_backend("port=0,workers=1,base_ms=5,load_stamps=1").unwrap();
+        assert!(b.load_stamps);
     }
 
     #[test]
@@ -329,6 +347,14 @@ mod tests {
             ),
             ("--admin-port 9000 --backend port=1,workers=1,base_ms=1,cold_s=-1", "--backend cold_s: expected"),
             ("--admin-port 9000 --backend port=1,workers=1,base_ms=1,absent=yes", "--backend absent: expected 0 or 1"),
+            (
+                "--admin-port 9000 --backend port=1,workers=1,base_ms=1,load_stamps=2",
+                "--backend load_stamps: expected 0 or 1",
+            ),
+            (
+                "--admin-port 9000 --backend port=1,workers=1,base_ms=1,protocol=grpc,load_stamps=1",
+                "load_stamps=1 is for protocol=http only",
+            ),
             ("--admin-port 9000 --seed x", "--seed: expected"),
             ("--admin-port", "--admin-port: missing value"),
             ("--verbose", "unknown argument"),
