@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     try:
         scenario = load(args.scenario)
         policies = args.policies.split(",") if args.policies else scenario.policies
-        check_policies(policies, scenario.server_sidecars)
+        check_policies(policies, scenario.server_sidecars, scenario.stamping_backends)
     except ScenarioError as e:
         print(f"bench: {e}", file=sys.stderr)
         return 2

@@ -120,9 +120,10 @@ class CpuTracker:
         return {name: round(self.last[name] - self.first[name], 3) for name in self.pids}
 
 
-def backend_settings(scenario: Scenario) -> list[emulator.BackendSettings]:
+def backend_settings(scenario: Scenario, policy: str) -> list[emulator.BackendSettings]:
+    stamping = scenario.stamping_backends and policy == "tailweight_stamps"
     return [emulator.BackendSettings(b.workers, b.base_ms, b.speed, b.jitter, b.payload_bytes, b.protocol,
-                                     b.cold_factor, b.cold_s, b.absent)
+                                     b.cold_factor, b.cold_s, b.absent, load_stamps=stamping)
             for b in scenario.backends]
 
 
@@ -280,7 +281,7 @@ class PolicyRun:
         """Every backend of the scenario in one emulator process (those declared absent bound but not
         listening), each behind its own sidecar with `server_sidecars`, and the endpoint set the
         client Envoys read: every backend not absent (its sidecar's address if it has one)."""
-        self.emu = emulator.start(group, backend_settings(self.scenario), seed=self.scenario.seed)
+        self.emu = emulator.start(group, backend_settings(self.scenario, self.policy), seed=self.scenario.seed)
         self.cpu.track("emulator", self.emu.proc.pid)
         addresses = self.emu.addresses
         if self.scenario.server_sidecars:

@@ -77,6 +77,10 @@ class Scenario:
     # Each backend behind its own sidecar (an Envoy in front of it, as in a mesh): the clients'
     # endpoints are the sidecars. Under `tailweight_stamps` the sidecars write load stamps.
     server_sidecars: bool = False
+    # Under `tailweight_stamps` the backends write the load stamps themselves (the emulator's own
+    # count of requests in service and queued, what a stamping sidecar in front of it would write):
+    # the stand-in for a sidecar per backend where that many Envoys do not fit on the machine.
+    stamping_backends: bool = False
 
     @property
     def capacity_rps(self) -> float:
@@ -109,17 +113,24 @@ def _number(where: str, value, lo: float, hi: float, integer: bool = False):
     return int(value) if integer else float(value)
 
 
-def check_policies(policies, server_sidecars: bool) -> None:
+def _flag(data: dict, key: str) -> bool:
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise ScenarioError(f"{key}: expected true or false, got {value!r}")
+    return value
+
+
+def check_policies(policies, server_sidecars: bool, stamping_backends: bool = False) -> None:
     """A non-empty list of harness policies that can run with (or without) the destinations'
-    sidecars; the scenario's own list or one given on the command line."""
+    sidecars and stamping backends; the scenario's own list or one given on the command line."""
     if not isinstance(policies, list) or not policies:
         raise ScenarioError("policies: expected a non-empty list")
     for p in policies:
         if p not in POLICIES:
             raise ScenarioError(f"policies: unknown policy {p!r} (harness policies: {', '.join(POLICIES)})")
-    if "tailweight_stamps" in policies and not server_sidecars:
+    if "tailweight_stamps" in policies and not (server_sidecars or stamping_backends):
         raise ScenarioError("policies: tailweight_stamps needs server_sidecars: true (the destinations' sidecars "
-                            "write the load stamps)")
+                            "write the load stamps) or stamping_backends: true (the backends write them)")
     if "operator" in policies and server_sidecars:
         raise ScenarioError("policies: operator cannot run with server_sidecars: true (its weights are keyed by "
                             "the backends' own addresses)")
@@ -127,7 +138,7 @@ def check_policies(policies, server_sidecars: bool) -> None:
 
 def parse(data: dict, path: Path | None = None) -> Scenario:
     _check_keys("scenario", data, {"name", "backends", "clients", "duration_s", "policies"},
-                {"seed", "warmup_s", "events", "sim", "segments", "server_sidecars"})
+                {"seed", "warmup_s", "events", "sim", "segments", "server_sidecars", "stamping_backends"})
     name = data["name"]
     if not isinstance(name, str) or not name or any(c in name for c in "/\\ "):
         raise ScenarioError(f"name: expected a non-empty word usable in file names, got {name!r}")
@@ -168,10 +179,13 @@ def parse(data: dict, path: Path | None = None) -> Scenario:
     duration_s = _number("duration_s", data["duration_s"], 1, 86400)
     events = _events(data.get("events") or [], backends, duration_s)
     policies = data["policies"]
-    server_sidecars = data.get("server_sidecars", False)
-    if not isinstance(server_sidecars, bool):
-        raise ScenarioError(f"server_sidecars: expected true or false, got {server_sidecars!r}")
-    check_policies(policies, server_sidecars)
+    server_sidecars, stamping_backends = (_flag(data, k) for k in ("server_sidecars", "stamping_backends"))
+    if server_sidecars and stamping_backends:
+        raise ScenarioError("stamping_backends: true cannot go with server_sidecars: true (the sidecars write "
+                            "the stamps there)")
+    if stamping_backends and any(b.protocol != "http" for b in backends):
+        raise ScenarioError("stamping_backends: true needs HTTP backends (the emulator stamps HTTP responses only)")
+    check_policies(policies, server_sidecars, stamping_backends)
     sim = data.get("sim") or {}
     if not isinstance(sim, dict):
         raise ScenarioError("sim: expected a mapping")
@@ -184,6 +198,7 @@ def parse(data: dict, path: Path | None = None) -> Scenario:
         policies=list(policies), sim=sim, path=path,
         segments=_segments(data.get("segments"), duration_s),
         server_sidecars=server_sidecars,
+        stamping_backends=stamping_backends,
     )
 
 

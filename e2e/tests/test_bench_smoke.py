@@ -76,7 +76,7 @@ def test_bad_scenario_is_one_line_and_exit_2(tmp_path, capsys):
     # --policies is checked as the scenario's own list is.
     scenario.write_text(yaml.safe_dump(TINY))
     for policies, needle in (("round_robin,fastest", "unknown policy 'fastest'"),
-                             ("tailweight_stamps", "tailweight_stamps needs server_sidecars: true")):
+                             ("tailweight_stamps", "or stamping_backends: true (the backends write them)")):
         assert main(["--scenario", str(scenario), "--policies", policies, "--out", str(tmp_path / "out"),
                      "--quiet"]) == 2
         err = capsys.readouterr().err.strip()
@@ -108,3 +108,20 @@ def test_server_sidecars_stand_between_clients_and_backends(tmp_path):
     tw = doc["policies"][1]
     picks = sum(s["wasmcustom"].get("wasmcustom.tailweight.picks_honoured", 0) for s in tw["envoy_stats"])
     assert picks >= tw["requests"] * 0.9, picks
+
+
+def test_stamping_backends_stamp_every_answer_under_tailweight_stamps(tmp_path):
+    """With stamping_backends the backends write the load stamps themselves (no sidecars): under
+    tailweight_stamps the clients read one valid stamp from every response."""
+    scenario = tmp_path / "stamping.yaml"
+    scenario.write_text(yaml.safe_dump({**TINY, "name": "stamping", "events": [], "stamping_backends": True,
+                                        "policies": ["tailweight_stamps"]}))
+    out = tmp_path / "out"
+    assert main(["--scenario", str(scenario), "--out", str(out), "--quiet"]) == 0
+    (p,) = json.loads((out / "results.json").read_text())["policies"]
+    assert "error" not in p, p.get("error")
+    assert p["errors"] == 0 and "server_envoy_stats" not in p
+    read = sum(s["wasmcustom"]["wasmcustom.tailweight.stamps_read"] for s in p["envoy_stats"])
+    invalid = sum(s["wasmcustom"]["wasmcustom.tailweight.stamps_invalid"] for s in p["envoy_stats"])
+    # The recorded requests, the warm-up's and Fortio's first request per connection: all stamped.
+    assert read >= p["requests"] and invalid == 0, (read, invalid, p["requests"])

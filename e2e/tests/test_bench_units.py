@@ -60,6 +60,16 @@ def test_thin_clients_scenario_is_the_seed_spread_over_twelve_sidecars():
     assert thin.server_sidecars and "tailweight_stamps" in thin.policies and "operator" not in thin.policies
 
 
+def test_thin_wide_backends_stamp_only_under_tailweight_stamps():
+    """400 backends without sidecars: the emulator writes the stamps, and only for the policy that
+    reads them."""
+    s = load(SCENARIOS / "thin-wide.yaml")
+    assert len(s.backends) == 400 and s.stamping_backends and not s.server_sidecars
+    assert s.clients.qps / s.clients.count / len(s.backends) <= 0.125, "a client sees a backend at most every 8 s"
+    assert all(b.load_stamps for b in runner.backend_settings(s, "tailweight_stamps"))
+    assert not any(b.load_stamps for b in runner.backend_settings(s, "tailweight"))
+
+
 def test_seed_scenario_overloads_the_slowest_backend_under_an_even_split():
     s = load(SCENARIOS / "seed-fib.yaml")
     assert [b.speed for b in s.backends].count(1.0) == 3 and len(s.backends) == 15
@@ -166,6 +176,10 @@ TWO_AND_ONE_ABSENT = [{"count": 2, "workers": 1, "base_ms": 5},
     ({"server_sidecars": "yes"}, "server_sidecars: expected true or false"),
     ({"policies": ["tailweight_stamps"]}, "tailweight_stamps needs server_sidecars: true"),
     ({"policies": ["operator"], "server_sidecars": True}, "operator cannot run with server_sidecars"),
+    ({"stamping_backends": 1}, "stamping_backends: expected true or false"),
+    ({"stamping_backends": True, "server_sidecars": True}, "stamping_backends: true cannot go with server_sidecars"),
+    ({"stamping_backends": True, "backends": [{"count": 1, "workers": 1, "base_ms": 5, "protocol": "grpc"}],
+      "clients": {"count": 1, "qps": 10, "connections": 1}}, "stamping_backends: true needs HTTP backends"),
     ({"segments": []}, "segments: expected a non-empty list"),
     ({"segments": [{"name": "a", "from_s": 1}]}, "segments[0].from_s: the first segment starts at 0"),
     ({"segments": [{"name": "a", "from_s": 0}, {"name": "b", "from_s": 0}]}, "segments[1].from_s: expected after 0"),
