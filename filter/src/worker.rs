@@ -8,7 +8,6 @@ use crate::host;
 use crate::metrics::{self, Metrics};
 use crate::reporter::Reporter;
 use crate::shared::{self, Beat, Slot};
-use std::hash::{BuildHasher, Hasher};
 use tailweight_core::snapshot::{self, Part};
 use tailweight_core::tick;
 use tailweight_core::{Balancer, FilterConfig, Settings};
@@ -54,7 +53,7 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(config: FilterConfig) -> Self {
-        let seed = random_u64();
+        let seed = host::random_u64();
         shared::init(seed);
         let reporter = config.aggregator.as_ref().map(|_| Reporter::new(reporter_id(&config), shared::incarnation()));
         Worker {
@@ -251,11 +250,4 @@ fn reporter_id(config: &FilterConfig) -> String {
             .filter(|id| !id.is_empty())
             .unwrap_or_else(|| "envoy".into()),
     }
-}
-
-/// Randomness from the host (WASI random_get, through std's hasher keys) mixed with the clock.
-pub fn random_u64() -> u64 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(host::now_us());
-    h.finish()
 }
