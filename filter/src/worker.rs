@@ -196,14 +196,20 @@ impl Worker {
     fn maybe_report(&mut self, now_us: u64) {
         let Some(aggregator) = &self.config.aggregator else { return };
         let own_slot = self.slot.unwrap_or(u64::MAX);
-        let mut versions: Vec<(u64, u64)> = self.siblings.iter().map(|s| (s.number, s.version)).collect();
-        versions.push((own_slot, self.own_version));
-        versions.sort_unstable();
-        // FNV-1a over the (slot, version) pairs; 0 is kept for "never reported".
-        let digest = versions
+        // The wrapping sum of FNV-1a over each (slot, version) pair: the same set gives the same
+        // digest in any order (no sort); 0 is kept for "never reported".
+        let digest = self
+            .siblings
             .iter()
-            .flat_map(|(n, v)| n.to_le_bytes().into_iter().chain(v.to_le_bytes()))
-            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+            .map(|s| (s.number, s.version))
+            .chain([(own_slot, self.own_version)])
+            .map(|(n, v)| {
+                n.to_le_bytes()
+                    .into_iter()
+                    .chain(v.to_le_bytes())
+                    .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+            })
+            .fold(0u64, u64::wrapping_add)
             .max(1);
         let inflight = self
             .siblings
