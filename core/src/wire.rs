@@ -331,7 +331,7 @@ fn check_unique_addresses<'a>(
         if !is_endpoint_address(address) {
             return Err(format!(
                 "clusters[{ci}].endpoints[{ei}].address: {} is not ip:port",
-                json::quoted(clip(address))
+                json::quoted(json::clip(address, 64))
             ));
         }
     }
@@ -365,13 +365,6 @@ fn check_range(field: &str, value: f64, max: f64) -> Result<(), String> {
 /// `ip:port` (IPv6 in brackets), the form of Envoy's `upstream.address` and of the override header.
 pub fn is_endpoint_address(s: &str) -> bool {
     s.len() <= 64 && s.parse::<SocketAddr>().is_ok()
-}
-
-fn clip(s: &str) -> &str {
-    match s.char_indices().nth(64) {
-        Some((i, _)) => &s[..i],
-        None => s,
-    }
 }
 
 /// Records with every field set, for the tests of the modules that read and write them.
