@@ -15,7 +15,7 @@ pub fn now_us() -> u64 {
 
 pub fn property(path: &[&str]) -> Option<String> {
     let bytes = hostcalls::get_property(path.to_vec()).ok()??;
-    String::from_utf8(bytes).ok()
+    Some(String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
 
 #[link(wasm_import_module = "env")]
@@ -57,8 +57,9 @@ pub fn property_at(serialized_path: &'static [u8]) -> Option<Vec<u8>> {
     }
 }
 
-/// A header (or trailer) value as UTF-8; None if absent, not UTF-8 (HTTP allows other bytes in
-/// values: the SDK's `get_map_value` would panic on them), or on any host error.
+/// A header (or trailer) value; None if absent or on any host error. HTTP allows bytes that are
+/// not UTF-8 in values (the SDK's `get_map_value` panics on them): they read as U+FFFD, so such a
+/// value is present, and malformed wherever it is parsed.
 fn map_value(map: MapType, name: &str) -> Option<String> {
     let (mut data, mut size) = (std::ptr::null_mut::<u8>(), 0usize);
     // SAFETY: `host_buffer` takes what the host wrote for this call. A present but empty value may
@@ -70,7 +71,7 @@ fn map_value(map: MapType, name: &str) -> Option<String> {
         }
         host_buffer(status, data, size)?
     };
-    String::from_utf8(bytes).ok()
+    Some(String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
 
 /// A non-empty UTF-8 property (see `property_at`).
