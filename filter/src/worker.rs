@@ -8,6 +8,7 @@ use crate::host;
 use crate::metrics::{self, Metrics};
 use crate::reporter::Reporter;
 use crate::shared::{self, Beat, Slot};
+use tailweight_core::rng::Rng;
 use tailweight_core::snapshot::{self, Part};
 use tailweight_core::tick;
 use tailweight_core::{Balancer, FilterConfig, Settings};
@@ -196,18 +197,23 @@ impl Worker {
     fn maybe_report(&mut self, now_us: u64) {
         let Some(aggregator) = &self.config.aggregator else { return };
         let own_slot = self.slot.unwrap_or(u64::MAX);
-        // The wrapping sum of FNV-1a over each (slot, version) pair: the same set gives the same
-        // digest in any order (no sort); 0 is kept for "never reported".
+        // A multiset hash of the (slot, version) pairs, so the same set gives the same digest in
+        // any order (no sort): the wrapping sum of each pair's FNV-1a, mixed by SplitMix64's
+        // output function. Unmixed FNV-1a values of small numbers (zero high bytes: nearly
+        // linear) often sum to the same digest when two versions move at once. 0 is kept for
+        // "never reported".
         let digest = self
             .siblings
             .iter()
             .map(|s| (s.number, s.version))
             .chain([(own_slot, self.own_version)])
             .map(|(n, v)| {
-                n.to_le_bytes()
+                let fnv = n
+                    .to_le_bytes()
                     .into_iter()
                     .chain(v.to_le_bytes())
-                    .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+                    .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+                Rng::new(fnv).next_u64()
             })
             .fold(0u64, u64::wrapping_add)
             .max(1);
