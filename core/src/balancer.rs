@@ -79,7 +79,7 @@ pub enum Pick {
 impl Pick {
     pub fn first_choice(&self) -> Option<&str> {
         match self {
-            Pick::Steer { header, first_len, .. } => Some(&header[..*first_len]),
+            Pick::Steer { header, first_len, .. } => header.get(..*first_len),
             _ => None,
         }
     }

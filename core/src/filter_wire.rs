@@ -75,35 +75,29 @@ fn reply_of(value: &Value) -> Result<Reply, FieldError> {
     let mut f = Fields::new("", members(value, "reply")?);
     let version = u32_field(&mut f, "version")?;
     let ttl_ms = u32_field(&mut f, "ttl_ms")?;
-    let clusters = required_array(&mut f, "clusters")?
-        .iter()
-        .enumerate()
-        .map(|(ci, c)| {
-            let mut f = Fields::new(format!("clusters[{ci}]."), members(c, &format!("clusters[{ci}]"))?);
-            let name = f.required_string("name", usize::MAX)?;
-            let endpoints = required_array(&mut f, "endpoints")?
-                .iter()
-                .enumerate()
-                .map(|(ei, e)| {
-                    let at = format!("clusters[{ci}].endpoints[{ei}]");
-                    let mut f = Fields::new(format!("{at}."), members(e, &at)?);
-                    Ok(EndpointView {
-                        address: f.required_string("address", usize::MAX)?,
-                        weight: number_field(&mut f, "weight")?,
-                        inflight: number_field(&mut f, "inflight")?,
-                        peer_inflight: number_field(&mut f, "peer_inflight")?,
-                        latency_us: u64_field(&mut f, "latency_us")?,
-                        cpu: f
-                            .get("cpu")
-                            .map(|v| v.as_f64().ok_or_else(|| f.unexpected("cpu", "a number", v)))
-                            .transpose()?,
-                        ejected: f.boolean("ejected", false)?,
-                    })
-                })
-                .collect::<Result<Vec<_>, FieldError>>()?;
-            Ok(ClusterView { name, endpoints })
-        })
-        .collect::<Result<Vec<_>, FieldError>>()?;
+    // Loops rather than collecting Results: each collect is its own iterator code in the module.
+    let cluster_values = required_array(&mut f, "clusters")?;
+    let mut clusters = Vec::with_capacity(cluster_values.len());
+    for (ci, c) in cluster_values.iter().enumerate() {
+        let mut f = Fields::new(format!("clusters[{ci}]."), members(c, &format!("clusters[{ci}]"))?);
+        let name = f.required_string("name", usize::MAX)?;
+        let endpoint_values = required_array(&mut f, "endpoints")?;
+        let mut endpoints = Vec::with_capacity(endpoint_values.len());
+        for (ei, e) in endpoint_values.iter().enumerate() {
+            let at = format!("clusters[{ci}].endpoints[{ei}]");
+            let mut f = Fields::new(format!("{at}."), members(e, &at)?);
+            endpoints.push(EndpointView {
+                address: f.required_string("address", usize::MAX)?,
+                weight: number_field(&mut f, "weight")?,
+                inflight: number_field(&mut f, "inflight")?,
+                peer_inflight: number_field(&mut f, "peer_inflight")?,
+                latency_us: u64_field(&mut f, "latency_us")?,
+                cpu: f.get("cpu").map(|v| v.as_f64().ok_or_else(|| f.unexpected("cpu", "a number", v))).transpose()?,
+                ejected: f.boolean("ejected", false)?,
+            });
+        }
+        clusters.push(ClusterView { name, endpoints });
+    }
     Ok(Reply { version, ttl_ms, clusters })
 }
 

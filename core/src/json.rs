@@ -128,7 +128,7 @@ struct Parser<'a> {
     at: usize,
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
     fn error(&self, what: &'static str) -> JsonError {
         let before = &self.bytes[..self.at.min(self.bytes.len())];
         let line = 1 + before.iter().filter(|b| **b == b'\n').count();
@@ -142,6 +142,12 @@ impl Parser<'_> {
 
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.at).copied()
+    }
+
+    /// The text between two positions the parser stopped at. They are at ASCII bytes, so always
+    /// character boundaries; `get` leaves out the slicing panic and the formatting code it carries.
+    fn text_between(&self, from: usize, to: usize) -> &'a str {
+        self.text.get(from..to).unwrap_or_default()
     }
 
     fn whitespace(&mut self) {
@@ -242,12 +248,12 @@ impl Parser<'_> {
             match self.peek() {
                 None => return Err(self.error("unterminated string")),
                 Some(b'"') => {
-                    out.push_str(&self.text[run..self.at]);
+                    out.push_str(self.text_between(run, self.at));
                     self.at += 1;
                     return Ok(out);
                 }
                 Some(b'\\') => {
-                    out.push_str(&self.text[run..self.at]);
+                    out.push_str(self.text_between(run, self.at));
                     let escape = self.bytes.get(self.at + 1).copied();
                     // Past the backslash and the escape's letter.
                     self.at += 2;
@@ -338,7 +344,7 @@ impl Parser<'_> {
                 return Err(self.error_at(start, "bad number"));
             }
         }
-        let text = &self.text[start..self.at];
+        let text = self.text_between(start, self.at);
         let value = decimal_value(text);
         if !value.is_finite() {
             return Err(self.error_at(start, "number out of range"));
@@ -373,10 +379,7 @@ fn decimal_value(text: &str) -> f64 {
         Some(rest) => (true, rest),
         None => (false, text),
     };
-    let (digits_part, exponent_part) = match rest.find(['e', 'E']) {
-        Some(at) => (&rest[..at], &rest[at + 1..]),
-        None => (rest, ""),
-    };
+    let (digits_part, exponent_part) = rest.split_once(['e', 'E']).unwrap_or((rest, ""));
     let mut mantissa = 0u64;
     let mut exponent = 0i64;
     let mut significant = 0u32;
@@ -642,6 +645,14 @@ pub fn number_text(x: f64) -> String {
     write_decimal6(&mut out, x.abs());
     let text = String::from_utf8_lossy(&out).into_owned();
     format!("{sign}{}", text.trim_end_matches('0').trim_end_matches('.'))
+}
+
+/// The first `max_chars` characters of `s`, for messages.
+pub fn clip(s: &str, max_chars: usize) -> &str {
+    match s.char_indices().nth(max_chars).and_then(|(i, _)| s.split_at_checked(i)) {
+        Some((head, _)) => head,
+        None => s,
+    }
 }
 
 /// `s` as a JSON string, for messages (instead of `{:?}`, which pulls in Unicode tables).

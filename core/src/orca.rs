@@ -82,7 +82,7 @@ pub fn parse(header: &str) -> Result<OrcaLoad, OrcaError> {
     match format {
         "TEXT" => parse_text(body),
         "JSON" => parse_json(body),
-        _ => Err(OrcaError::UnknownFormat(truncate(header, 40).to_string())),
+        _ => Err(OrcaError::UnknownFormat(crate::json::clip(header, 40).to_string())),
     }
 }
 
@@ -90,9 +90,9 @@ fn parse_text(body: &str) -> Result<OrcaLoad, OrcaError> {
     let mut load = OrcaLoad::default();
     for pair in body.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) =
-            pair.split_once('=').ok_or_else(|| OrcaError::NotKeyValue(truncate(pair, 40).to_string()))?;
+            pair.split_once('=').ok_or_else(|| OrcaError::NotKeyValue(crate::json::clip(pair, 40).to_string()))?;
         // The key goes into a one-line error: escaped (a newline stays visible) and cut short.
-        let not_a_number = || OrcaError::NotANumber(truncate(key.trim(), 40).escape_default().to_string());
+        let not_a_number = || OrcaError::NotANumber(crate::json::clip(key.trim(), 40).escape_default().to_string());
         let value = crate::json::number(value.trim()).ok_or_else(not_a_number)?;
         set(&mut load, key.trim(), value)?;
     }
@@ -213,13 +213,6 @@ fn set(load: &mut OrcaLoad, key: &str, value: f64) -> Result<(), OrcaError> {
     }
     *slot = Some(value);
     Ok(())
-}
-
-fn truncate(s: &str, max: usize) -> &str {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => &s[..i],
-        None => s,
-    }
 }
 
 #[cfg(test)]

@@ -299,30 +299,18 @@ fn check_name(field: &str, name: &str) -> Result<(), String> {
 }
 
 fn check_clusters<'a>(
-    clusters: impl ExactSizeIterator<Item = (&'a String, usize)>,
+    clusters: impl ExactSizeIterator<Item = (&'a String, usize)> + Clone,
     limits: &Limits,
 ) -> Result<(), String> {
     if clusters.len() > limits.max_clusters {
         return Err(format!("clusters: {} is more than the limit of {}", clusters.len(), limits.max_clusters));
     }
-    // Names seen so far; a report usually names one cluster or a few: a scan beats a hash set there.
-    let mut seen: Vec<&str> = Vec::new();
-    let mut seen_set = std::collections::HashSet::new();
+    let repeated = first_repeat(clusters.clone().map(|(name, _)| name.as_str()));
     for (ci, (name, endpoints)) in clusters.enumerate() {
         if !name_ok(name) {
             check_name(&format!("clusters[{ci}].name"), name)?;
         }
-        let repeated = if ci < 16 {
-            let r = seen.contains(&name.as_str());
-            seen.push(name);
-            r
-        } else {
-            if ci == 16 {
-                seen_set.extend(seen.iter().copied());
-            }
-            !seen_set.insert(name.as_str())
-        };
-        if repeated {
+        if repeated == Some(ci) {
             return Err(format!("clusters[{ci}].name: {} appears twice", json::quoted(name)));
         }
         if endpoints > limits.max_endpoints_per_cluster {
@@ -335,24 +323,31 @@ fn check_clusters<'a>(
     Ok(())
 }
 
-fn check_unique_addresses<'a>(ci: usize, addresses: impl Iterator<Item = &'a String>) -> Result<(), String> {
-    // Sorted, duplicates are neighbours: cheaper than hashing every address of every report.
-    let mut sorted: Vec<(&str, usize)> = Vec::with_capacity(addresses.size_hint().0);
-    for (ei, address) in addresses.enumerate() {
+fn check_unique_addresses<'a>(
+    ci: usize,
+    mut addresses: impl Iterator<Item = &'a String> + Clone,
+) -> Result<(), String> {
+    for (ei, address) in addresses.clone().enumerate() {
         if !is_endpoint_address(address) {
             return Err(format!(
                 "clusters[{ci}].endpoints[{ei}].address: {} is not ip:port",
-                json::quoted(clip(address))
+                json::quoted(json::clip(address, 64))
             ));
         }
-        sorted.push((address, ei));
     }
-    sorted.sort_unstable();
-    // Name the earliest second occurrence, as a scan in order would.
-    if let Some((dup, ei)) = sorted.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1]).min_by_key(|(_, ei)| *ei) {
+    if let Some(ei) = first_repeat(addresses.clone().map(String::as_str)) {
+        let dup = addresses.nth(ei).map_or("", String::as_str);
         return Err(format!("clusters[{ci}].endpoints[{ei}].address: {dup} appears twice"));
     }
     Ok(())
+}
+
+/// The position of the earliest second occurrence in `names` (what a scan in order would find
+/// first). Sorted, duplicates are neighbours: cheaper than hashing every name of every message.
+fn first_repeat<'a>(names: impl Iterator<Item = &'a str>) -> Option<usize> {
+    let mut sorted: Vec<(&str, usize)> = names.enumerate().map(|(at, name)| (name, at)).collect();
+    sorted.sort_unstable();
+    sorted.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1].1).min()
 }
 
 fn in_range(value: f64, max: f64) -> bool {
@@ -370,13 +365,6 @@ fn check_range(field: &str, value: f64, max: f64) -> Result<(), String> {
 /// `ip:port` (IPv6 in brackets), the form of Envoy's `upstream.address` and of the override header.
 pub fn is_endpoint_address(s: &str) -> bool {
     s.len() <= 64 && s.parse::<SocketAddr>().is_ok()
-}
-
-fn clip(s: &str) -> &str {
-    match s.char_indices().nth(64) {
-        Some((i, _)) => &s[..i],
-        None => s,
-    }
 }
 
 /// Records with every field set, for the tests of the modules that read and write them.

@@ -186,6 +186,20 @@ def test_override_header_from_outside_is_replaced_unless_trusted(group, tmp_path
     assert trusted.stat("incoming_header_replaced") == 60
 
 
+def test_header_values_that_are_not_utf8_are_malformed_values_not_a_crash(group):
+    """HTTP allows obs-text bytes in values: the filter reads them as malformed, and keeps working."""
+    backends = start_backends(group, 2)
+    client = Client(group, backends.addresses)
+    session = requests.Session()
+    # requests sends str header values as Latin-1: "\xff" goes out as the byte 0xff.
+    odd = {HEADER: "10.0.0.1:80\xff", "content-type": "text/plain\xff"}
+    codes = [session.get(client.url, headers=odd, timeout=10).status_code for _ in range(20)]
+    codes += [session.get(client.url, timeout=10).status_code for _ in range(10)]
+    assert codes == [200] * 30
+    assert client.stat("incoming_header_replaced") == 20
+    assert client.stat("picks") + client.stat("explorations") + client.stat("fallbacks") == 30
+
+
 class Recorder:
     """Stands in for the aggregator's network side: records every report and answers per `mode`
     (ok: a valid empty reply; garbage; slow: answers after the filter's timeout)."""

@@ -15,28 +15,63 @@ pub fn now_us() -> u64 {
 
 pub fn property(path: &[&str]) -> Option<String> {
     let bytes = hostcalls::get_property(path.to_vec()).ok()??;
-    String::from_utf8(bytes).ok()
+    Some(String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
 
 #[link(wasm_import_module = "env")]
 extern "C" {
     fn proxy_get_property(path: *const u8, path_size: usize, value: *mut *mut u8, value_size: *mut usize) -> u32;
+    fn proxy_get_header_map_value(
+        map: u32,
+        key: *const u8,
+        key_size: usize,
+        value: *mut *mut u8,
+        value_size: *mut usize,
+    ) -> u32;
+}
+
+#[link(wasm_import_module = "wasi_snapshot_preview1")]
+extern "C" {
+    fn random_get(buf: *mut u8, buf_len: usize) -> u16;
+}
+
+/// A buffer the host allocated through proxy_on_memory_allocate (a boxed slice of exactly `size`
+/// bytes, or null), taken after a call that returned `status`. None on any error.
+///
+/// SAFETY: `data` and `size` must be what the host wrote for that call.
+unsafe fn host_buffer(status: u32, data: *mut u8, size: usize) -> Option<Vec<u8>> {
+    if status != 0 || data.is_null() {
+        return None;
+    }
+    Some(Vec::from_raw_parts(data, size, size))
 }
 
 /// A property by its serialized path (parts joined by NUL, e.g. `b"upstream\0address"`): the
 /// per-request reads skip the SDK's path vector and serialization. None if absent or on any error.
 pub fn property_at(serialized_path: &'static [u8]) -> Option<Vec<u8>> {
     let (mut data, mut size) = (std::ptr::null_mut::<u8>(), 0usize);
-    // SAFETY: the host writes a buffer it allocated through proxy_on_memory_allocate (a boxed
-    // slice of exactly `size` bytes), or leaves `data` null.
+    // SAFETY: `host_buffer` takes what the host wrote for this call.
     unsafe {
-        if proxy_get_property(serialized_path.as_ptr(), serialized_path.len(), &mut data, &mut size) != 0
-            || data.is_null()
-        {
-            return None;
-        }
-        Some(Vec::from_raw_parts(data, size, size))
+        let status = proxy_get_property(serialized_path.as_ptr(), serialized_path.len(), &mut data, &mut size);
+        host_buffer(status, data, size)
     }
+}
+
+/// A header (or trailer) value; None if absent or on any host error. HTTP allows bytes that are
+/// not UTF-8 in values (the SDK's `get_map_value` panics on them): they read as U+FFFD, so such a
+/// value is present, and malformed wherever it is parsed.
+fn map_value(map: MapType, name: &str) -> Option<String> {
+    let (mut data, mut size) = (std::ptr::null_mut::<u8>(), 0usize);
+    // SAFETY: `host_buffer` takes what the host wrote for this call. A present but empty value may
+    // come back as null: that is the empty string.
+    let bytes = unsafe {
+        let status = proxy_get_header_map_value(map as u32, name.as_ptr(), name.len(), &mut data, &mut size);
+        if status == 0 && data.is_null() {
+            return Some(String::new());
+        }
+        host_buffer(status, data, size)?
+    };
+    Some(String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
 
 /// A non-empty UTF-8 property (see `property_at`).
@@ -52,7 +87,7 @@ pub fn property_u64(serialized_path: &'static [u8]) -> Option<u64> {
 }
 
 pub fn request_header(name: &str) -> Option<String> {
-    hostcalls::get_map_value(MapType::HttpRequestHeaders, name).ok()?
+    map_value(MapType::HttpRequestHeaders, name)
 }
 
 pub fn set_request_header(name: &str, value: &str) {
@@ -64,7 +99,7 @@ pub fn remove_request_header(name: &str) {
 }
 
 pub fn response_header(name: &str) -> Option<String> {
-    hostcalls::get_map_value(MapType::HttpResponseHeaders, name).ok()?
+    map_value(MapType::HttpResponseHeaders, name)
 }
 
 pub fn set_response_header(name: &str, value: &str) {
@@ -77,7 +112,12 @@ pub fn remove_response_header(name: &str) {
 
 /// A response trailer (in `on_log`, Envoy serves the finished stream's trailers).
 pub fn response_trailer(name: &str) -> Option<String> {
-    hostcalls::get_map_value(MapType::HttpResponseTrailers, name).ok()?
+    map_value(MapType::HttpResponseTrailers, name)
+}
+
+/// A header of an aggregator call's response (in `on_http_call_response`).
+pub fn call_response_header(name: &str) -> Option<String> {
+    map_value(MapType::HttpCallResponseHeaders, name)
 }
 
 pub fn shared_get(key: &str) -> (Option<Vec<u8>>, Option<u32>) {
@@ -111,6 +151,17 @@ pub fn record(metric: Option<u32>, value: u64) {
     if let Some(id) = metric {
         let _ = hostcalls::record_metric(id, value);
     }
+}
+
+/// Random bits from the host (WASI `random_get`), else the clock. Called directly: std's only way
+/// there (a hasher's random keys) brings SipHash and the WASI error names into the module.
+pub fn random_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    // SAFETY: the host writes at most `bytes.len()` bytes into the buffer.
+    if unsafe { random_get(bytes.as_mut_ptr(), bytes.len()) } != 0 {
+        return now_us();
+    }
+    u64::from_le_bytes(bytes)
 }
 
 /// A VM environment variable (Istio: `vmConfig.env`), if the host passes it.

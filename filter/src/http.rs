@@ -60,13 +60,14 @@ impl Request {
     }
 
     fn chosen(&self) -> Option<&str> {
-        self.chosen_len.map(|n| &self.steered[..n])
+        self.chosen_len.and_then(|n| self.steered.get(..n))
     }
 
     /// The steered request stops counting as in flight (first response headers, or its end).
     fn release(&mut self, w: &mut Worker) {
-        if let (Some(epoch), Some(cluster), Some(n)) = (self.waiting_epoch.take(), &self.cluster, self.chosen_len) {
-            w.balancer.release(cluster, &self.steered[..n], epoch);
+        let epoch = self.waiting_epoch.take();
+        if let (Some(epoch), Some(cluster), Some(chosen)) = (epoch, &self.cluster, self.chosen()) {
+            w.balancer.release(cluster, chosen, epoch);
         }
     }
 }
@@ -121,11 +122,13 @@ impl HttpContext for Request {
         let now = host::now_us();
         let pick = w.balancer.pick(&cluster, now);
         let untracked = matches!(pick, Pick::Untracked);
+        if let Some(first) = pick.first_choice() {
+            w.metrics.endpoint_pick(first);
+        }
         match pick {
             Pick::Steer { header: value, first_len, epoch } => {
                 host::set_request_header(header, &value);
                 metrics::inc(w.metrics.picks);
-                w.metrics.endpoint_pick(&value[..first_len]);
                 self.steered = value;
                 self.chosen_len = Some(first_len);
                 self.waiting_epoch = Some(epoch);

@@ -7,7 +7,7 @@ use crate::host;
 use crate::metrics::{self, Metrics};
 use crate::shared::{self, StoredView};
 use proxy_wasm::hostcalls;
-use proxy_wasm::types::{BufferType, LogLevel, MapType};
+use proxy_wasm::types::{BufferType, LogLevel};
 use std::time::Duration;
 use tailweight_core::config::AggregatorConfig;
 use tailweight_core::filter_wire;
@@ -77,7 +77,7 @@ impl Reporter {
     pub fn on_response(&mut self, token: u32, body_size: usize, metrics: &Metrics, now_us: u64) {
         let Some(at) = self.pending.iter().position(|(t, _)| *t == token) else { return };
         let (_, cluster) = self.pending.swap_remove(at);
-        let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status").ok().flatten();
+        let status = host::call_response_header(":status");
         let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size.min(MAX_REPLY_BYTES))
             .ok()
             .flatten()

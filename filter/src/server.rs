@@ -10,7 +10,6 @@ use crate::host;
 use crate::metrics::{self, StampMetrics};
 use crate::root::{check_direction_once, PluginState, Shared};
 use crate::shared;
-use crate::worker::random_u64;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use tailweight_core::config::FilterRole;
@@ -36,7 +35,7 @@ pub struct Stamper {
 
 impl Stamper {
     pub fn new(config: &FilterConfig) -> Self {
-        shared::init(random_u64());
+        shared::init(host::random_u64());
         Stamper {
             tick_ms: config.sync_interval_ms,
             load: ServerInflight::new(config.inflight_bound_ms * 1_000),

@@ -8,7 +8,7 @@ use crate::host;
 use crate::metrics::{self, Metrics};
 use crate::reporter::Reporter;
 use crate::shared::{self, Beat, Slot};
-use std::hash::{BuildHasher, Hasher};
+use tailweight_core::rng::Rng;
 use tailweight_core::snapshot::{self, Part};
 use tailweight_core::tick;
 use tailweight_core::{Balancer, FilterConfig, Settings};
@@ -54,7 +54,7 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(config: FilterConfig) -> Self {
-        let seed = random_u64();
+        let seed = host::random_u64();
         shared::init(seed);
         let reporter = config.aggregator.as_ref().map(|_| Reporter::new(reporter_id(&config), shared::incarnation()));
         Worker {
@@ -197,14 +197,25 @@ impl Worker {
     fn maybe_report(&mut self, now_us: u64) {
         let Some(aggregator) = &self.config.aggregator else { return };
         let own_slot = self.slot.unwrap_or(u64::MAX);
-        let mut versions: Vec<(u64, u64)> = self.siblings.iter().map(|s| (s.number, s.version)).collect();
-        versions.push((own_slot, self.own_version));
-        versions.sort_unstable();
-        // FNV-1a over the (slot, version) pairs; 0 is kept for "never reported".
-        let digest = versions
+        // A multiset hash of the (slot, version) pairs, so the same set gives the same digest in
+        // any order (no sort): the wrapping sum of each pair's FNV-1a, mixed by SplitMix64's
+        // output function. Unmixed FNV-1a values of small numbers (zero high bytes: nearly
+        // linear) often sum to the same digest when two versions move at once. 0 is kept for
+        // "never reported".
+        let digest = self
+            .siblings
             .iter()
-            .flat_map(|(n, v)| n.to_le_bytes().into_iter().chain(v.to_le_bytes()))
-            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+            .map(|s| (s.number, s.version))
+            .chain([(own_slot, self.own_version)])
+            .map(|(n, v)| {
+                let fnv = n
+                    .to_le_bytes()
+                    .into_iter()
+                    .chain(v.to_le_bytes())
+                    .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+                Rng::new(fnv).next_u64()
+            })
+            .fold(0u64, u64::wrapping_add)
             .max(1);
         let inflight = self
             .siblings
@@ -251,11 +262,4 @@ fn reporter_id(config: &FilterConfig) -> String {
             .filter(|id| !id.is_empty())
             .unwrap_or_else(|| "envoy".into()),
     }
-}
-
-/// Randomness from the host (WASI random_get, through std's hasher keys) mixed with the clock.
-pub fn random_u64() -> u64 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(host::now_us());
-    h.finish()
 }
