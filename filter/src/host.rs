@@ -15,7 +15,13 @@ pub fn now_us() -> u64 {
 
 pub fn property(path: &[&str]) -> Option<String> {
     let bytes = hostcalls::get_property(path.to_vec()).ok()??;
-    Some(String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+    Some(text_lossy(bytes))
+}
+
+/// Bytes from the host as text: bytes that are not UTF-8 (HTTP allows them in values) read as
+/// U+FFFD, so the value is present, and malformed wherever it is parsed.
+fn text_lossy(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 #[link(wasm_import_module = "env")]
@@ -57,9 +63,8 @@ pub fn property_at(serialized_path: &'static [u8]) -> Option<Vec<u8>> {
     }
 }
 
-/// A header (or trailer) value; None if absent or on any host error. HTTP allows bytes that are
-/// not UTF-8 in values (the SDK's `get_map_value` panics on them): they read as U+FFFD, so such a
-/// value is present, and malformed wherever it is parsed.
+/// A header (or trailer) value; None if absent or on any host error. Read through the raw call:
+/// the SDK's `get_map_value` panics on values that are not UTF-8 (see `text_lossy`).
 fn map_value(map: MapType, name: &str) -> Option<String> {
     let (mut data, mut size) = (std::ptr::null_mut::<u8>(), 0usize);
     // SAFETY: `host_buffer` takes what the host wrote for this call. A present but empty value may
@@ -71,7 +76,7 @@ fn map_value(map: MapType, name: &str) -> Option<String> {
         }
         host_buffer(status, data, size)?
     };
-    Some(String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+    Some(text_lossy(bytes))
 }
 
 /// A non-empty UTF-8 property (see `property_at`).
