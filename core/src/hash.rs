@@ -1,4 +1,4 @@
-//! The one fast hasher of core's maps: FxHash (rustc's multiply-rotate, a word at a time) instead
+//! Core's hashes. FxHash, the one fast hasher of core's maps (rustc's multiply-rotate, a word at a time) instead
 //! of SipHash. Every map that uses it has keys nobody can choose freely (cluster names from the
 //! configuration and Envoy, endpoint addresses, the weight book's own sequential ids) and a bounded
 //! size (the max_clusters / max_endpoints caps), so flooding resistance buys nothing there.
@@ -72,6 +72,12 @@ pub type FastMap<V> = HashMap<String, V, BuildHasherDefault<FxHasher>>;
 
 /// A map keyed by the weight book's sequential reporter ids.
 pub type IdMap<V> = HashMap<u64, V, BuildHasherDefault<FxHasher<0>>>;
+
+/// FNV-1a, 64 bit: hash = (hash XOR byte) x 0x100000001b3 per byte, from 0xcbf29ce484222325. A
+/// stable hash for what leaves the process (a shard key in a host name) and for small digests.
+pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
 
 #[cfg(test)]
 mod tests {

@@ -135,8 +135,7 @@ pub struct EndpointView {
 /// aggregator cluster the shard key must be in the authority. The raw cluster name cannot be:
 /// `|` is not a host name character.
 pub fn shard_authority(cluster: &str, authority: &str) -> String {
-    let hash =
-        cluster.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let hash = crate::hash::fnv1a(cluster.bytes());
     format!("{hash:016x}.{authority}")
 }
 

@@ -8,6 +8,7 @@ use crate::host;
 use crate::metrics::{self, Metrics};
 use crate::reporter::Reporter;
 use crate::shared::{self, Beat, Slot};
+use tailweight_core::hash::fnv1a;
 use tailweight_core::rng::Rng;
 use tailweight_core::snapshot::{self, Part};
 use tailweight_core::tick;
@@ -207,14 +208,7 @@ impl Worker {
             .iter()
             .map(|s| (s.number, s.version))
             .chain([(own_slot, self.own_version)])
-            .map(|(n, v)| {
-                let fnv = n
-                    .to_le_bytes()
-                    .into_iter()
-                    .chain(v.to_le_bytes())
-                    .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-                Rng::new(fnv).next_u64()
-            })
+            .map(|(n, v)| Rng::new(fnv1a(n.to_le_bytes().into_iter().chain(v.to_le_bytes()))).next_u64())
             .fold(0u64, u64::wrapping_add)
             .max(1);
         let inflight = self
