@@ -280,8 +280,9 @@ def test_two_workers_are_merged_into_one_report_per_tick_and_an_idle_envoy_is_qu
     # Fortio's own warm-up request per connection is a request too.
     wait_for(lambda: any(reported_requests(r) >= total for _, _, r in recorder.snapshot()), 30,
              f"a report counting all {total} requests of both workers")
-    # Idle: nothing changes, nothing more to say.
-    time.sleep(2 * interval_ms / 1000)
+    # Idle: nothing changes, nothing more to say. The last changes go out within the slowest report
+    # period (4 intervals, with no requests coming).
+    time.sleep(2 * 4 * interval_ms / 1000)
     quiet_from = time.monotonic()
     time.sleep(3.0)
     assert [t for t, _, _ in recorder.snapshot() if t >= quiet_from] == []
@@ -289,6 +290,33 @@ def test_two_workers_are_merged_into_one_report_per_tick_and_an_idle_envoy_is_qu
     # Without POD_NAME in the VM env the reporter is Envoy's node id, so proxies stay distinct.
     assert {r["reporter"] for _, _, r in recorder.snapshot()} == {"client"}
     assert client.stat("reports_ok") > 0 and client.stat("reports_failed") == 0
+
+
+# A sidecar at a few requests per second reports less often, so that each report carries some
+# requests' news, and declares the period it reports at (the aggregator keeps it, and its views
+# hold, for a few of those); at a busy rate it reports every interval again.
+def test_a_lightly_loaded_envoy_reports_less_often_and_declares_its_period(group, tmp_path, recorder):
+    backends = start_backends(group, 2)
+    client = Client(group, backends.addresses, policy="tailweight", aggregator_port=recorder.port,
+                    plugin_config={"aggregator": {"cluster": envoy_configs.AGGREGATOR_CLUSTER,
+                                                  "report_interval_ms": 250}, "sync_interval_ms": 100})
+    # 4 rps: a report's 50 requests would take 12.5 s, so the period is the slowest, 4 x 250 ms.
+    light = group.start("light", fortio.load_argv(client.url, 4, 1, 9, tmp_path / "light.json"))
+    time.sleep(3.0)
+    start = time.monotonic()
+    time.sleep(4.0)
+    window = [r for t, _, r in recorder.snapshot() if start <= t < start + 4.0]
+    assert 3 <= len(window) <= 6, [r["interval_ms"] for r in window]  # 16 at every interval
+    assert {r["interval_ms"] for r in window} == {1000}
+    light.popen.wait(60)
+    assert fortio.counts(fortio.read(tmp_path / "light.json"))[1] == 0
+    # 400 rps: 50 requests arrive in 125 ms, so a report goes out every 250 ms interval.
+    busy_from = time.monotonic()
+    total, errors = run_fortio(group, tmp_path, client.url, qps=400, connections=4, seconds=4, name="busy")
+    assert errors == 0 and total >= 1000
+    busy = [r for t, _, r in recorder.snapshot() if busy_from + 2.0 <= t < busy_from + 4.0]
+    assert {r["interval_ms"] for r in busy} == {250}, [r["interval_ms"] for r in busy]
+    assert 5 <= len(busy) <= 11, len(busy)
 
 
 @pytest.mark.parametrize("mode", ["garbage", "slow", "down"])

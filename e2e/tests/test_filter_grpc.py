@@ -112,7 +112,7 @@ def test_long_streams_count_in_flight_only_until_their_first_headers(group, tmp_
     argv[2:2] = ["-grpc", "-ping"]
     group.start("pings", argv)
     ch = channel(destination)
-    streams = [ticks(ch, count=300, gap_ms=20, timeout_s=60) for _ in range(8)]
+    streams = [ticks(ch, count=600, gap_ms=20, timeout_s=60) for _ in range(8)]
     for call in streams:
         next(call)
 
@@ -120,7 +120,7 @@ def test_long_streams_count_in_flight_only_until_their_first_headers(group, tmp_
         body = requests.get(f"{agg.url}/v1/weights", params={"cluster": envoy_configs.CLUSTER}, timeout=5).json()
         return {e["address"]: e for c in body["clusters"] for e in c["endpoints"]}
 
-    # Reports every second: two more, taken while the streams are open.
+    # Reports every second or two at this rate: two more, taken while the streams are open (12 s).
     reports = stats(proxy)["reports_ok"]
     wait_for(lambda: stats(proxy)["reports_ok"] >= reports + 2, 15, "two more reports")
     endpoints = view()

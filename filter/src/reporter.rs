@@ -31,7 +31,14 @@ impl Reporter {
         Reporter { id, incarnation, pending: Vec::new(), failures: 0 }
     }
 
-    pub fn send(&mut self, aggregator: &AggregatorConfig, clusters: Vec<ClusterReport>, metrics: &Metrics) {
+    /// Send `clusters` as this period's report; `period_ms` is the report period it was sent at.
+    pub fn send(
+        &mut self,
+        aggregator: &AggregatorConfig,
+        period_ms: u64,
+        clusters: Vec<ClusterReport>,
+        metrics: &Metrics,
+    ) {
         // Calls time out well before the next period; more pending than this means the host lost some.
         if self.pending.len() > 4 * clusters.len().max(1) {
             self.pending.clear();
@@ -42,7 +49,7 @@ impl Reporter {
                 version: wire::VERSION,
                 reporter: self.id.clone(),
                 incarnation: self.incarnation,
-                interval_ms: aggregator.report_interval_ms as u32,
+                interval_ms: u32::try_from(period_ms).unwrap_or(u32::MAX),
                 clusters: vec![cluster],
             };
             let body = filter_wire::write_report(&report);

@@ -5,9 +5,11 @@
 //!   (16 bytes; a VM reads the others' beats every tick and their slots only when the version moved);
 //! - `slot.<n>`: VM n's snapshot (cumulative counters, in flight, latency), rewritten only when its
 //!   own observations changed (`core::slot`, binary);
-//! - `report_epoch`: the last report period someone claimed (CAS), so one report goes out per tick;
-//! - `reported`: a digest of the slot versions the last report was made of, so no VM reports the
-//!   same state twice (an idle Envoy goes quiet);
+//! - `report_epoch`: the start (ms) of the last report period someone claimed (CAS), so one
+//!   report goes out per period;
+//! - `reported`: the last report: a digest of the slot versions it was made of, so no VM reports
+//!   the same state twice (an idle Envoy goes quiet), the requests it counted and when it went out,
+//!   the rate its period follows (24 bytes);
 //! - `server_rif.<n>`: a server-role VM n's requests in flight and when it published them
 //!   (`core::server_inflight::PublishedCount`, 12 bytes), written at its tick when they changed;
 //! - `incarnation`: random id of this Envoy's counters (reports carry it; a restart changes it);
@@ -103,21 +105,36 @@ pub fn read_slot(slot: u64) -> Option<Slot> {
     Slot::decode(&bytes?).ok()
 }
 
-/// Claim report period `epoch`: true for exactly one caller per epoch.
-pub fn claim_report(epoch: u64) -> bool {
-    update_counter("report_epoch", |last| (epoch > last).then_some(epoch)).is_some()
+/// Claim the report period starting at `start_ms`: true for exactly one caller per period (periods
+/// nest, see `core::tick::report_period_ms`, so a later period always starts later).
+pub fn claim_report(start_ms: u64) -> bool {
+    update_counter("report_epoch", |last| (start_ms > last).then_some(start_ms)).is_some()
 }
 
-/// The digest of the slot versions last reported (0: none yet).
-pub fn reported_digest() -> u64 {
-    host::shared_get(&key("reported"))
-        .0
-        .and_then(|b| Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?)))
-        .unwrap_or(0)
+/// What the last report was made of: the digest of its slot versions (0: none yet), the requests
+/// it counted (all endpoints, cumulative) and when it went out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LastReport {
+    pub digest: u64,
+    pub requests: u64,
+    pub at_ms: u64,
 }
 
-pub fn set_reported_digest(digest: u64) {
-    host::shared_set(&key("reported"), &digest.to_le_bytes(), None);
+pub fn last_report() -> LastReport {
+    let Some(bytes) = host::shared_get(&key("reported")).0 else { return LastReport::default() };
+    let word = |at: usize| Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
+    match (word(0), word(8), word(16)) {
+        (Some(digest), Some(requests), Some(at_ms)) => LastReport { digest, requests, at_ms },
+        _ => LastReport::default(),
+    }
+}
+
+pub fn set_last_report(last: LastReport) {
+    let mut bytes = [0u8; 24];
+    for (chunk, word) in bytes.chunks_exact_mut(8).zip([last.digest, last.requests, last.at_ms]) {
+        chunk.copy_from_slice(&word.to_le_bytes());
+    }
+    host::shared_set(&key("reported"), &bytes, None);
 }
 
 /// This Envoy's incarnation (set by `init`).

@@ -130,8 +130,7 @@ impl Worker {
         // Each request moves the revision about three times (pick, release, completion).
         let requests = self.balancer.revision().wrapping_sub(self.last_revision) / 3;
         self.last_revision = self.balancer.revision();
-        let rps = requests * 1_000 / self.tick_ms.max(1);
-        let wanted = tick::tick_period_ms(rps, self.config.sync_interval_ms);
+        let wanted = tick::tick_period_ms(tick::requests_per_s(requests, self.tick_ms), self.config.sync_interval_ms);
         (wanted != self.tick_ms).then(|| {
             self.tick_ms = wanted;
             wanted
@@ -194,7 +193,8 @@ impl Worker {
     /// there is something to say: a snapshot changed since the last report (of any VM: the
     /// digest of the slot versions it was made of is in shared data), or requests are in flight.
     /// An idle Envoy sends nothing (the aggregator forgets it; its views expire and it decides
-    /// locally until it has traffic again).
+    /// locally until it has traffic again). The period follows the Envoy's request rate since the
+    /// last report (`tick::report_period_ms`).
     fn maybe_report(&mut self, now_us: u64) {
         let Some(aggregator) = &self.config.aggregator else { return };
         let own_slot = self.slot.unwrap_or(u64::MAX);
@@ -211,27 +211,31 @@ impl Worker {
             .map(|(n, v)| Rng::new(fnv1a(n.to_le_bytes().into_iter().chain(v.to_le_bytes()))).next_u64())
             .fold(0u64, u64::wrapping_add)
             .max(1);
-        let inflight = self
-            .siblings
-            .iter()
-            .map(|s| &s.snapshot)
-            .chain([&self.own])
-            .flat_map(|s| &s.clusters)
-            .flat_map(|c| &c.endpoints)
-            .any(|e| e.inflight > 0);
-        if digest == shared::reported_digest() && !inflight {
+        let endpoints = || {
+            self.siblings
+                .iter()
+                .map(|s| &s.snapshot)
+                .chain([&self.own])
+                .flat_map(|s| &s.clusters)
+                .flat_map(|c| &c.endpoints)
+        };
+        let last = shared::last_report();
+        if digest == last.digest && !endpoints().any(|e| e.inflight > 0) {
             return;
         }
-        let epoch = now_us / 1_000 / aggregator.report_interval_ms;
-        if !shared::claim_report(epoch) {
+        let now_ms = now_us / 1_000;
+        let requests = endpoints().map(|e| e.requests).fold(0u64, u64::saturating_add);
+        let (new_requests, elapsed_ms) = (requests.saturating_sub(last.requests), now_ms.saturating_sub(last.at_ms));
+        let period_ms = tick::report_period_ms(new_requests, elapsed_ms, aggregator.report_interval_ms);
+        if !shared::claim_report(now_ms / period_ms * period_ms) {
             return;
         }
         let mut parts: Vec<Part> = self.siblings.iter().map(SiblingSlot::part).collect();
         parts.push(Part { written_us: self.own.written_us, live: true, clusters: &self.own.clusters });
         let merged = snapshot::merge(&parts, now_us);
-        shared::set_reported_digest(digest);
+        shared::set_last_report(shared::LastReport { digest, requests, at_ms: now_ms });
         if let Some(reporter) = &mut self.reporter {
-            reporter.send(aggregator, merged, &self.metrics);
+            reporter.send(aggregator, period_ms, merged, &self.metrics);
         }
     }
 }

@@ -25,6 +25,7 @@ use std::net::SocketAddrV4;
 use tailweight_core::orca::OrcaLoad;
 use tailweight_core::rng::Rng;
 use tailweight_core::stamp::LoadStamp;
+use tailweight_core::tick;
 use tailweight_core::weights::{ViewInflight, WeightBook, WeightParams};
 use tailweight_core::wire::{self, Reply, Report};
 use tailweight_core::{Balancer, FilterConfig, Pick, ResponseClass, Settings};
@@ -87,6 +88,15 @@ impl AggregatorCost {
     }
 }
 
+/// A client's last report: the start of the report period it claimed (None: never reported), the
+/// requests it had completed then, and when.
+#[derive(Clone, Copy, Default)]
+struct SentReport {
+    period_start_ms: Option<u64>,
+    requests: u64,
+    at_ms: u64,
+}
+
 struct Aggregator {
     book: WeightBook,
     report_interval_ns: u64,
@@ -94,7 +104,10 @@ struct Aggregator {
     in_transit: Vec<Option<Report>>,
     replies: Vec<Option<Reply>>,
     ready: Vec<Option<(Reply, u64)>>,
-    last_report_epoch: Vec<u64>,
+    /// Per client: its last report (the filter's shared `reported`/`report_epoch`), and the
+    /// requests it completed so far (what the report period follows).
+    last_report: Vec<SentReport>,
+    completed: Vec<u64>,
     incarnation: u64,
     rejected: u64,
     /// Per client x endpoint: the request counter in its previous report (for delta reports;
@@ -172,7 +185,8 @@ impl Tailweight {
             in_transit: vec![None; clients as usize],
             replies: vec![None; clients as usize],
             ready: vec![None; clients as usize],
-            last_report_epoch: vec![u64::MAX; clients as usize],
+            last_report: vec![SentReport::default(); clients as usize],
+            completed: vec![0; clients as usize],
             incarnation: rng.next_u64() | 1,
             rejected: 0,
             last_requests: match clients as usize * endpoints as usize {
@@ -225,16 +239,21 @@ impl Tailweight {
                 balancer.apply_view(view, received_us, u64::from(reply.ttl_ms) * 1_000);
             }
         }
-        let epoch = ctx.now_ns / agg.report_interval_ns;
-        if agg.last_report_epoch[client as usize] != epoch {
-            agg.last_report_epoch[client as usize] = epoch;
+        // As the filter does: the report period follows the requests since the last report.
+        let now_ms = ctx.now_ns / 1_000_000;
+        let (last, requests) = (agg.last_report[client as usize], agg.completed[client as usize]);
+        let interval_ms = agg.report_interval_ns / 1_000_000;
+        let period_ms = tick::report_period_ms(requests - last.requests, now_ms - last.at_ms, interval_ms);
+        let start_ms = now_ms / period_ms * period_ms;
+        if last.period_start_ms.is_none_or(|last_start| start_ms > last_start) {
+            agg.last_report[client as usize] = SentReport { period_start_ms: Some(start_ms), requests, at_ms: now_ms };
             let clusters = balancer.snapshot(now_us);
             if !clusters.is_empty() {
                 let report = Report {
                     version: wire::VERSION,
                     reporter: reporter_id(client),
                     incarnation: agg.incarnation ^ u64::from(client),
-                    interval_ms: (agg.report_interval_ns / 1_000_000) as u32,
+                    interval_ms: period_ms as u32,
                     clusters,
                 };
                 agg.count_report(client, &report, self.addresses.len());
@@ -369,6 +388,9 @@ impl Policy for Tailweight {
             balancer.note_stamp(CLUSTER, served, LoadStamp { rif: outcome.rif }, now_us);
         }
         balancer.complete(CLUSTER, chosen, &result, now_us);
+        if let Some(agg) = &mut self.aggregator {
+            agg.completed[client as usize] += 1;
+        }
     }
 
     fn timer(&mut self, timer: Timer, ctx: &mut Ctx) {
