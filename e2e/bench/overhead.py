@@ -97,7 +97,7 @@ class Settings:
 FULL = Settings(starts=7, memory_starts=3, idle_late_s=10, fleet_clusters=64, fleet_endpoints=1000,
                 fleet_qps=3000, fleet_connections=96, fleet_seconds=150, fleet_idle_timeout_s=1.0,
                 rounds=10, seconds=6, warmup_s=5, qps=1000, connections=16, payload=1024,
-                grpc_connections=2, grpc_streams=8, light_rates=(0, 1, 10, 100, 1000), light_seconds=20, light_rounds=3,
+                grpc_connections=2, grpc_streams=8, light_rates=(0, 1, 10, 100, 1000), light_seconds=20, light_rounds=5,
                 flat_minutes=0, flat_rps=10)
 QUICK = dataclasses.replace(FULL, starts=1, memory_starts=1, fleet_clusters=4, fleet_endpoints=50,
                             fleet_qps=200, fleet_connections=8, fleet_seconds=6, rounds=2, seconds=1,
