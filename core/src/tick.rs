@@ -119,20 +119,29 @@ mod tests {
         for requests in [50, 100, 1_000, 100_000] {
             assert_eq!(report_period_ms(requests, 1_000, 1_000), 1_000, "{requests} requests in 1 s");
         }
-        assert_eq!(report_period_ms(49, 1_000, 1_000), 1_000);
-        assert_eq!(report_period_ms(50, 2_000, 1_000), 2_000);
-        assert_eq!(report_period_ms(26, 2_000, 1_000), 2_000);
-        assert_eq!(report_period_ms(24, 2_000, 1_000), 4_000);
-        assert_eq!(report_period_ms(40, 4_000, 1_000), 4_000);
-        assert_eq!(report_period_ms(0, 1_000, 1_000), 4_000);
-        // A short interval stretches by the same factor; a long one stops at the cap, at a
-        // power-of-two multiple, never below the interval itself.
-        assert_eq!(report_period_ms(0, 800, 200), 800);
-        assert_eq!(report_period_ms(20, 200, 200), 400);
-        assert_eq!(report_period_ms(0, 6_000, 3_000), 6_000);
-        assert_eq!(report_period_ms(0, 5_000, 5_000), 5_000);
-        assert_eq!(report_period_ms(0, 10_000, 10_000), 10_000);
-        assert_eq!(report_period_ms(10_000, 10_000, 10_000), 10_000);
+        // (requests, elapsed ms, interval ms) -> period ms. A short interval stretches by the same
+        // factor; a long one stops at the cap, at a power-of-two multiple, never below the
+        // interval itself.
+        for (requests, elapsed, interval, period) in [
+            (49, 1_000, 1_000, 1_000),
+            (50, 2_000, 1_000, 2_000),
+            (26, 2_000, 1_000, 2_000),
+            (24, 2_000, 1_000, 4_000),
+            (40, 4_000, 1_000, 4_000),
+            (0, 1_000, 1_000, 4_000),
+            (0, 800, 200, 800),
+            (20, 200, 200, 400),
+            (0, 6_000, 3_000, 6_000),
+            (0, 5_000, 5_000, 5_000),
+            (0, 10_000, 10_000, 10_000),
+            (10_000, 10_000, 10_000, 10_000),
+        ] {
+            assert_eq!(
+                report_period_ms(requests, elapsed, interval),
+                period,
+                "{requests} in {elapsed} ms / {interval}"
+            );
+        }
     }
 
     #[test]
