@@ -113,6 +113,10 @@ def _light_rows(steps: list[dict]) -> list[dict]:
                     "errors": sum(st["variants"][v]["errors"] for st in rounds)}
             if cell["rps"] > 0:
                 cell["per_request_us"] = statistics.median(c * 1e3 / n for c, n in zip(cpu, rps, strict=True) if n)
+            if v == EMPTY and BASE in rounds[0]["variants"] and cell["rps"] > 0:
+                base = [st["variants"][BASE]["cpu_ms_per_s"] for st in rounds]
+                cell["vs_no_wasm_per_request_us"] = statistics.median(
+                    (c - b) * 1e3 / n for c, b, n in zip(cpu, base, rps, strict=True) if n)
             if v != EMPTY and EMPTY in rounds[0]["variants"]:
                 base = [st["variants"][EMPTY]["cpu_ms_per_s"] for st in rounds]
                 cell["vs_empty"] = paired(cpu, base)
@@ -128,14 +132,16 @@ def _light_rows(steps: list[dict]) -> list[dict]:
 
 def _light_per_request(rows: list[dict]) -> dict:
     """Each variant's added CPU per request over the empty filter at 10 rps and at 1,000 rps, and
-    their ratio: the fixed cost per second (ticks, reports) spread over few requests."""
+    their ratio: the fixed cost per second (ticks, reports) spread over few requests, and whatever
+    a request costs more when they come seldom. The empty filter's over no filter, the same way,
+    under its own name (what any Wasm filter pays)."""
     by_rate = {row["rate"]: row for row in rows if row["rate"] > 0}
     if 10 not in by_rate or 1000 not in by_rate:
         return {}
     out = {}
-    for v in subjects(by_rate[10]["variants"]):
-        cell = by_rate[10]["variants"][v]
-        slow, fast = cell.get("vs_empty_per_request_us"), by_rate[1000]["variants"][v].get("vs_empty_per_request_us")
+    for v in [EMPTY, *subjects(by_rate[10]["variants"])]:
+        key = "vs_no_wasm_per_request_us" if v == EMPTY else "vs_empty_per_request_us"
+        slow, fast = (by_rate[rate]["variants"].get(v, {}).get(key) for rate in (10, 1000))
         if slow is None or fast is None:
             continue
         out[v] = {"at_10_us": slow, "at_1000_us": fast, "ratio": slow / fast if fast > 0 else None}
@@ -401,11 +407,17 @@ def _light_table(r: dict, s: dict) -> list[str]:
                   f"({_ci(row['variants'][v].get('vs_empty_per_request'), digits)})"
                   if row["rate"] > 0 else "–" for v in judged]
         lines.append("| " + " | ".join(cells) + " |")
-    lpr = s.get("light_per_request", {})
+    lpr = dict(s.get("light_per_request", {}))
+    empty = lpr.pop(EMPTY, None)
+
+    def versus(x: dict) -> str:
+        return f"{x['at_10_us']:+.0f} us vs {x['at_1000_us']:+.1f} us ({_f(x['ratio'], 1)} x)"
+
     if lpr:
         lines += ["", "Added CPU per request over the empty filter at 10 rps vs at 1,000 rps: " + "; ".join(
-            f"{v} {x['at_10_us']:+.0f} us vs {x['at_1000_us']:+.1f} us ({_f(x['ratio'], 1)} x)"
-            for v, x in lpr.items()) + "."]
+            f"{v} {versus(x)}" for v, x in lpr.items()) + "."]
+    if empty:
+        lines += ["", f"The same for the empty filter over no filter (medians of the paired rounds): {versus(empty)}."]
     return lines + [""]
 
 

@@ -133,6 +133,8 @@ def test_quick_run_writes_every_section_with_numbers(tmp_path):
                                                    "idle after load"]
     assert all(numbers(cell["cpu_ms_per_s"]) for row in s["light"] for cell in row["variants"].values())
     assert numbers(s["light_per_request"]["tailweight"]["ratio"])
+    empty = s["light_per_request"]["empty_wasm"]  # the empty filter over no filter, for reference
+    assert numbers(empty["at_10_us"], empty["at_1000_us"])
     assert {t["target"] for t in s["targets"]} == set(overhead.tables.TARGETS)
     assert all(numbers(t["value"]) for t in s["targets"])
 
