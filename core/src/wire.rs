@@ -6,6 +6,7 @@
 
 use crate::json;
 use serde::{Deserialize, Serialize};
+use std::collections::BinaryHeap;
 use std::net::SocketAddr;
 
 pub const VERSION: u32 = 1;
@@ -343,9 +344,12 @@ fn check_unique_addresses<'a>(
 
 /// The position of the earliest second occurrence in `names` (what a scan in order would find
 /// first). Sorted, duplicates are neighbours: cheaper than hashing every name of every message.
+/// Sorted by a heap (`BinaryHeap::into_sorted_vec`), not `sort_unstable`: the same O(n log n),
+/// and the filter's module (which checks every aggregator reply) carries a heap's sift instead of
+/// pattern-defeating quicksort's ~4.6 KB for this one element type.
 fn first_repeat<'a>(names: impl Iterator<Item = &'a str>) -> Option<usize> {
-    let mut sorted: Vec<(&str, usize)> = names.enumerate().map(|(at, name)| (name, at)).collect();
-    sorted.sort_unstable();
+    let pairs: BinaryHeap<(&str, usize)> = names.enumerate().map(|(at, name)| (name, at)).collect();
+    let sorted = pairs.into_sorted_vec();
     sorted.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1].1).min()
 }
 
