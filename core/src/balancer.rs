@@ -23,7 +23,6 @@
 use crate::cluster::{Candidate, Cluster};
 use crate::config::{FilterConfig, PickParams};
 use crate::endpoint::SiblingStats;
-use crate::hash::FastMap;
 use crate::health::HealthChange;
 use crate::outcome::RequestOutcome;
 use crate::rng::Rng;
@@ -103,7 +102,10 @@ pub struct Completion {
 #[derive(Debug, Clone)]
 pub struct Balancer {
     settings: Settings,
-    clusters: FastMap<Cluster>,
+    /// Sorted by name: a binary search per request costs no more than hashing the name for the
+    /// handful of clusters a proxy talks to (a few string comparisons), and the filter's module
+    /// carries no hash table of clusters (its insert, rehash and lookups: ~4 KB).
+    clusters: Vec<(String, Cluster)>,
     rng: Rng,
     /// The in-flight epoch, moved by `tick` (None before the first pick or tick).
     epoch: Option<u64>,
@@ -117,14 +119,7 @@ pub struct Balancer {
 
 impl Balancer {
     pub fn new(settings: Settings, seed: u64) -> Self {
-        Balancer {
-            settings,
-            clusters: FastMap::default(),
-            rng: Rng::new(seed),
-            epoch: None,
-            revision: 0,
-            chosen: Vec::new(),
-        }
+        Balancer { settings, clusters: Vec::new(), rng: Rng::new(seed), epoch: None, revision: 0, chosen: Vec::new() }
     }
 
     pub fn settings(&self) -> &Settings {
@@ -132,15 +127,16 @@ impl Balancer {
     }
 
     pub fn cluster(&self, name: &str) -> Option<&Cluster> {
-        self.clusters.get(name)
+        let at = position(&self.clusters, name).ok()?;
+        Some(&self.clusters[at].1)
     }
 
     pub fn cluster_names(&self) -> impl Iterator<Item = &str> {
-        self.clusters.keys().map(String::as_str)
+        self.clusters.iter().map(|(name, _)| name.as_str())
     }
 
     pub fn endpoints_tracked(&self) -> usize {
-        self.clusters.values().map(Cluster::len).sum()
+        self.clusters.iter().map(|(_, c)| c.len()).sum()
     }
 
     /// See the field: compare two revisions to know whether anything of this worker's changed.
@@ -150,7 +146,7 @@ impl Balancer {
 
     /// Clusters whose steering is paused now.
     pub fn clusters_paused(&self, now_us: u64) -> usize {
-        self.clusters.values().filter(|c| c.steering.paused(now_us)).count()
+        self.clusters.iter().filter(|(_, c)| c.steering.paused(now_us)).count()
     }
 
     pub fn pick(&mut self, cluster_name: &str, now_us: u64) -> Pick {
@@ -235,7 +231,7 @@ impl Balancer {
     /// it no longer counts as in flight there.
     pub fn release(&mut self, cluster_name: &str, chosen: &str, epoch: u64) {
         let current = self.epoch.unwrap_or(epoch);
-        if let Some(e) = self.clusters.get_mut(cluster_name).and_then(|c| c.get_mut(chosen)) {
+        if let Some(e) = cluster_mut(&mut self.clusters, cluster_name).and_then(|c| c.get_mut(chosen)) {
             e.local.inflight.release(epoch, current);
             self.revision += 1;
         }
@@ -245,7 +241,7 @@ impl Balancer {
     /// endpoint's latest, among this worker's freshest (only for an endpoint known here).
     pub fn note_stamp(&mut self, cluster_name: &str, served: &str, stamp: LoadStamp, now_us: u64) {
         let pool = self.settings.pick.load_stamp_pool;
-        if let Some(cluster) = self.clusters.get_mut(cluster_name) {
+        if let Some(cluster) = cluster_mut(&mut self.clusters, cluster_name) {
             if let Some(slot) = cluster.slot_of(served) {
                 cluster.note_stamp(slot, stamp, now_us, pool);
             }
@@ -331,7 +327,7 @@ impl Balancer {
         let epoch = now_us / self.settings.inflight_epoch_us;
         let old_epoch = self.epoch.unwrap_or(epoch);
         let (mut forgotten, mut dropped) = (0, false);
-        for cluster in self.clusters.values_mut() {
+        for (_, cluster) in &mut self.clusters {
             forgotten += cluster.expire(now_us, ttl);
             dropped |= cluster.tick(now_us, old_epoch, epoch);
             cluster.refresh_prior(now_us, p);
@@ -341,7 +337,7 @@ impl Balancer {
             self.revision += 1;
         }
         self.epoch = Some(epoch);
-        self.clusters.retain(|_, c| !c.is_empty() || now_us.saturating_sub(c.last_used_us) < ttl);
+        self.clusters.retain(|(_, c)| !c.is_empty() || now_us.saturating_sub(c.last_used_us) < ttl);
         forgotten
     }
 
@@ -352,7 +348,7 @@ impl Balancer {
         if !self.settings.pick.use_global_view {
             return;
         }
-        if let Some(cluster) = self.clusters.get_mut(&view.name) {
+        if let Some(cluster) = cluster_mut(&mut self.clusters, &view.name) {
             cluster.apply_view(view, received_us.saturating_add(ttl_us), received_us);
         }
     }
@@ -363,7 +359,7 @@ impl Balancer {
         let Balancer { settings, clusters, .. } = self;
         let (max_endpoints, ttl, slow_start) =
             (settings.max_endpoints_per_cluster, settings.endpoint_ttl_us, settings.pick.slow_start_us);
-        for cluster in clusters.values_mut() {
+        for (_, cluster) in clusters.iter_mut() {
             for slot in 0..cluster.len() {
                 cluster.endpoint_mut(slot).siblings = SiblingStats::default();
             }
@@ -399,24 +395,40 @@ impl Balancer {
 
     /// This worker's recent observations, for its siblings and for the report (see `snapshot`).
     pub fn snapshot(&self, now_us: u64) -> Vec<ClusterReport> {
-        crate::snapshot::of_clusters(self.clusters.iter(), now_us, self.settings.endpoint_ttl_us)
+        crate::snapshot::of_clusters(
+            self.clusters.iter().map(|(name, c)| (name, c)),
+            now_us,
+            self.settings.endpoint_ttl_us,
+        )
     }
 }
 
 /// The cluster, created if new and there is room under the cluster limit.
 fn cluster_entry<'a>(
-    clusters: &'a mut FastMap<Cluster>,
+    clusters: &'a mut Vec<(String, Cluster)>,
     settings: &Settings,
     name: &str,
     now_us: u64,
 ) -> Option<&'a mut Cluster> {
-    if !clusters.contains_key(name) {
-        if clusters.len() >= settings.max_clusters {
-            return None;
+    let at = match position(clusters, name) {
+        Ok(at) => at,
+        Err(_) if clusters.len() >= settings.max_clusters => return None,
+        Err(at) => {
+            clusters.insert(at, (name.to_string(), Cluster::new(now_us, settings.pick.default_latency_us)));
+            at
         }
-        clusters.insert(name.to_string(), Cluster::new(now_us, settings.pick.default_latency_us));
-    }
-    clusters.get_mut(name)
+    };
+    Some(&mut clusters[at].1)
+}
+
+fn cluster_mut<'a>(clusters: &'a mut [(String, Cluster)], name: &str) -> Option<&'a mut Cluster> {
+    let at = position(clusters, name).ok()?;
+    Some(&mut clusters[at].1)
+}
+
+/// Where `name` is in the sorted clusters, or where it would go.
+fn position(clusters: &[(String, Cluster)], name: &str) -> Result<usize, usize> {
+    clusters.binary_search_by(|(known, _)| known.as_str().cmp(name))
 }
 
 /// Step 4 with load stamps: the weighted draw `drawn` against the endpoints of this worker's
