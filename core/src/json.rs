@@ -617,10 +617,8 @@ impl<'a> Fields<'a> {
             None => Ok(()),
             // The known fields in the order they were read (sorting them is code the filter carries).
             Some(unknown) => {
-                // The name is the user's: escaped (the error stays one line; escape_default, not
-                // escape_debug, whose Unicode tables the module would carry) and cut short.
-                let shown: String = unknown.chars().take(64).flat_map(char::escape_default).collect();
-                Err(self.error(&shown, format!("unknown field (known: {})", self.read.join(", "))))
+                // The name is the user's: escaped (the error stays one line) and cut short.
+                Err(self.error(&escaped(unknown, 64), format!("unknown field (known: {})", self.read.join(", "))))
             }
         }
     }
@@ -653,6 +651,12 @@ pub fn clip(s: &str, max_chars: usize) -> &str {
         Some((head, _)) => head,
         None => s,
     }
+}
+
+/// The first `max_chars` characters of `s`, escaped for a one-line message (`char::escape_default`,
+/// not `escape_debug`, whose Unicode tables the module would carry).
+pub fn escaped(s: &str, max_chars: usize) -> String {
+    s.chars().take(max_chars).flat_map(char::escape_default).collect()
 }
 
 /// `s` as a JSON string, for messages (instead of `{:?}`, which pulls in Unicode tables).
