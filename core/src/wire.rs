@@ -7,7 +7,8 @@
 use crate::json;
 use serde::{Deserialize, Serialize};
 use std::collections::BinaryHeap;
-use std::net::SocketAddr;
+
+pub use crate::address::is_endpoint_address;
 
 pub const VERSION: u32 = 1;
 pub const REPORT_PATH: &str = "/v1/report";
@@ -363,11 +364,6 @@ fn check_range(field: &str, value: f64, max: f64) -> Result<(), String> {
     } else {
         Err(format!("{field}: {} is outside 0..={}", json::number_text(value), json::number_text(max)))
     }
-}
-
-/// `ip:port` (IPv6 in brackets), the form of Envoy's `upstream.address` and of the override header.
-pub fn is_endpoint_address(s: &str) -> bool {
-    s.len() <= 64 && s.parse::<SocketAddr>().is_ok()
 }
 
 /// Records with every field set, for the tests of the modules that read and write them.
