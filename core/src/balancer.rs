@@ -23,6 +23,7 @@
 use crate::cluster::{Candidate, Cluster};
 use crate::config::{FilterConfig, PickParams};
 use crate::endpoint::SiblingStats;
+use crate::hash::FastMap;
 use crate::health::HealthChange;
 use crate::outcome::RequestOutcome;
 use crate::rng::Rng;
@@ -102,10 +103,7 @@ pub struct Completion {
 #[derive(Debug, Clone)]
 pub struct Balancer {
     settings: Settings,
-    /// Sorted by name: a binary search per request costs no more than hashing the name for the
-    /// handful of clusters a proxy talks to (a few string comparisons), and the filter's module
-    /// carries no hash table of clusters (its insert, rehash and lookups: ~4 KB).
-    clusters: Vec<(String, Cluster)>,
+    clusters: Clusters,
     rng: Rng,
     /// The in-flight epoch, moved by `tick` (None before the first pick or tick).
     epoch: Option<u64>,
@@ -119,7 +117,14 @@ pub struct Balancer {
 
 impl Balancer {
     pub fn new(settings: Settings, seed: u64) -> Self {
-        Balancer { settings, clusters: Vec::new(), rng: Rng::new(seed), epoch: None, revision: 0, chosen: Vec::new() }
+        Balancer {
+            settings,
+            clusters: Clusters::default(),
+            rng: Rng::new(seed),
+            epoch: None,
+            revision: 0,
+            chosen: Vec::new(),
+        }
     }
 
     pub fn settings(&self) -> &Settings {
@@ -127,16 +132,15 @@ impl Balancer {
     }
 
     pub fn cluster(&self, name: &str) -> Option<&Cluster> {
-        let at = position(&self.clusters, name).ok()?;
-        Some(&self.clusters[at].1)
+        self.clusters.get(name)
     }
 
     pub fn cluster_names(&self) -> impl Iterator<Item = &str> {
-        self.clusters.iter().map(|(name, _)| name.as_str())
+        self.clusters.list.iter().map(|(name, _)| name.as_str())
     }
 
     pub fn endpoints_tracked(&self) -> usize {
-        self.clusters.iter().map(|(_, c)| c.len()).sum()
+        self.clusters.list.iter().map(|(_, c)| c.len()).sum()
     }
 
     /// See the field: compare two revisions to know whether anything of this worker's changed.
@@ -146,7 +150,7 @@ impl Balancer {
 
     /// Clusters whose steering is paused now.
     pub fn clusters_paused(&self, now_us: u64) -> usize {
-        self.clusters.iter().filter(|(_, c)| c.steering.paused(now_us)).count()
+        self.clusters.list.iter().filter(|(_, c)| c.steering.paused(now_us)).count()
     }
 
     pub fn pick(&mut self, cluster_name: &str, now_us: u64) -> Pick {
@@ -231,7 +235,7 @@ impl Balancer {
     /// it no longer counts as in flight there.
     pub fn release(&mut self, cluster_name: &str, chosen: &str, epoch: u64) {
         let current = self.epoch.unwrap_or(epoch);
-        if let Some(e) = cluster_mut(&mut self.clusters, cluster_name).and_then(|c| c.get_mut(chosen)) {
+        if let Some(e) = self.clusters.get_mut(cluster_name).and_then(|c| c.get_mut(chosen)) {
             e.local.inflight.release(epoch, current);
             self.revision += 1;
         }
@@ -241,7 +245,7 @@ impl Balancer {
     /// endpoint's latest, among this worker's freshest (only for an endpoint known here).
     pub fn note_stamp(&mut self, cluster_name: &str, served: &str, stamp: LoadStamp, now_us: u64) {
         let pool = self.settings.pick.load_stamp_pool;
-        if let Some(cluster) = cluster_mut(&mut self.clusters, cluster_name) {
+        if let Some(cluster) = self.clusters.get_mut(cluster_name) {
             if let Some(slot) = cluster.slot_of(served) {
                 cluster.note_stamp(slot, stamp, now_us, pool);
             }
@@ -327,7 +331,7 @@ impl Balancer {
         let epoch = now_us / self.settings.inflight_epoch_us;
         let old_epoch = self.epoch.unwrap_or(epoch);
         let (mut forgotten, mut dropped) = (0, false);
-        for (_, cluster) in &mut self.clusters {
+        for (_, cluster) in &mut self.clusters.list {
             forgotten += cluster.expire(now_us, ttl);
             dropped |= cluster.tick(now_us, old_epoch, epoch);
             cluster.refresh_prior(now_us, p);
@@ -337,7 +341,7 @@ impl Balancer {
             self.revision += 1;
         }
         self.epoch = Some(epoch);
-        self.clusters.retain(|(_, c)| !c.is_empty() || now_us.saturating_sub(c.last_used_us) < ttl);
+        self.clusters.retain(|c| !c.is_empty() || now_us.saturating_sub(c.last_used_us) < ttl);
         forgotten
     }
 
@@ -348,7 +352,7 @@ impl Balancer {
         if !self.settings.pick.use_global_view {
             return;
         }
-        if let Some(cluster) = cluster_mut(&mut self.clusters, &view.name) {
+        if let Some(cluster) = self.clusters.get_mut(&view.name) {
             cluster.apply_view(view, received_us.saturating_add(ttl_us), received_us);
         }
     }
@@ -359,7 +363,7 @@ impl Balancer {
         let Balancer { settings, clusters, .. } = self;
         let (max_endpoints, ttl, slow_start) =
             (settings.max_endpoints_per_cluster, settings.endpoint_ttl_us, settings.pick.slow_start_us);
-        for (_, cluster) in clusters.iter_mut() {
+        for (_, cluster) in &mut clusters.list {
             for slot in 0..cluster.len() {
                 cluster.endpoint_mut(slot).siblings = SiblingStats::default();
             }
@@ -396,39 +400,59 @@ impl Balancer {
     /// This worker's recent observations, for its siblings and for the report (see `snapshot`).
     pub fn snapshot(&self, now_us: u64) -> Vec<ClusterReport> {
         crate::snapshot::of_clusters(
-            self.clusters.iter().map(|(name, c)| (name, c)),
+            self.clusters.list.iter().map(|(name, c)| (name, c)),
             now_us,
             self.settings.endpoint_ttl_us,
         )
     }
 }
 
+/// The clusters in the order they were first seen, and each one's position by name. The index is
+/// the map type `Cluster` indexes its endpoints with: the filter's module then carries one hash
+/// table instance, not a second one of whole clusters (its insert, rehash and lookups: ~4 KB).
+#[derive(Debug, Clone, Default)]
+struct Clusters {
+    list: Vec<(String, Cluster)>,
+    at: FastMap<usize>,
+}
+
+impl Clusters {
+    fn get(&self, name: &str) -> Option<&Cluster> {
+        self.at.get(name).map(|&at| &self.list[at].1)
+    }
+
+    fn get_mut(&mut self, name: &str) -> Option<&mut Cluster> {
+        self.at.get(name).map(|&at| &mut self.list[at].1)
+    }
+
+    /// Keep the clusters `keep` says (rare: an idle cluster is forgotten); the index is rebuilt
+    /// when any went.
+    fn retain(&mut self, mut keep: impl FnMut(&Cluster) -> bool) {
+        let before = self.list.len();
+        self.list.retain(|(_, c)| keep(c));
+        if self.list.len() != before {
+            self.at = self.list.iter().enumerate().map(|(at, (name, _))| (name.clone(), at)).collect();
+        }
+    }
+}
+
 /// The cluster, created if new and there is room under the cluster limit.
 fn cluster_entry<'a>(
-    clusters: &'a mut Vec<(String, Cluster)>,
+    clusters: &'a mut Clusters,
     settings: &Settings,
     name: &str,
     now_us: u64,
 ) -> Option<&'a mut Cluster> {
-    let at = match position(clusters, name) {
-        Ok(at) => at,
-        Err(_) if clusters.len() >= settings.max_clusters => return None,
-        Err(at) => {
-            clusters.insert(at, (name.to_string(), Cluster::new(now_us, settings.pick.default_latency_us)));
-            at
+    let at = match clusters.at.get(name) {
+        Some(&at) => at,
+        None if clusters.list.len() >= settings.max_clusters => return None,
+        None => {
+            clusters.list.push((name.to_string(), Cluster::new(now_us, settings.pick.default_latency_us)));
+            clusters.at.insert(name.to_string(), clusters.list.len() - 1);
+            clusters.list.len() - 1
         }
     };
-    Some(&mut clusters[at].1)
-}
-
-fn cluster_mut<'a>(clusters: &'a mut [(String, Cluster)], name: &str) -> Option<&'a mut Cluster> {
-    let at = position(clusters, name).ok()?;
-    Some(&mut clusters[at].1)
-}
-
-/// Where `name` is in the sorted clusters, or where it would go.
-fn position(clusters: &[(String, Cluster)], name: &str) -> Result<usize, usize> {
-    clusters.binary_search_by(|(known, _)| known.as_str().cmp(name))
+    Some(&mut clusters.list[at].1)
 }
 
 /// Step 4 with load stamps: the weighted draw `drawn` against the endpoints of this worker's
