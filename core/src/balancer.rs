@@ -103,7 +103,7 @@ pub struct Completion {
 #[derive(Debug, Clone)]
 pub struct Balancer {
     settings: Settings,
-    clusters: FastMap<Cluster>,
+    clusters: Clusters,
     rng: Rng,
     /// The in-flight epoch, moved by `tick` (None before the first pick or tick).
     epoch: Option<u64>,
@@ -119,7 +119,7 @@ impl Balancer {
     pub fn new(settings: Settings, seed: u64) -> Self {
         Balancer {
             settings,
-            clusters: FastMap::default(),
+            clusters: Clusters::default(),
             rng: Rng::new(seed),
             epoch: None,
             revision: 0,
@@ -136,11 +136,11 @@ impl Balancer {
     }
 
     pub fn cluster_names(&self) -> impl Iterator<Item = &str> {
-        self.clusters.keys().map(String::as_str)
+        self.clusters.list.iter().map(|(name, _)| name.as_str())
     }
 
     pub fn endpoints_tracked(&self) -> usize {
-        self.clusters.values().map(Cluster::len).sum()
+        self.clusters.list.iter().map(|(_, c)| c.len()).sum()
     }
 
     /// See the field: compare two revisions to know whether anything of this worker's changed.
@@ -150,7 +150,7 @@ impl Balancer {
 
     /// Clusters whose steering is paused now.
     pub fn clusters_paused(&self, now_us: u64) -> usize {
-        self.clusters.values().filter(|c| c.steering.paused(now_us)).count()
+        self.clusters.list.iter().filter(|(_, c)| c.steering.paused(now_us)).count()
     }
 
     pub fn pick(&mut self, cluster_name: &str, now_us: u64) -> Pick {
@@ -331,7 +331,7 @@ impl Balancer {
         let epoch = now_us / self.settings.inflight_epoch_us;
         let old_epoch = self.epoch.unwrap_or(epoch);
         let (mut forgotten, mut dropped) = (0, false);
-        for cluster in self.clusters.values_mut() {
+        for (_, cluster) in &mut self.clusters.list {
             forgotten += cluster.expire(now_us, ttl);
             dropped |= cluster.tick(now_us, old_epoch, epoch);
             cluster.refresh_prior(now_us, p);
@@ -341,7 +341,7 @@ impl Balancer {
             self.revision += 1;
         }
         self.epoch = Some(epoch);
-        self.clusters.retain(|_, c| !c.is_empty() || now_us.saturating_sub(c.last_used_us) < ttl);
+        self.clusters.retain(|c| !c.is_empty() || now_us.saturating_sub(c.last_used_us) < ttl);
         forgotten
     }
 
@@ -363,7 +363,7 @@ impl Balancer {
         let Balancer { settings, clusters, .. } = self;
         let (max_endpoints, ttl, slow_start) =
             (settings.max_endpoints_per_cluster, settings.endpoint_ttl_us, settings.pick.slow_start_us);
-        for cluster in clusters.values_mut() {
+        for (_, cluster) in &mut clusters.list {
             for slot in 0..cluster.len() {
                 cluster.endpoint_mut(slot).siblings = SiblingStats::default();
             }
@@ -399,24 +399,60 @@ impl Balancer {
 
     /// This worker's recent observations, for its siblings and for the report (see `snapshot`).
     pub fn snapshot(&self, now_us: u64) -> Vec<ClusterReport> {
-        crate::snapshot::of_clusters(self.clusters.iter(), now_us, self.settings.endpoint_ttl_us)
+        crate::snapshot::of_clusters(
+            self.clusters.list.iter().map(|(name, c)| (name, c)),
+            now_us,
+            self.settings.endpoint_ttl_us,
+        )
+    }
+}
+
+/// The clusters in the order they were first seen, and each one's position by name. The index is
+/// the map type `Cluster` indexes its endpoints with: the filter's module then carries one hash
+/// table instance, not a second one of whole clusters (its insert, rehash and lookups: ~4 KB).
+#[derive(Debug, Clone, Default)]
+struct Clusters {
+    list: Vec<(String, Cluster)>,
+    at: FastMap<usize>,
+}
+
+impl Clusters {
+    fn get(&self, name: &str) -> Option<&Cluster> {
+        self.at.get(name).map(|&at| &self.list[at].1)
+    }
+
+    fn get_mut(&mut self, name: &str) -> Option<&mut Cluster> {
+        self.at.get(name).map(|&at| &mut self.list[at].1)
+    }
+
+    /// Keep the clusters `keep` says (rare: an idle cluster is forgotten); the index is rebuilt
+    /// when any went.
+    fn retain(&mut self, mut keep: impl FnMut(&Cluster) -> bool) {
+        let before = self.list.len();
+        self.list.retain(|(_, c)| keep(c));
+        if self.list.len() != before {
+            self.at = self.list.iter().enumerate().map(|(at, (name, _))| (name.clone(), at)).collect();
+        }
     }
 }
 
 /// The cluster, created if new and there is room under the cluster limit.
 fn cluster_entry<'a>(
-    clusters: &'a mut FastMap<Cluster>,
+    clusters: &'a mut Clusters,
     settings: &Settings,
     name: &str,
     now_us: u64,
 ) -> Option<&'a mut Cluster> {
-    if !clusters.contains_key(name) {
-        if clusters.len() >= settings.max_clusters {
-            return None;
+    let at = match clusters.at.get(name) {
+        Some(&at) => at,
+        None if clusters.list.len() >= settings.max_clusters => return None,
+        None => {
+            clusters.list.push((name.to_string(), Cluster::new(now_us, settings.pick.default_latency_us)));
+            clusters.at.insert(name.to_string(), clusters.list.len() - 1);
+            clusters.list.len() - 1
         }
-        clusters.insert(name.to_string(), Cluster::new(now_us, settings.pick.default_latency_us));
-    }
-    clusters.get_mut(name)
+    };
+    Some(&mut clusters.list[at].1)
 }
 
 /// Step 4 with load stamps: the weighted draw `drawn` against the endpoints of this worker's

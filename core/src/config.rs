@@ -186,69 +186,7 @@ impl FilterConfig {
             Value::Null => return Ok(FilterConfig::default()),
             other => return Err(ConfigError::NotAnObject(other.kind())),
         };
-        let mut f = Fields::new("", members);
-        let d = FilterConfig::default();
-        let p = PickParams::default();
-        let config = FilterConfig {
-            role: role(&mut f)?,
-            header: header_name(&mut f, "header", &d.header)?,
-            trust_incoming_header: f.boolean("trust_incoming_header", d.trust_incoming_header)?,
-            retry_choices: f.integer("retry_choices", d.retry_choices as u64, 0..=4)? as usize,
-            clusters: f.string_list("clusters", 256)?,
-            pick: PickParams {
-                explore_ratio: f.number("explore_ratio", p.explore_ratio, 0.0, 0.5)?,
-                latency_decay_us: f.integer("latency_decay_ms", (p.latency_decay_us / 1e3) as u64, 10..=600_000)?
-                    as f64
-                    * 1e3,
-                default_latency_us: f.number("default_latency_ms", p.default_latency_us / 1e3, 0.01, 600_000.0)? * 1e3,
-                stale_after_us: f.integer("stale_after_ms", p.stale_after_us / 1_000, 100..=3_600_000)? * 1_000,
-                error_penalty: f.number("error_penalty", p.error_penalty, 0.0, 1_000.0)?,
-                failure_latency_us: f.number("failure_latency_ms", p.failure_latency_us / 1e3, 0.0, 600_000.0)? * 1e3,
-                failure_decay_us: f.integer("failure_decay_ms", (p.failure_decay_us / 1e3) as u64, 10..=600_000)?
-                    as f64
-                    * 1e3,
-                probe_interval_us: f.integer("probe_interval_ms", p.probe_interval_us / 1_000, 10..=600_000)? * 1_000,
-                recovery_ramp_us: f.integer("recovery_ramp_ms", p.recovery_ramp_us / 1_000, 0..=600_000)? * 1_000,
-                slow_start_us: f.integer("slow_start_ms", p.slow_start_us / 1_000, 0..=3_600_000)? * 1_000,
-                use_global_view: f.boolean("use_global_view", p.use_global_view)?,
-                load_stamp_max_age_us: f.integer(
-                    "load_stamp_max_age_ms",
-                    p.load_stamp_max_age_us / 1_000,
-                    0..=10_000,
-                )? * 1_000,
-                load_stamp_pool: f.integer("load_stamp_pool", p.load_stamp_pool as u64, 1..=64)? as usize,
-                load_stamp_max_fresh_share: f.number(
-                    "load_stamp_max_fresh_share",
-                    p.load_stamp_max_fresh_share,
-                    0.0,
-                    1.0,
-                )?,
-            },
-            endpoint_ttl_ms: f.integer("endpoint_ttl_ms", d.endpoint_ttl_ms, 1_000..=86_400_000)?,
-            max_clusters: f.integer("max_clusters", d.max_clusters as u64, 1..=10_000)? as usize,
-            max_endpoints_per_cluster: f.integer(
-                "max_endpoints_per_cluster",
-                d.max_endpoints_per_cluster as u64,
-                1..=100_000,
-            )? as usize,
-            sync_interval_ms: f.integer("sync_interval_ms", d.sync_interval_ms, 10..=10_000)?,
-            aggregator: match f.object("aggregator")? {
-                None => None,
-                Some(agg) => Some(parse_aggregator(agg)?),
-            },
-            reporter_id: f.optional_string("reporter_id", 253)?,
-            per_endpoint_metrics: f.boolean("per_endpoint_metrics", d.per_endpoint_metrics)?,
-            grpc_failure_codes: code_list(&mut f, "grpc_failure_codes", &d.grpc_failure_codes)?,
-            inflight_bound_ms: f.integer("inflight_bound_ms", d.inflight_bound_ms, 1_000..=86_400_000)?,
-        };
-        f.reject_unknown()?;
-        if config.role == FilterRole::Server && config.aggregator.is_some() {
-            return Err(ConfigError::Field {
-                field: "aggregator".into(),
-                problem: "not used with role \"server\" (a server-role filter never reports); remove it".into(),
-            });
-        }
-        Ok(config)
+        Ok(fields(members)?)
     }
 
     /// Should this cluster be steered at all?
@@ -257,22 +195,81 @@ impl FilterConfig {
     }
 }
 
-fn parse_aggregator(members: &[(String, Value)]) -> Result<AggregatorConfig, ConfigError> {
+/// The configuration object's fields (see `Fields` for how a bad one is reported). Errors stay
+/// `FieldError` until `parse`: one conversion, not one per field.
+fn fields(members: &[(String, Value)]) -> Result<FilterConfig, FieldError> {
+    let mut f = Fields::new("", members);
+    let d = FilterConfig::default();
+    let p = PickParams::default();
+    let config = FilterConfig {
+        role: role(&mut f),
+        header: header_name(&mut f, "header", &d.header),
+        trust_incoming_header: f.boolean("trust_incoming_header", d.trust_incoming_header),
+        retry_choices: f.integer("retry_choices", d.retry_choices as u64, 0..=4) as usize,
+        clusters: f.string_list("clusters", 256),
+        pick: PickParams {
+            explore_ratio: f.number("explore_ratio", p.explore_ratio, 0.0, 0.5),
+            latency_decay_us: f.integer("latency_decay_ms", (p.latency_decay_us / 1e3) as u64, 10..=600_000) as f64
+                * 1e3,
+            default_latency_us: f.number("default_latency_ms", p.default_latency_us / 1e3, 0.01, 600_000.0) * 1e3,
+            stale_after_us: f.integer("stale_after_ms", p.stale_after_us / 1_000, 100..=3_600_000) * 1_000,
+            error_penalty: f.number("error_penalty", p.error_penalty, 0.0, 1_000.0),
+            failure_latency_us: f.number("failure_latency_ms", p.failure_latency_us / 1e3, 0.0, 600_000.0) * 1e3,
+            failure_decay_us: f.integer("failure_decay_ms", (p.failure_decay_us / 1e3) as u64, 10..=600_000) as f64
+                * 1e3,
+            probe_interval_us: f.integer("probe_interval_ms", p.probe_interval_us / 1_000, 10..=600_000) * 1_000,
+            recovery_ramp_us: f.integer("recovery_ramp_ms", p.recovery_ramp_us / 1_000, 0..=600_000) * 1_000,
+            slow_start_us: f.integer("slow_start_ms", p.slow_start_us / 1_000, 0..=3_600_000) * 1_000,
+            use_global_view: f.boolean("use_global_view", p.use_global_view),
+            load_stamp_max_age_us: f.integer("load_stamp_max_age_ms", p.load_stamp_max_age_us / 1_000, 0..=10_000)
+                * 1_000,
+            load_stamp_pool: f.integer("load_stamp_pool", p.load_stamp_pool as u64, 1..=64) as usize,
+            load_stamp_max_fresh_share: f.number("load_stamp_max_fresh_share", p.load_stamp_max_fresh_share, 0.0, 1.0),
+        },
+        endpoint_ttl_ms: f.integer("endpoint_ttl_ms", d.endpoint_ttl_ms, 1_000..=86_400_000),
+        max_clusters: f.integer("max_clusters", d.max_clusters as u64, 1..=10_000) as usize,
+        max_endpoints_per_cluster: f.integer(
+            "max_endpoints_per_cluster",
+            d.max_endpoints_per_cluster as u64,
+            1..=100_000,
+        ) as usize,
+        sync_interval_ms: f.integer("sync_interval_ms", d.sync_interval_ms, 10..=10_000),
+        aggregator: match f.object("aggregator") {
+            None => None,
+            Some(agg) => {
+                let aggregator = parse_aggregator(agg);
+                f.kept(aggregator)
+            }
+        },
+        reporter_id: f.optional_string("reporter_id", 253),
+        per_endpoint_metrics: f.boolean("per_endpoint_metrics", d.per_endpoint_metrics),
+        grpc_failure_codes: code_list(&mut f, "grpc_failure_codes", &d.grpc_failure_codes),
+        inflight_bound_ms: f.integer("inflight_bound_ms", d.inflight_bound_ms, 1_000..=86_400_000),
+    };
+    f.reject_unknown()?;
+    if config.role == FilterRole::Server && config.aggregator.is_some() {
+        return Err(f.error(
+            "aggregator",
+            "not used with role \"server\" (a server-role filter never reports); remove it".into(),
+        ));
+    }
+    Ok(config)
+}
+
+fn parse_aggregator(members: &[(String, Value)]) -> Result<AggregatorConfig, FieldError> {
     let mut f = Fields::new("aggregator.", members);
-    let cluster = f.required_string("cluster", 512)?;
+    let cluster = f.required_string("cluster", 512);
     let config = AggregatorConfig {
-        authority: f.string("authority", "tailweight-aggregator", 253)?,
-        path: f.string("path", REPORT_PATH, 256)?,
-        timeout_ms: f.integer("timeout_ms", 500, 10..=60_000)?,
-        report_interval_ms: f.integer("report_interval_ms", 1_000, 100..=10_000)?,
-        shard_header: header_name(&mut f, "shard_header", SHARD_HEADER)?,
+        authority: f.string("authority", "tailweight-aggregator", 253),
+        path: f.string("path", REPORT_PATH, 256),
+        timeout_ms: f.integer("timeout_ms", 500, 10..=60_000),
+        report_interval_ms: f.integer("report_interval_ms", 1_000, 100..=10_000),
+        shard_header: header_name(&mut f, "shard_header", SHARD_HEADER),
         cluster,
     };
+    f.finish()?;
     if !config.path.starts_with('/') {
-        return Err(ConfigError::Field {
-            field: "aggregator.path".into(),
-            problem: format!("expected a path starting with '/', got {}", json::quoted(&config.path)),
-        });
+        return Err(f.error("path", format!("expected a path starting with '/', got {}", json::quoted(&config.path))));
     }
     f.reject_unknown()?;
     Ok(config)
@@ -312,44 +309,58 @@ impl From<FieldError> for ConfigError {
     }
 }
 
-/// `role`: "client" or "server".
-fn role(f: &mut Fields) -> Result<FilterRole, FieldError> {
-    match f.string("role", "client", 16)?.as_str() {
-        "client" => Ok(FilterRole::Client),
-        "server" => Ok(FilterRole::Server),
-        other => Err(f.unexpected("role", "\"client\" or \"server\"", &Value::String(other.to_string()))),
+/// `role`: "client" or "server" (a bad one is noted in `f` and reads as "client").
+fn role(f: &mut Fields) -> FilterRole {
+    match f.string("role", "client", 16).as_str() {
+        "client" => FilterRole::Client,
+        "server" => FilterRole::Server,
+        other => {
+            f.fail(f.unexpected("role", "\"client\" or \"server\"", &Value::String(other.to_string())));
+            FilterRole::Client
+        }
     }
 }
 
-/// An HTTP header name: lower case token characters (Envoy's header maps are lower case).
-fn header_name(f: &mut Fields, key: &'static str, default: &str) -> Result<String, FieldError> {
-    let name = f.string(key, default, 128)?;
+/// An HTTP header name: lower case token characters (Envoy's header maps are lower case). A bad one
+/// is noted in `f` and reads as `default`.
+fn header_name(f: &mut Fields, key: &'static str, default: &str) -> String {
+    let name = f.string(key, default, 128);
     let valid = name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
         && !name.starts_with(':');
     if valid {
-        Ok(name)
-    } else {
-        Err(f.unexpected(key, "a lower-case header name (a-z, 0-9, '-', '_')", &Value::String(name)))
+        return name;
     }
+    f.fail(f.unexpected(key, "a lower-case header name (a-z, 0-9, '-', '_')", &Value::String(name)));
+    default.to_string()
 }
 
-/// A list of gRPC status codes (0..=16), each at most once.
-fn code_list(f: &mut Fields, key: &'static str, default: &[u32]) -> Result<Vec<u32>, FieldError> {
+/// A list of gRPC status codes (0..=16), each at most once. A bad one is noted in `f` and reads as
+/// `default`.
+fn code_list(f: &mut Fields, key: &'static str, default: &[u32]) -> Vec<u32> {
     let expected = "a list of distinct gRPC status codes (integers 0..=16)";
-    match f.get(key) {
-        None => Ok(default.to_vec()),
+    let bad = match f.get(key) {
+        None => return default.to_vec(),
         Some(Value::Array(items)) => {
             let mut codes = Vec::with_capacity(items.len());
+            let mut bad = None;
             for item in items {
                 match item.as_u64() {
                     Some(c) if c <= 16 && !codes.contains(&(c as u32)) => codes.push(c as u32),
-                    _ => return Err(f.unexpected(key, expected, item)),
+                    _ => {
+                        bad = Some(item);
+                        break;
+                    }
                 }
             }
-            Ok(codes)
+            match bad {
+                None => return codes,
+                Some(item) => item,
+            }
         }
-        Some(other) => Err(f.unexpected(key, expected, other)),
-    }
+        Some(other) => other,
+    };
+    f.fail(f.unexpected(key, expected, bad));
+    default.to_vec()
 }
 
 /// Is `s` acceptable as an override header value we did not write ourselves? (`ip:port[,ip:port...]`)
@@ -475,6 +486,13 @@ mod tests {
             (r#"{"load_stamp_pool": 0}"#, "field `load_stamp_pool`: expected an integer in 1..=64, got 0"),
             (r#"{"load_stamp_max_fresh_share": 2}"#, "field `load_stamp_max_fresh_share`: expected a number in 0..=1"),
             (r#"{"load_stamp_max_age_ms": 1e9}"#, "field `load_stamp_max_age_ms`: expected an integer in 0..=10000"),
+            // Several bad fields: the first read is reported, before any unknown one.
+            (r#"{"explore_ratio": 2, "retry_choices": 9, "typo": 1}"#, "field `retry_choices`: expected an integer"),
+            (r#"{"typo": 1, "header": "X", "role": "x"}"#, "field `role`: expected \"client\" or \"server\""),
+            (r#"{"aggregator": {"path": "v1", "timeout_ms": 1}}"#, "field `aggregator.cluster`: required"),
+            (r#"{"aggregator": {"cluster": "a", "path": "v1", "timeout_ms": 1}}"#, "field `aggregator.timeout_ms`"),
+            (r#"{"aggregator": {"cluster": "a", "path": "v1", "x": 1}}"#, "field `aggregator.path`: expected a path"),
+            (r#"{"aggregator": {"cluster": 1}, "inflight_bound_ms": 1}"#, "field `aggregator.cluster`: expected a"),
         ] {
             let err = FilterConfig::parse(input.as_bytes()).unwrap_err().to_string();
             assert!(err.contains(message), "{input}: expected {message:?} in {err:?}");

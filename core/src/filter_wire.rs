@@ -72,29 +72,34 @@ pub fn read_reply(body: &[u8], limits: &Limits) -> Result<Reply, String> {
 }
 
 fn reply_of(value: &Value) -> Result<Reply, FieldError> {
+    // Each object's fields are read, then its first bad field reported (see `Fields`), before the
+    // objects inside it: the error is the first in the order of the text.
     let mut f = Fields::new("", members(value, "reply")?);
-    let version = u32_field(&mut f, "version")?;
-    let ttl_ms = u32_field(&mut f, "ttl_ms")?;
+    let version = u32_field(&mut f, "version");
+    let ttl_ms = u32_field(&mut f, "ttl_ms");
+    let cluster_values = required_array(&mut f, "clusters");
+    f.finish()?;
     // Loops rather than collecting Results: each collect is its own iterator code in the module.
-    let cluster_values = required_array(&mut f, "clusters")?;
     let mut clusters = Vec::with_capacity(cluster_values.len());
     for (ci, c) in cluster_values.iter().enumerate() {
         let mut f = Fields::new(format!("clusters[{ci}]."), members(c, &format!("clusters[{ci}]"))?);
-        let name = f.required_string("name", usize::MAX)?;
-        let endpoint_values = required_array(&mut f, "endpoints")?;
+        let name = f.required_string("name", usize::MAX);
+        let endpoint_values = required_array(&mut f, "endpoints");
+        f.finish()?;
         let mut endpoints = Vec::with_capacity(endpoint_values.len());
         for (ei, e) in endpoint_values.iter().enumerate() {
             let at = format!("clusters[{ci}].endpoints[{ei}]");
             let mut f = Fields::new(format!("{at}."), members(e, &at)?);
             endpoints.push(EndpointView {
-                address: f.required_string("address", usize::MAX)?,
-                weight: number_field(&mut f, "weight")?,
-                inflight: number_field(&mut f, "inflight")?,
-                peer_inflight: number_field(&mut f, "peer_inflight")?,
-                latency_us: u64_field(&mut f, "latency_us")?,
-                cpu: f.get("cpu").map(|v| v.as_f64().ok_or_else(|| f.unexpected("cpu", "a number", v))).transpose()?,
-                ejected: f.boolean("ejected", false)?,
+                address: f.required_string("address", usize::MAX),
+                weight: number_field(&mut f, "weight"),
+                inflight: number_field(&mut f, "inflight"),
+                peer_inflight: number_field(&mut f, "peer_inflight"),
+                latency_us: u64_field(&mut f, "latency_us"),
+                cpu: f.get("cpu").and_then(|v| number_of(&mut f, "cpu", v)),
+                ejected: f.boolean("ejected", false),
             });
+            f.finish()?;
         }
         clusters.push(ClusterView { name, endpoints });
     }
@@ -110,27 +115,51 @@ fn members<'a>(value: &'a Value, what: &str) -> Result<&'a [(String, Value)], Fi
     }
 }
 
-fn required<'a>(f: &mut Fields<'a>, key: &'static str) -> Result<&'a Value, FieldError> {
-    f.get(key).ok_or_else(|| f.error(key, "required".into()))
+// The readers below note a bad or missing field in `f` and read it as 0 (or nothing).
+
+fn required<'a>(f: &mut Fields<'a>, key: &'static str) -> Option<&'a Value> {
+    let value = f.get(key);
+    if value.is_none() {
+        f.fail(f.error(key, "required".into()));
+    }
+    value
 }
 
-fn required_array<'a>(f: &mut Fields<'a>, key: &'static str) -> Result<&'a [Value], FieldError> {
-    f.array(key)?.ok_or_else(|| f.error(key, "required".into()))
+fn required_array<'a>(f: &mut Fields<'a>, key: &'static str) -> &'a [Value] {
+    let items = f.array(key);
+    if items.is_none() {
+        // Present but not an array: that error was noted first and stays.
+        f.fail(f.error(key, "required".into()));
+    }
+    items.unwrap_or_default()
 }
 
-fn u64_field(f: &mut Fields, key: &'static str) -> Result<u64, FieldError> {
-    let v = required(f, key)?;
-    v.as_u64().ok_or_else(|| f.unexpected(key, "a non-negative integer", v))
+fn u64_field(f: &mut Fields, key: &'static str) -> u64 {
+    let Some(v) = required(f, key) else { return 0 };
+    v.as_u64().unwrap_or_else(|| {
+        f.fail(f.unexpected(key, "a non-negative integer", v));
+        0
+    })
 }
 
-fn u32_field(f: &mut Fields, key: &'static str) -> Result<u32, FieldError> {
-    let v = required(f, key)?;
-    v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| f.unexpected(key, "an integer in 0..=4294967295", v))
+fn u32_field(f: &mut Fields, key: &'static str) -> u32 {
+    let Some(v) = required(f, key) else { return 0 };
+    v.as_u64().and_then(|n| u32::try_from(n).ok()).unwrap_or_else(|| {
+        f.fail(f.unexpected(key, "an integer in 0..=4294967295", v));
+        0
+    })
 }
 
-fn number_field(f: &mut Fields, key: &'static str) -> Result<f64, FieldError> {
-    let v = required(f, key)?;
-    v.as_f64().ok_or_else(|| f.unexpected(key, "a number", v))
+fn number_field(f: &mut Fields, key: &'static str) -> f64 {
+    required(f, key).and_then(|v| number_of(f, key, v)).unwrap_or(0.0)
+}
+
+fn number_of(f: &mut Fields, key: &'static str, v: &Value) -> Option<f64> {
+    let number = v.as_f64();
+    if number.is_none() {
+        f.fail(f.unexpected(key, "a number", v));
+    }
+    number
 }
 
 #[cfg(test)]
@@ -210,6 +239,31 @@ mod tests {
                 json!({"version": 1, "ttl_ms": 1, "clusters": [{"name": "c", "endpoints": [
                     {"address": "10.0.0.1:80", "weight": -1, "inflight": 0, "peer_inflight": 0, "latency_us": 0}]}]}),
                 "weight: -1 is outside",
+            ),
+            // Several bad fields: the first in the text is reported.
+            (json!({"ttl_ms": "x", "clusters": 1}), "field `version`: required"),
+            (json!({"version": 1, "ttl_ms": "x", "clusters": 1}), "field `ttl_ms`: expected an integer"),
+            (json!({"version": 1, "ttl_ms": 1, "clusters": 1}), "field `clusters`: expected an array, got 1"),
+            (
+                json!({"version": 1, "ttl_ms": 1, "clusters": [{"endpoints": [{"address": 1}]}]}),
+                "field `clusters[0].name`: required",
+            ),
+            (
+                json!({"version": 1, "ttl_ms": 1, "clusters": [{"name": "c", "endpoints": [
+                    {"address": 1, "weight": "x", "ejected": 2}]}]}),
+                "field `clusters[0].endpoints[0].address`: expected a non-empty string",
+            ),
+            (
+                json!({"version": 1, "ttl_ms": 1, "clusters": [{"name": "c", "endpoints": [
+                    {"address": "10.0.0.1:80", "weight": 1, "inflight": 0, "peer_inflight": 0, "latency_us": 0,
+                     "cpu": "x", "ejected": 2}]}]}),
+                "field `clusters[0].endpoints[0].cpu`: expected a number",
+            ),
+            (
+                json!({"version": 1, "ttl_ms": 1, "clusters": [{"name": "c", "endpoints": [
+                    {"address": "10.0.0.1:80", "weight": 1, "inflight": 0, "peer_inflight": 0, "latency_us": 0,
+                     "ejected": 2}, 7]}]}),
+                "field `clusters[0].endpoints[0].ejected`: expected true or false",
             ),
         ] {
             let err = read_reply(edit.to_string().as_bytes(), &Limits::default()).unwrap_err();

@@ -2,6 +2,7 @@
 //! time is an argument (microseconds), so tests and the simulator drive it exactly.
 //! Compiled into the proxy-wasm filter, the aggregator and the simulator alike.
 
+pub mod address;
 pub mod balancer;
 pub mod cluster;
 pub mod config;

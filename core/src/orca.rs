@@ -92,7 +92,7 @@ fn parse_text(body: &str) -> Result<OrcaLoad, OrcaError> {
         let (key, value) =
             pair.split_once('=').ok_or_else(|| OrcaError::NotKeyValue(crate::json::clip(pair, 40).to_string()))?;
         // The key goes into a one-line error: escaped (a newline stays visible) and cut short.
-        let not_a_number = || OrcaError::NotANumber(crate::json::clip(key.trim(), 40).escape_default().to_string());
+        let not_a_number = || OrcaError::NotANumber(crate::json::escaped(key.trim(), 40));
         let value = crate::json::number(value.trim()).ok_or_else(not_a_number)?;
         set(&mut load, key.trim(), value)?;
     }

@@ -74,25 +74,22 @@ impl Slot {
 
     pub fn decode(bytes: &[u8]) -> Result<Slot, SlotError> {
         let mut r = Reader::after_version(bytes)?;
-        let written_us = r.varint()?;
-        let clusters = r.list(|r| {
-            let name = r.str()?;
-            let endpoints = r.list(|r| {
-                Ok(EndpointReport {
-                    address: r.str()?,
-                    requests: r.varint()?,
-                    errors: r.varint()?,
-                    latency_sum_us: r.varint()?,
-                    inflight: u32::try_from(r.varint()?).map_err(|_| SlotError::Malformed)?,
-                    latency_ewma_us: r.varint()?,
-                    latency_age_ms: r.varint()?,
-                    cpu: r.option_f64()?,
-                    cpu_age_ms: r.option_varint()?,
-                    seen_age_ms: r.option_varint()?,
-                })
-            })?;
-            Ok(ClusterReport { name, endpoints })
-        })?;
+        let written_us = r.varint();
+        let clusters = r.list(|r| ClusterReport {
+            name: r.str(),
+            endpoints: r.list(|r| EndpointReport {
+                address: r.str(),
+                requests: r.varint(),
+                errors: r.varint(),
+                latency_sum_us: r.varint(),
+                inflight: r.u32(),
+                latency_ewma_us: r.varint(),
+                latency_age_ms: r.varint(),
+                cpu: r.option_f64(),
+                cpu_age_ms: r.option_varint(),
+                seen_age_ms: r.option_varint(),
+            }),
+        });
         r.end()?;
         Ok(Slot { written_us, clusters })
     }
@@ -119,20 +116,18 @@ impl StoredView {
 
     pub fn decode(bytes: &[u8]) -> Result<StoredView, SlotError> {
         let mut r = Reader::after_version(bytes)?;
-        let received_us = r.varint()?;
-        let ttl_ms = u32::try_from(r.varint()?).map_err(|_| SlotError::Malformed)?;
-        let name = r.str()?;
-        let endpoints = r.list(|r| {
-            Ok(EndpointView {
-                address: r.str()?,
-                weight: r.f64()?,
-                inflight: r.f64()?,
-                peer_inflight: r.f64()?,
-                latency_us: r.varint()?,
-                cpu: r.option_f64()?,
-                ejected: r.flag()?,
-            })
-        })?;
+        let received_us = r.varint();
+        let ttl_ms = r.u32();
+        let name = r.str();
+        let endpoints = r.list(|r| EndpointView {
+            address: r.str(),
+            weight: r.f64(),
+            inflight: r.f64(),
+            peer_inflight: r.f64(),
+            latency_us: r.varint(),
+            cpu: r.option_f64(),
+            ejected: r.flag(),
+        });
         r.end()?;
         Ok(StoredView { received_us, ttl_ms, view: ClusterView { name, endpoints } })
     }
@@ -186,89 +181,143 @@ impl Writer {
     }
 }
 
+/// Reads a record. The first failure stops the reading: every read after it gives 0 (false, an
+/// empty string or list) without touching the bytes, and `end` reports it. The decoders then read
+/// a record field by field without an early return after each one (a branch, and drops of what was
+/// read before: ~1.2 KB of the filter's module).
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
+    failed: Option<SlotError>,
 }
 
 impl<'a> Reader<'a> {
     fn after_version(bytes: &'a [u8]) -> Result<Reader<'a>, SlotError> {
         match bytes.first() {
-            Some(&VERSION) => Ok(Reader { bytes, at: 1 }),
+            Some(&VERSION) => Ok(Reader { bytes, at: 1, failed: None }),
             Some(&other) => Err(SlotError::Version(other)),
             None => Err(SlotError::Truncated),
         }
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], SlotError> {
-        let end = self.at.checked_add(n).filter(|end| *end <= self.bytes.len()).ok_or(SlotError::Truncated)?;
-        let out = &self.bytes[self.at..end];
-        self.at = end;
-        Ok(out)
+    fn fail(&mut self, error: SlotError) {
+        self.failed.get_or_insert(error);
     }
 
-    fn byte(&mut self) -> Result<u8, SlotError> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn varint(&mut self) -> Result<u64, SlotError> {
-        let mut n = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            n |= u64::from(b & 0x7f) << shift;
-            if b < 0x80 {
-                return Ok(n);
+    /// The next `n` bytes; none after a failure.
+    fn take(&mut self, n: usize) -> &'a [u8] {
+        let end = self.at.checked_add(n).filter(|end| *end <= self.bytes.len() && self.failed.is_none());
+        match end {
+            Some(end) => {
+                let out = &self.bytes[self.at..end];
+                self.at = end;
+                out
+            }
+            None => {
+                self.fail(SlotError::Truncated);
+                &[]
             }
         }
-        Err(SlotError::Malformed)
     }
 
-    fn str(&mut self) -> Result<String, SlotError> {
-        let len = usize::try_from(self.varint()?).map_err(|_| SlotError::Truncated)?;
-        let bytes = self.take(len)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| SlotError::Malformed)
+    fn byte(&mut self) -> u8 {
+        self.take(1).first().copied().unwrap_or(0)
     }
 
-    fn f64(&mut self) -> Result<f64, SlotError> {
-        let raw: [u8; 8] = self.take(8)?.try_into().map_err(|_| SlotError::Truncated)?;
-        Ok(f64::from_le_bytes(raw))
+    fn varint(&mut self) -> u64 {
+        let mut n = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte();
+            n |= u64::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                return n;
+            }
+        }
+        self.fail(SlotError::Malformed);
+        0
     }
 
-    fn flag(&mut self) -> Result<bool, SlotError> {
-        match self.byte()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(SlotError::Malformed),
+    fn u32(&mut self) -> u32 {
+        let n = self.varint();
+        u32::try_from(n).unwrap_or_else(|_| {
+            self.fail(SlotError::Malformed);
+            0
+        })
+    }
+
+    /// A length: beyond what `usize` holds, it is beyond the record.
+    fn len(&mut self) -> usize {
+        let n = self.varint();
+        usize::try_from(n).unwrap_or_else(|_| {
+            self.fail(SlotError::Truncated);
+            0
+        })
+    }
+
+    fn str(&mut self) -> String {
+        let len = self.len();
+        let bytes = self.take(len);
+        String::from_utf8(bytes.to_vec()).unwrap_or_else(|_| {
+            self.fail(SlotError::Malformed);
+            String::new()
+        })
+    }
+
+    fn f64(&mut self) -> f64 {
+        self.take(8).try_into().map_or(0.0, f64::from_le_bytes)
+    }
+
+    fn flag(&mut self) -> bool {
+        match self.byte() {
+            0 => false,
+            1 => true,
+            _ => {
+                self.fail(SlotError::Malformed);
+                false
+            }
         }
     }
 
-    fn option_f64(&mut self) -> Result<Option<f64>, SlotError> {
-        Ok(if self.flag()? { Some(self.f64()?) } else { None })
+    fn option_f64(&mut self) -> Option<f64> {
+        if self.flag() {
+            Some(self.f64())
+        } else {
+            None
+        }
     }
 
-    fn option_varint(&mut self) -> Result<Option<u64>, SlotError> {
-        Ok(if self.flag()? { Some(self.varint()?) } else { None })
+    fn option_varint(&mut self) -> Option<u64> {
+        if self.flag() {
+            Some(self.varint())
+        } else {
+            None
+        }
     }
 
     /// A count, then that many items. The count is checked against what is left (each item takes
     /// at least one byte), so a forged count cannot reserve memory the record does not hold.
-    fn list<T>(&mut self, mut item: impl FnMut(&mut Self) -> Result<T, SlotError>) -> Result<Vec<T>, SlotError> {
-        let count = usize::try_from(self.varint()?).map_err(|_| SlotError::Truncated)?;
+    fn list<T>(&mut self, mut item: impl FnMut(&mut Self) -> T) -> Vec<T> {
+        let count = self.len();
         if count > self.bytes.len() - self.at {
-            return Err(SlotError::Truncated);
+            self.fail(SlotError::Truncated);
+            return Vec::new();
         }
         let mut out = Vec::with_capacity(count);
         for _ in 0..count {
-            out.push(item(self)?);
+            out.push(item(self));
+            if self.failed.is_some() {
+                break;
+            }
         }
-        Ok(out)
+        out
     }
 
+    /// The first failure, else whether the whole record was read.
     fn end(&self) -> Result<(), SlotError> {
-        if self.at == self.bytes.len() {
-            Ok(())
-        } else {
-            Err(SlotError::Malformed)
+        match self.failed {
+            Some(error) => Err(error),
+            None if self.at == self.bytes.len() => Ok(()),
+            None => Err(SlotError::Malformed),
         }
     }
 }

@@ -72,36 +72,36 @@ pub fn inc(metric: Option<u32>) {
 
 impl Metrics {
     pub fn define(per_endpoint: bool) -> Self {
-        let c = |name: &str| host::define_counter(&format!("tailweight.{name}"));
-        let g = |name: &str| host::define_gauge(&format!("tailweight.{name}"));
+        // Full names: a `format!` of the prefix per metric cost ~1.3 KB of module.
+        let (c, g) = (host::define_counter, host::define_gauge);
         // Defined (not kept) so that a healthy configuration shows `config_errors: 0`.
-        c("config_errors");
+        c("tailweight.config_errors");
         Metrics {
-            picks: c("picks"),
-            honoured: c("picks_honoured"),
-            not_honoured: c("picks_not_honoured"),
-            refused: c("picks_refused"),
-            paused: c("paused"),
-            steering_pauses: c("steering_pauses"),
-            failures: c("failures"),
-            overloads: c("overloads"),
-            suspensions: c("suspensions"),
-            recoveries: c("recoveries"),
-            explorations: c("explorations"),
-            fallbacks: c("fallbacks"),
-            untracked: c("untracked"),
-            incoming_header_replaced: c("incoming_header_replaced"),
-            incoming_header_trusted: c("incoming_header_trusted"),
-            reports_sent: c("reports_sent"),
-            reports_ok: c("reports_ok"),
-            reports_failed: c("reports_failed"),
-            views_applied: c("views_applied"),
-            stamps_read: c("stamps_read"),
-            stamps_invalid: c("stamps_invalid"),
-            endpoints_forgotten: c("endpoints_forgotten"),
-            endpoints_tracked: g("endpoints_tracked"),
-            weights_age_ms: g("weights_age_ms"),
-            clusters_paused: g("clusters_paused"),
+            picks: c("tailweight.picks"),
+            honoured: c("tailweight.picks_honoured"),
+            not_honoured: c("tailweight.picks_not_honoured"),
+            refused: c("tailweight.picks_refused"),
+            paused: c("tailweight.paused"),
+            steering_pauses: c("tailweight.steering_pauses"),
+            failures: c("tailweight.failures"),
+            overloads: c("tailweight.overloads"),
+            suspensions: c("tailweight.suspensions"),
+            recoveries: c("tailweight.recoveries"),
+            explorations: c("tailweight.explorations"),
+            fallbacks: c("tailweight.fallbacks"),
+            untracked: c("tailweight.untracked"),
+            incoming_header_replaced: c("tailweight.incoming_header_replaced"),
+            incoming_header_trusted: c("tailweight.incoming_header_trusted"),
+            reports_sent: c("tailweight.reports_sent"),
+            reports_ok: c("tailweight.reports_ok"),
+            reports_failed: c("tailweight.reports_failed"),
+            views_applied: c("tailweight.views_applied"),
+            stamps_read: c("tailweight.stamps_read"),
+            stamps_invalid: c("tailweight.stamps_invalid"),
+            endpoints_forgotten: c("tailweight.endpoints_forgotten"),
+            endpoints_tracked: g("tailweight.endpoints_tracked"),
+            weights_age_ms: g("tailweight.weights_age_ms"),
+            clusters_paused: g("tailweight.clusters_paused"),
             per_endpoint: per_endpoint.then(FastMap::default),
         }
     }

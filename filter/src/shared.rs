@@ -32,6 +32,15 @@ fn key(name: &str) -> String {
     format!("{PREFIX}{name}")
 }
 
+/// The key of VM `n`'s entry of a kind (`beat.3`), formatted once (not a name, then its key).
+fn numbered_key(kind: &str, n: u64) -> String {
+    format!("{PREFIX}{kind}.{n}")
+}
+
+fn view_key(cluster: &str) -> String {
+    format!("{PREFIX}view.{cluster}")
+}
+
 /// Read-modify-write of a decimal counter with CAS. `update` returns the new value, or None to leave it.
 fn update_counter(name: &str, mut update: impl FnMut(u64) -> Option<u64>) -> Option<u64> {
     let key = key(name);
@@ -86,22 +95,22 @@ pub fn write_beat(slot: u64, beat: Beat) {
     let mut bytes = [0u8; 16];
     bytes[..8].copy_from_slice(&beat.version.to_le_bytes());
     bytes[8..].copy_from_slice(&beat.at_us.to_le_bytes());
-    host::shared_set(&key(&format!("beat.{slot}")), &bytes, None);
+    host::shared_set(&numbered_key("beat", slot), &bytes, None);
 }
 
 pub fn read_beat(slot: u64) -> Option<Beat> {
-    let bytes = host::shared_get(&key(&format!("beat.{slot}"))).0?;
+    let bytes = host::shared_get(&numbered_key("beat", slot)).0?;
     let version = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
     let at_us = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
     Some(Beat { version, at_us })
 }
 
 pub fn publish_slot(slot: u64, snapshot: &Slot) {
-    host::shared_set(&key(&format!("slot.{slot}")), &snapshot.encode(), None);
+    host::shared_set(&numbered_key("slot", slot), &snapshot.encode(), None);
 }
 
 pub fn read_slot(slot: u64) -> Option<Slot> {
-    let (bytes, _) = host::shared_get(&key(&format!("slot.{slot}")));
+    let (bytes, _) = host::shared_get(&numbered_key("slot", slot));
     Slot::decode(&bytes?).ok()
 }
 
@@ -143,7 +152,7 @@ pub fn incarnation() -> u64 {
 }
 
 pub fn store_view(view: &StoredView) {
-    host::shared_set(&key(&format!("view.{}", view.view.name)), &view.encode(), None);
+    host::shared_set(&view_key(&view.view.name), &view.encode(), None);
 }
 
 /// Views were stored: the other VMs read them at their next tick.
@@ -158,7 +167,7 @@ pub fn views_version() -> u64 {
 
 /// The stored view of `cluster` if it changed since CAS token `seen` (returns the new token too).
 pub fn view_if_changed(cluster: &str, seen: Option<u32>) -> Option<(StoredView, Option<u32>)> {
-    let (bytes, cas) = host::shared_get(&key(&format!("view.{cluster}")));
+    let (bytes, cas) = host::shared_get(&view_key(cluster));
     if cas == seen {
         return None;
     }
@@ -168,9 +177,9 @@ pub fn view_if_changed(cluster: &str, seen: Option<u32>) -> Option<(StoredView, 
 
 /// A server-role VM's requests in flight (see `core::server_inflight`).
 pub fn publish_server_count(slot: u64, count: PublishedCount) {
-    host::shared_set(&key(&format!("server_rif.{slot}")), &count.encode(), None);
+    host::shared_set(&numbered_key("server_rif", slot), &count.encode(), None);
 }
 
 pub fn read_server_count(slot: u64) -> Option<PublishedCount> {
-    PublishedCount::decode(&host::shared_get(&key(&format!("server_rif.{slot}"))).0?)
+    PublishedCount::decode(&host::shared_get(&numbered_key("server_rif", slot)).0?)
 }

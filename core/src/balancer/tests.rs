@@ -490,6 +490,25 @@ fn tick_forgets_unseen_endpoints_and_idle_clusters() {
 }
 
 #[test]
+fn clusters_left_after_one_is_forgotten_keep_their_endpoints() {
+    let mut b = balancer();
+    const D: &str = "outbound|80||other";
+    const E: &str = "outbound|80||third";
+    learn(&mut b, &[A], 0);
+    let ttl = b.settings().endpoint_ttl_us;
+    for (cluster, address) in [(D, B), (E, A)] {
+        b.complete(cluster, None, &ok(address, 5 * MS), ttl);
+    }
+    b.tick(ttl + 1);
+    assert!(b.cluster(C).is_none(), "the idle first cluster is forgotten");
+    assert_eq!(b.cluster(D).and_then(|c| c.get(B)).map(|e| e.address.as_str()), Some(B));
+    assert_eq!(b.cluster(E).and_then(|c| c.get(A)).map(|e| e.address.as_str()), Some(A));
+    let done = b.complete(D, None, &ok(B, 5 * MS), ttl + 2);
+    assert!(!done.learned, "B is still known in D");
+    assert_eq!(b.cluster_names().count(), 2);
+}
+
+#[test]
 fn snapshot_reports_cumulative_counts() {
     let mut b = balancer();
     b.complete(C, None, &ok(A, 2 * MS), 0);
