@@ -109,10 +109,16 @@ impl Metrics {
     /// `tailweight.endpoint.<ip>_<port>.picks`, only when opted in.
     pub fn endpoint_pick(&mut self, address: &str) {
         if let Some(map) = &mut self.per_endpoint {
-            let id = *map.entry(address.to_string()).or_insert_with(|| {
-                let name = address.replace([':', '.', '[', ']'], "_");
-                host::define_counter(&format!("tailweight.endpoint.{name}.picks")).map_or(usize::MAX, |id| id as usize)
-            });
+            // Look up by &str first: the owned key is made once per endpoint, not per request.
+            let id = match map.get(address) {
+                Some(id) => *id,
+                None => {
+                    let name = address.replace([':', '.', '[', ']'], "_");
+                    let id = host::define_counter(&format!("tailweight.endpoint.{name}.picks"))
+                        .map_or(usize::MAX, |id| id as usize);
+                    *map.entry(address.to_string()).or_insert(id)
+                }
+            };
             host::increment(u32::try_from(id).ok(), 1);
         }
     }
