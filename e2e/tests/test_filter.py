@@ -319,6 +319,18 @@ def test_a_lightly_loaded_envoy_reports_less_often_and_declares_its_period(group
     assert 5 <= len(busy) <= 11, len(busy)
 
 
+def test_per_endpoint_pick_counters_count_each_endpoints_picks(group, tmp_path):
+    backends = start_backends(group, 3)
+    client = Client(group, backends.addresses, plugin_config={"per_endpoint_metrics": True})
+    total, errors = run_fortio(group, tmp_path, client.url, qps=200, connections=4, seconds=2)
+    assert errors == 0 and total >= 300
+    per_endpoint = {k: v for k, v in client.envoy.stats(STAT + "endpoint.").items() if k.endswith(".picks")}
+    names = {STAT + "endpoint." + a.replace(".", "_").replace(":", "_") + ".picks" for a in backends.addresses}
+    # An endpoint the balancer has not picked yet has no counter yet.
+    assert set(per_endpoint) <= names and len(per_endpoint) >= 2, per_endpoint
+    assert sum(per_endpoint.values()) == client.stat("picks") and all(v > 0 for v in per_endpoint.values())
+
+
 @pytest.mark.parametrize("mode", ["garbage", "slow", "down"])
 def test_misbehaving_aggregator_never_fails_a_request(group, tmp_path, mode):
     recorder = Recorder(mode)
