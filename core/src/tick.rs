@@ -50,14 +50,16 @@ pub fn slowest_report_ms(interval_ms: u64) -> u64 {
 
 /// The report period for an Envoy that handled `requests` in the `elapsed_ms` since its last
 /// report: `stretched_period_ms(interval_ms, REQUESTS_PER_REPORT, requests_per_s(requests,
-/// max(elapsed_ms, interval_ms)), slowest_report_ms(interval_ms))`. The rate is taken over at least
+/// max(elapsed_ms, interval_ms)), slowest_report_ms(interval_ms))`; `interval_ms` when `requests`
+/// is None (unknown: the count went down, an endpoint forgotten with its counts, e.g. in a rollout). The rate is taken over at least
 /// one interval: the VMs count as of their last tick (each reads the others' snapshots), so right
 /// after a report another VM's count is ahead by up to a tick's requests, which over a few
 /// milliseconds would look like a burst. A report declares the period it was sent at (the
 /// aggregator keeps a reporter, and its views hold, for a few of the intervals it declares). The
 /// periods nest (each a multiple of the shorter ones), so reports go out at multiples of the
 /// period and a change of period never sends two reports in one period.
-pub fn report_period_ms(requests: u64, elapsed_ms: u64, interval_ms: u64) -> u64 {
+pub fn report_period_ms(requests: Option<u64>, elapsed_ms: u64, interval_ms: u64) -> u64 {
+    let Some(requests) = requests else { return interval_ms };
     let rate = requests_per_s(requests, elapsed_ms.max(interval_ms));
     stretched_period_ms(interval_ms, REQUESTS_PER_REPORT, rate, slowest_report_ms(interval_ms))
 }
@@ -117,7 +119,7 @@ mod tests {
     fn reports_stretch_from_every_interval_to_four_as_requests_thin_out() {
         // 50 requests per report: >= 50 rps -> 1 s, 25 rps -> 2 s, 10 rps -> 4 s (capped).
         for requests in [50, 100, 1_000, 100_000] {
-            assert_eq!(report_period_ms(requests, 1_000, 1_000), 1_000, "{requests} requests in 1 s");
+            assert_eq!(report_period_ms(Some(requests), 1_000, 1_000), 1_000, "{requests} requests in 1 s");
         }
         // (requests, elapsed ms, interval ms) -> period ms. A short interval stretches by the same
         // factor; a long one stops at the cap, at a power-of-two multiple, never below the
@@ -137,7 +139,7 @@ mod tests {
             (10_000, 10_000, 10_000, 10_000),
         ] {
             assert_eq!(
-                report_period_ms(requests, elapsed, interval),
+                report_period_ms(Some(requests), elapsed, interval),
                 period,
                 "{requests} in {elapsed} ms / {interval}"
             );
@@ -147,16 +149,22 @@ mod tests {
     #[test]
     fn a_few_requests_just_after_a_report_are_no_burst() {
         // 4 requests 10 ms after the last report: 4 per interval, not 400 per second.
-        assert_eq!(report_period_ms(4, 10, 1_000), 4_000);
-        assert_eq!(report_period_ms(4, 10, 250), 1_000);
+        assert_eq!(report_period_ms(Some(4), 10, 1_000), 4_000);
+        assert_eq!(report_period_ms(Some(4), 10, 250), 1_000);
         // A real burst over a whole interval does shorten the period.
-        assert_eq!(report_period_ms(60, 900, 1_000), 1_000);
+        assert_eq!(report_period_ms(Some(60), 900, 1_000), 1_000);
+    }
+
+    #[test]
+    fn an_unknown_count_reports_at_the_interval() {
+        assert_eq!(report_period_ms(None, 10_000, 1_000), 1_000);
+        assert_eq!(report_period_ms(None, 0, 250), 250);
     }
 
     #[test]
     fn report_periods_nest_so_their_multiples_line_up() {
         for interval in [100, 250, 1_000, 3_000, 10_000] {
-            let periods: Vec<u64> = (0..200).map(|n| report_period_ms(n, interval, interval)).collect();
+            let periods: Vec<u64> = (0..200).map(|n| report_period_ms(Some(n), interval, interval)).collect();
             let slowest = slowest_report_ms(interval);
             for p in &periods {
                 assert!(*p >= interval && *p <= slowest && *p % interval == 0, "{interval}: {p}");
@@ -177,8 +185,8 @@ mod tests {
     fn extreme_inputs_do_not_overflow() {
         assert_eq!(tick_period_ms(u64::MAX, u64::MAX), u64::MAX);
         assert_eq!(slowest_tick_ms(u64::MAX), u64::MAX);
-        assert_eq!(report_period_ms(u64::MAX, u64::MAX, u64::MAX), u64::MAX);
-        assert_eq!(report_period_ms(u64::MAX, 0, 1), 1);
+        assert_eq!(report_period_ms(Some(u64::MAX), u64::MAX, u64::MAX), u64::MAX);
+        assert_eq!(report_period_ms(Some(u64::MAX), 0, 1), 1);
         assert_eq!(slowest_report_ms(u64::MAX), u64::MAX);
     }
 }

@@ -225,7 +225,7 @@ impl Worker {
         }
         let now_ms = now_us / 1_000;
         let requests = endpoints().map(|e| e.requests).fold(0u64, u64::saturating_add);
-        let (new_requests, elapsed_ms) = (requests.saturating_sub(last.requests), now_ms.saturating_sub(last.at_ms));
+        let (new_requests, elapsed_ms) = (requests.checked_sub(last.requests), now_ms.saturating_sub(last.at_ms));
         let period_ms = tick::report_period_ms(new_requests, elapsed_ms, aggregator.report_interval_ms);
         if !shared::claim_report(now_ms / period_ms * period_ms) {
             return;
