@@ -92,17 +92,28 @@ pub struct Beat {
 }
 
 pub fn write_beat(slot: u64, beat: Beat) {
-    let mut bytes = [0u8; 16];
-    bytes[..8].copy_from_slice(&beat.version.to_le_bytes());
-    bytes[8..].copy_from_slice(&beat.at_us.to_le_bytes());
-    host::shared_set(&numbered_key("beat", slot), &bytes, None);
+    write_words(&numbered_key("beat", slot), [beat.version, beat.at_us]);
 }
 
 pub fn read_beat(slot: u64) -> Option<Beat> {
-    let bytes = host::shared_get(&numbered_key("beat", slot)).0?;
-    let version = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
-    let at_us = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
+    let [version, at_us] = read_words(&numbered_key("beat", slot))?;
     Some(Beat { version, at_us })
+}
+
+/// `words` under `key` as consecutive little-endian u64s.
+fn write_words<const N: usize>(key: &str, words: [u64; N]) {
+    let bytes = words.map(u64::to_le_bytes);
+    host::shared_set(key, bytes.as_flattened(), None);
+}
+
+/// The first `N` little-endian u64s under `key`; None when absent or shorter.
+fn read_words<const N: usize>(key: &str) -> Option<[u64; N]> {
+    let bytes = host::shared_get(key).0?;
+    let mut words = [0u64; N];
+    for (i, word) in words.iter_mut().enumerate() {
+        *word = u64::from_le_bytes(bytes.get(i * 8..i * 8 + 8)?.try_into().ok()?);
+    }
+    Some(words)
 }
 
 pub fn publish_slot(slot: u64, snapshot: &Slot) {
@@ -130,20 +141,13 @@ pub struct LastReport {
 }
 
 pub fn last_report() -> LastReport {
-    let Some(bytes) = host::shared_get(&key("reported")).0 else { return LastReport::default() };
-    let word = |at: usize| Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
-    match (word(0), word(8), word(16)) {
-        (Some(digest), Some(requests), Some(at_ms)) => LastReport { digest, requests, at_ms },
-        _ => LastReport::default(),
-    }
+    read_words(&key("reported"))
+        .map(|[digest, requests, at_ms]| LastReport { digest, requests, at_ms })
+        .unwrap_or_default()
 }
 
 pub fn set_last_report(last: LastReport) {
-    let mut bytes = [0u8; 24];
-    for (chunk, word) in bytes.chunks_exact_mut(8).zip([last.digest, last.requests, last.at_ms]) {
-        chunk.copy_from_slice(&word.to_le_bytes());
-    }
-    host::shared_set(&key("reported"), &bytes, None);
+    write_words(&key("reported"), [last.digest, last.requests, last.at_ms]);
 }
 
 /// This Envoy's incarnation (set by `init`).
