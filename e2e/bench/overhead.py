@@ -7,8 +7,9 @@ same Envoy bootstrap (bench.overhead_configs) but for the HTTP filter.
    stime: robust on a shared machine, where V8 compiles on several threads), at --concurrency 1
    and 2, a listener and one cluster, local-only; the variants' starts interleaved; phases (module
    compile) from Envoy's own log at wasm:debug.
-2. Memory at --concurrency 2: RSS 1 s and 10 s after /ready; and after a few minutes of load
-   spread over 64 clusters x 1,000 endpoints with the aggregator on (a synthetic reporter,
+2. Memory at --concurrency 2: RSS 1 s and 10 s after /ready; 90 s after /ready with the sidecar
+   bootstrap override wasmplugin/ ships (Envoy releasing free heap pages); and after a few minutes
+   of load spread over 64 clusters x 1,000 endpoints with the aggregator on (a synthetic reporter,
    bench.overhead_reporter, makes the aggregator's views list every endpoint, so the filter learns
    them; its `endpoints_tracked` gauge says how many it reached). `--flat-minutes N`: RSS every 30 s
    for N minutes under light load.
@@ -72,6 +73,7 @@ class Settings:
     starts: int  # per variant and concurrency
     memory_starts: int  # idle RSS: Envoys started per variant
     idle_late_s: float  # the second idle RSS sample, seconds after /ready
+    released_late_s: float  # idle RSS of an Envoy releasing free heap pages, seconds after /ready
     fleet_clusters: int
     fleet_endpoints: int
     fleet_qps: float
@@ -94,14 +96,14 @@ class Settings:
     concurrencies: tuple[int, ...] = (1, 2)
 
 
-FULL = Settings(starts=7, memory_starts=3, idle_late_s=10, fleet_clusters=64, fleet_endpoints=1000,
-                fleet_qps=3000, fleet_connections=96, fleet_seconds=150, fleet_idle_timeout_s=1.0,
+FULL = Settings(starts=7, memory_starts=3, idle_late_s=10, released_late_s=90, fleet_clusters=64,
+                fleet_endpoints=1000, fleet_qps=3000, fleet_connections=96, fleet_seconds=150, fleet_idle_timeout_s=1.0,
                 rounds=10, seconds=6, warmup_s=5, qps=1000, connections=16, payload=1024,
                 grpc_connections=2, grpc_streams=8, light_rates=(0, 1, 10, 100, 1000), light_seconds=20, light_rounds=5,
                 flat_minutes=0, flat_rps=10)
-QUICK = dataclasses.replace(FULL, starts=1, memory_starts=1, fleet_clusters=4, fleet_endpoints=50,
-                            fleet_qps=200, fleet_connections=8, fleet_seconds=6, rounds=2, seconds=1,
-                            warmup_s=0.5, light_seconds=2, light_rounds=1)
+QUICK = dataclasses.replace(FULL, starts=1, memory_starts=1, released_late_s=12, fleet_clusters=4,
+                            fleet_endpoints=50, fleet_qps=200, fleet_connections=8, fleet_seconds=6, rounds=2,
+                            seconds=1, warmup_s=0.5, light_seconds=2, light_rounds=1)
 
 
 def log(text: str) -> None:
@@ -170,25 +172,37 @@ def section_startup(group: ProcGroup, variants: dict, s: Settings) -> dict:
 
 
 def section_idle_memory(group: ProcGroup, variants: dict, s: Settings) -> dict:
-    """Each repetition starts every variant (Envoys side by side do not change each other's RSS),
-    reading each one's RSS 1 s and `idle_late_s` after its /ready."""
+    """Each repetition starts every variant twice (Envoys side by side do not change each other's
+    RSS): with the benchmark's bootstrap, reading RSS 1 s and `idle_late_s` after /ready, and with
+    wasmplugin/'s sidecar bootstrap override (Envoy releasing free heap pages), reading RSS
+    `released_late_s` after /ready (tcmalloc releases nothing while its heap peaked within a minute)."""
     samples: dict[str, list[dict]] = {v: [] for v in variants}
-    cfg = {v: configs.render(configs.client(w, [UNUSED_BACKEND])) for v, w in variants.items()}
+    cfg = {v: configs.client(w, [UNUSED_BACKEND]) for v, w in variants.items()}
     for rep in range(s.memory_starts):
-        running = []
+        running, releasing = [], []
         for v in rotated(variants, rep):
-            e = envoy.start(group, f"idle-{v}-{rep}", cfg[v], concurrency=2)
+            e = envoy.start(group, f"idle-{v}-{rep}", configs.render(cfg[v]), concurrency=2)
             ready = time.monotonic()
             measure.wait_until(ready + 1.0)
             running.append((v, e, ready, measure.rss_bytes(e.proc.pid)))
+            r = envoy.start(group, f"idle-released-{v}-{rep}",
+                            configs.render(configs.with_sidecar_bootstrap_override(cfg[v])), concurrency=2)
+            releasing.append((v, r, time.monotonic()))
         for v, e, ready, rss_1s in running:
             measure.wait_until(ready + s.idle_late_s)
             samples[v].append({"rss_1s_mib": rss_1s / measure.MIB,
                                "rss_late_mib": measure.rss_bytes(e.proc.pid) / measure.MIB,
                                **heap_mib(e)})
             e.proc.stop()
+        for v, r, ready in releasing:
+            measure.wait_until(ready + s.released_late_s)
+            sample = samples[v][-1]
+            sample["rss_released_mib"] = measure.rss_bytes(r.proc.pid) / measure.MIB
+            sample.update({f"released_{k}": x for k, x in heap_mib(r).items()})
+            r.proc.stop()
         log(f"idle memory {rep + 1}/{s.memory_starts}: " + ", ".join(
-            f"{v} {samples[v][-1]['rss_late_mib']:.1f} MiB" for v in variants))
+            f"{v} {samples[v][-1]['rss_late_mib']:.1f} MiB (releasing {samples[v][-1]['rss_released_mib']:.1f})"
+            for v in variants))
     return samples
 
 

@@ -16,6 +16,8 @@ WASM_FILTER = "envoy.filters.http.wasm"
 GRPC_LISTENER = "grpc"
 GRPC_CLUSTER = "grpc_backends"
 _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+# The bootstrap override wasmplugin/ ships for sidecars (Envoy releases free heap pages).
+SIDECAR_BOOTSTRAP = paths.REPO / "wasmplugin" / "client" / "sidecar-bootstrap.yaml"
 
 
 def client(wasm: Path | None, backends: Sequence[str], aggregator_port: int | None = None) -> dict:
@@ -28,6 +30,21 @@ def client(wasm: Path | None, backends: Sequence[str], aggregator_port: int | No
         hcm = _hcm(_listener(cfg, envoy_configs.LISTENER))
         hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != WASM_FILTER]
     return cfg
+
+
+def sidecar_bootstrap_override() -> dict:
+    """The bootstrap fields of wasmplugin/client/sidecar-bootstrap.yaml (the ConfigMap's
+    custom_bootstrap.json), which pilot-agent merges into a sidecar's bootstrap."""
+    config_map = yaml.safe_load(SIDECAR_BOOTSTRAP.read_text())
+    return json.loads(config_map["data"]["custom_bootstrap.json"])
+
+
+def with_sidecar_bootstrap_override(cfg: dict) -> dict:
+    """`cfg` with the shipped bootstrap override's top-level fields set, as Envoy's --config-yaml
+    merges them (every field it sets is a message the base config does not have)."""
+    out = copy.deepcopy(cfg)
+    out.update(sidecar_bootstrap_override())
+    return out
 
 
 def with_grpc(cfg: dict, grpc_backends: Sequence[str]) -> dict:

@@ -13,6 +13,8 @@ TARGETS = {
     "startup": ("start to ready, over the empty filter (--concurrency 2)", 50.0, "ms"),
     "module": ("module size", 150 * KIB, "bytes"),
     "rss_idle": ("RSS idle ({idle_late_s:g} s after ready), over the empty filter", 4.0, "MiB"),
+    "rss_idle_released": ("RSS idle, Envoy releasing free heap (wasmplugin/'s sidecar bootstrap override, "
+                          "{released_late_s:g} s after ready), over the empty filter", 4.0, "MiB"),
     "rss_fleet": ("RSS at {fleet_clusters} clusters x {fleet_endpoints:,} endpoints, over the empty filter", 8.0,
                   "MiB"),
     "cpu": ("Envoy CPU per request, over no filter", 30.0, "us"),
@@ -54,9 +56,13 @@ def summarise(r: dict) -> dict:
         rows = {}
         for v, samples in idle.items():
             row = {k: _median(samples, k) for k in ("rss_1s_mib", "rss_late_mib", "heap_allocated_mib",
-                                                    "heap_free_mib", "thread_caches_mib")}
+                                                    "heap_free_mib", "thread_caches_mib", "rss_released_mib",
+                                                    "released_heap_allocated_mib", "released_heap_free_mib",
+                                                    "released_thread_caches_mib")}
             if v != EMPTY and EMPTY in idle:
-                row["late_vs_empty"] = paired(_column(samples, "rss_late_mib"), _column(idle[EMPTY], "rss_late_mib"))
+                for key, name in (("rss_late_mib", "late_vs_empty"), ("rss_released_mib", "released_vs_empty")):
+                    if row[key] is not None:
+                        row[name] = paired(_column(samples, key), _column(idle[EMPTY], key))
             f = fleet.get(v, {})
             row["fleet_rss_mib"] = f.get("rss_mib")
             if v != EMPTY and EMPTY in fleet and f.get("rss_mib") is not None:
@@ -174,6 +180,9 @@ def targets(r: dict, s: dict) -> list[dict]:
         m = s.get("memory", {}).get(v, {})
         if "late_vs_empty" in m:
             add("rss_idle", v, m["late_vs_empty"]["median"], m["late_vs_empty"]["low"], m["late_vs_empty"]["high"])
+        if "released_vs_empty" in m:
+            d = m["released_vs_empty"]
+            add("rss_idle_released", v, d["median"], d["low"], d["high"])
         if "fleet_vs_empty_mib" in m:
             tracked = r["memory"]["fleet"][v].get("endpoints_tracked")
             add("rss_fleet", v, m["fleet_vs_empty_mib"], detail=f"{tracked} endpoints tracked")
@@ -290,11 +299,15 @@ def _memory_table(r: dict, s: dict) -> list[str]:
     fleet = r["memory"]["fleet"]
     idle_n = len(next(iter(r["memory"]["idle"].values())))
     late = f"{st['idle_late_s']:g} s"
+    released = f"{st.get('released_late_s', 0):g} s"
     lines = [
         "## 2. Memory",
         "",
         f"Envoy RSS at --concurrency 2. Idle: the start-up config, 1 s and {late} after /ready, median of "
-        f"{idle_n} starts (over empty: paired by start). Fleet: {st['fleet_clusters']} clusters each listing "
+        f"{idle_n} starts (over empty: paired by start). Releasing: the same config with the sidecar bootstrap "
+        f"override wasmplugin/client/sidecar-bootstrap.yaml ships (Envoy's `memory_allocator_manager`: tcmalloc "
+        f"hands free heap pages back to the kernel, once its heap has not peaked for a minute), {released} after "
+        f"/ready, started beside the others. Fleet: {st['fleet_clusters']} clusters each listing "
         f"the same {st['fleet_endpoints']:,} endpoints (one emulator), the route splitting requests evenly "
         f"over them, the aggregator on, a synthetic reporter naming every endpoint each second (so the "
         f"aggregator's views suggest them all); {st['fleet_seconds']:g} s of Fortio at {st['fleet_qps']:g} qps "
@@ -304,15 +317,17 @@ def _memory_table(r: dict, s: dict) -> list[str]:
         "`endpoints_tracked` gauge at the end (the most seen during the load); it forgets an endpoint 60 s "
         "after its last good answer, so the load spread over all of them decides how many stay.",
         "",
-        f"| variant | idle 1 s MiB | idle {late} MiB | idle over empty, MiB | fleet MiB | fleet over empty, MiB "
-        "| endpoints tracked (most) | fleet requests (errors) | upstream connections open | Envoy ready s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| variant | idle 1 s MiB | idle {late} MiB | idle over empty, MiB | releasing, {released} MiB "
+        "| releasing over empty, MiB | fleet MiB | fleet over empty, MiB | endpoints tracked (most) "
+        "| fleet requests (errors) | upstream connections open | Envoy ready s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for v, x in s["memory"].items():
         f = fleet.get(v, {})
         tracked = "–" if f.get("endpoints_tracked") is None else \
             f"{f['endpoints_tracked']:,} ({f.get('endpoints_tracked_max') or 0:,})"
         lines.append(f"| {v} | {_f(x['rss_1s_mib'])} | {_f(x['rss_late_mib'])} | {_ci(x.get('late_vs_empty'))} "
+                     f"| {_f(x.get('rss_released_mib'))} | {_ci(x.get('released_vs_empty'))} "
                      f"| {_f(x['fleet_rss_mib'])} | {_f(x.get('fleet_vs_empty_mib'), sign=True)} | {tracked} "
                      f"| {f.get('requests', 0):,} ({f.get('errors', 0)}) | {f.get('upstream_cx_active', '–')} "
                      f"| {_f(f.get('ready_s'), 2)} |")
@@ -328,6 +343,10 @@ def _memory_table(r: dict, s: dict) -> list[str]:
             "| --- | ---: | ---: | ---: | ---: |",
             *[f"| {v} | {_f(x['rss_late_mib'])} | {_f(x.get('heap_allocated_mib'))} | {_f(x.get('heap_free_mib'))} "
               f"| {_f(x.get('thread_caches_mib'))} |" for v, x in s["memory"].items()],
+            *[f"| {v}, releasing ({released}) | {_f(x['rss_released_mib'])} "
+              f"| {_f(x.get('released_heap_allocated_mib'))} | {_f(x.get('released_heap_free_mib'))} "
+              f"| {_f(x.get('released_thread_caches_mib'))} |"
+              for v, x in s["memory"].items() if x.get("rss_released_mib") is not None],
             "",
         ]
     return lines

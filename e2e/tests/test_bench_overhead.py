@@ -85,6 +85,20 @@ def test_configs_differ_only_in_the_filter_and_envoy_accepts_them(tmp_path):
                for n in overhead_configs.fleet_cluster_names(3))
 
 
+def test_the_shipped_sidecar_bootstrap_override_makes_envoy_release_free_heap(group):
+    """wasmplugin/'s ConfigMap, merged into a sidecar config as pilot-agent merges it: Envoy accepts
+    it and starts tcmalloc's background release at the rate it names."""
+    override = overhead_configs.sidecar_bootstrap_override()
+    manager = override["memory_allocator_manager"]
+    per_s = int(manager["bytes_to_release"]) / float(manager["memory_release_interval"].removesuffix("s"))
+    assert per_s > 0
+    cfg = overhead_configs.with_sidecar_bootstrap_override(overhead_configs.client(paths.WASM, ["127.0.0.1:9"]))
+    assert cfg["static_resources"] == overhead_configs.client(paths.WASM, ["127.0.0.1:9"])["static_resources"]
+    e = envoy.start(group, "releasing", overhead_configs.render(cfg))
+    wait_for(lambda: f"Configured tcmalloc with background release rate: {per_s:.0f} bytes per second" in e.log(),
+             10, "tcmalloc's background release configured", e.proc)
+
+
 def test_synthetic_reports_make_the_aggregator_list_every_endpoint(group):
     agg = aggregator.start(group)
     addresses = [f"127.0.0.1:{20000 + i}" for i in range(300)]
@@ -121,6 +135,9 @@ def test_quick_run_writes_every_section_with_numbers(tmp_path):
         # Envoy's own heap account, from its admin /memory: part of the RSS.
         assert numbers(x["heap_allocated_mib"], x["heap_free_mib"], x["thread_caches_mib"]), (v, x)
         assert 0 < x["heap_allocated_mib"] + x["heap_free_mib"] + x["thread_caches_mib"] < x["rss_late_mib"]
+        # The same config with wasmplugin/'s bootstrap override, started beside it.
+        assert numbers(x["rss_released_mib"], x["released_heap_free_mib"]), (v, x)
+    assert numbers(s["memory"]["tailweight"]["released_vs_empty"]["median"])
     fleet = r["memory"]["fleet"]
     assert fleet["tailweight"]["endpoints_tracked"] > 0 and fleet["no_wasm"]["endpoints_tracked"] is None
     assert all(fleet[v]["requests"] > 0 for v in variants)
