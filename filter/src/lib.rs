@@ -13,7 +13,9 @@ mod server;
 mod shared;
 mod worker;
 
+// No `proxy_wasm::set_log_level`: the filter logs through `host::log`, and a panic's message already
+// reaches Envoy's log (std's hook writes it to stderr, which Envoy logs at error level as
+// "wasm log tailweight: ... panicked at <file:line>"); the SDK's logger and panic hook cost 2.5 KB.
 proxy_wasm::main! {{
-    proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);
     proxy_wasm::set_root_context(|context_id| Box::new(root::Root::new(context_id)));
 }}
