@@ -21,7 +21,8 @@ same Envoy bootstrap (bench.overhead_configs) but for the HTTP filter.
    percentiles from the rounds' merged histograms.
 4. Light load at --concurrency 2, the aggregator configured: Envoy CPU per second idle and at 1,
    10, 100 and 1,000 rps, every variant loaded at the same time (paired in time), CPU from the
-   threads' schedstat (ns).
+   threads' schedstat (ns); beside them tailweight with the sidecar bootstrap override
+   (`tailweight_releasing`).
 
 Envoys run pinned to core 1, load generators and backends to core 0 (when there are two cores);
 CPU is read from /proc, so what the rest of the machine does costs a variant time, not CPU. Start-ups
@@ -60,7 +61,7 @@ from tailweight_e2e.procs import Proc, ProcGroup, wait_for
 EMPTY_WASM = paths.REPO / "build" / "empty_filter.wasm"
 RESULTS = paths.REPO / "bench" / "results"
 QUICK_RESULTS = paths.REPO / "build" / "bench-overhead-quick"  # a smoke run never replaces the results
-VARIANTS = {"no_wasm": None, "empty_wasm": EMPTY_WASM, "tailweight": paths.WASM}
+VARIANTS = {"no_wasm": None, "empty_wasm": EMPTY_WASM, tables.TAILWEIGHT: paths.WASM}
 TRACKED = "wasmcustom.tailweight.endpoints_tracked"
 ENVOY_CORE, LOAD_CORE = 1, 0
 STARTUP_LOG = ["--component-log-level", "wasm:debug"]
@@ -352,16 +353,20 @@ def connections_for(rate: float) -> int:
 
 def section_light(group: ProcGroup, variants: dict, s: Settings, tmp: Path) -> tuple[list, list | None]:
     """Steps: idle (fresh), `light_rounds` rounds of every rate in order, idle again (endpoints
-    still tracked); every variant's Envoy at once, so each step's figures are paired. Then, with
-    --flat-minutes, RSS every 30 s under `flat_rps`."""
+    still tracked); every variant's Envoy at once, so each step's figures are paired, and one more,
+    tables.RELEASING: tailweight with wasmplugin/'s sidecar bootstrap override (what Envoy's releasing free
+    heap costs in CPU). Then, with --flat-minutes, RSS every 30 s under `flat_rps`."""
     backends = emu.start(group, [emu.BackendSettings(workers=16, base_ms=0.2, payload_bytes=s.payload)] * 3,
                          name="light-emulator")
     agg = aggregator.start(group, "light-aggregator", args=["--worker-threads", "1"])
     for p in (backends.proc, agg.proc):
         measure.pin(p.pid, LOAD_CORE)
-    envoys = {v: envoy.start(group, f"light-{v}", configs.render(configs.client(w, backends.addresses, agg.port)),
-                             concurrency=2, command_prefix=measure.pin_prefix(ENVOY_CORE))
-              for v, w in variants.items()}
+    bootstraps = {v: configs.client(w, backends.addresses, agg.port) for v, w in variants.items()}
+    if tables.TAILWEIGHT in bootstraps:
+        bootstraps[tables.RELEASING] = configs.with_sidecar_bootstrap_override(bootstraps[tables.TAILWEIGHT])
+    envoys = {v: envoy.start(group, f"light-{v}", configs.render(cfg), concurrency=2,
+                             command_prefix=measure.pin_prefix(ENVOY_CORE))
+              for v, cfg in bootstraps.items()}
     rated = [(f"{r:g} rps", float(r), n) for n in range(s.light_rounds) for r in s.light_rates if r > 0]
     steps = [("idle", 0.0, None), *rated, ("idle after load", 0.0, None)]
     out = []
@@ -381,12 +386,12 @@ def section_light(group: ProcGroup, variants: dict, s: Settings, tmp: Path) -> t
         window = time.monotonic() - t0
         cpu1 = {v: measure.thread_cpu_ns(e.proc.pid) for v, e in envoys.items()}
         row = {"step": label, "rate": rate, "round": round_number, "seconds": round(window, 2), "variants": {}}
-        for v in variants:
+        for v in envoys:
             requests_total, errors = counts(results[v]) if v in results else (0, 0)
             row["variants"][v] = {"cpu_ms_per_s": (cpu1[v] - cpu0[v]) / 1e6 / window,
                                   "requests": requests_total, "errors": errors}
         out.append(row)
-        log(f"light load {label}: " + ", ".join(f"{v} {row['variants'][v]['cpu_ms_per_s']:.2f} ms/s" for v in variants))
+        log(f"light load {label}: " + ", ".join(f"{v} {row['variants'][v]['cpu_ms_per_s']:.2f} ms/s" for v in envoys))
     flat = None
     if s.flat_minutes > 0:
         flat = flat_memory(group, envoys, s, tmp)

@@ -149,6 +149,8 @@ def test_quick_run_writes_every_section_with_numbers(tmp_path):
     assert [row["step"] for row in s["light"]] == ["idle", "1 rps", "10 rps", "100 rps", "1000 rps",
                                                    "idle after load"]
     assert all(numbers(cell["cpu_ms_per_s"]) for row in s["light"] for cell in row["variants"].values())
+    # Beside the variants, tailweight with the sidecar bootstrap override, paired with tailweight.
+    assert all(numbers(row["variants"][overhead.tables.RELEASING]["vs_tailweight"]["median"]) for row in s["light"])
     assert numbers(s["light_per_request"]["tailweight"]["ratio"])
     empty = s["light_per_request"]["empty_wasm"]  # the empty filter over no filter, for reference
     assert numbers(empty["at_10_us"], empty["at_1000_us"])
