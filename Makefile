@@ -23,21 +23,12 @@ deps:
 
 build: wasm native
 
-# Callbacks the SDK exports but the filter leaves at their defaults: without the export the host
-# skips the call (per body chunk, trailers, end of stream) and takes the same default.
-UNUSED_CALLBACKS := proxy_on_request_body proxy_on_request_trailers proxy_on_response_body \
-	proxy_on_response_trailers proxy_on_done proxy_on_new_connection proxy_on_downstream_data \
-	proxy_on_upstream_data proxy_on_downstream_connection_close proxy_on_upstream_connection_close \
-	proxy_on_grpc_receive_initial_metadata proxy_on_grpc_receive proxy_on_grpc_receive_trailing_metadata \
-	proxy_on_grpc_close proxy_on_queue_ready proxy_on_foreign_function
-
-# Filter: cargo release build for wasm32-wasip1, unused callbacks unexported, then wasm-opt -Os.
+# Filter: cargo release build for wasm32-wasip1, then wasm-opt -Os. The module exports only the
+# callbacks it implements (filter/src/abi.rs), so the host skips every other one.
 wasm: deps
 	$(CARGO) build --locked --profile wasm-release --target wasm32-wasip1 -p tailweight-filter
 	@mkdir -p $(BUILD)
-	python3 filter/tools/strip_exports.py target/wasm32-wasip1/wasm-release/tailweight_filter.wasm \
-		target/wasm32-wasip1/wasm-release/tailweight_filter.stripped.wasm $(UNUSED_CALLBACKS)
-	$(WASM_OPT) target/wasm32-wasip1/wasm-release/tailweight_filter.stripped.wasm -o $(WASM)
+	$(WASM_OPT) target/wasm32-wasip1/wasm-release/tailweight_filter.wasm -o $(WASM)
 	@echo "$(WASM): $$(stat -c %s $(WASM)) bytes"
 
 # Native binaries (aggregator, backend emulator, simulator).

@@ -175,3 +175,30 @@ def test_a_client_reads_stamps_removes_them_and_avoids_the_busy_endpoint(group, 
         r = session.get(plain.url(), timeout=10)
         assert r.status_code == 200 and r.headers[STAMP].startswith("1;rif="), r.headers
     assert plain.stat(STAT + "stamps_read") == 0
+
+
+def test_a_client_and_a_server_role_sharing_one_vm_keep_their_own_state(group):
+    # Filters with the same vm_config share one VM per worker: each plugin is a root context of its
+    # own in the module, with its own configuration. Here an outbound client-role listener and an
+    # inbound server-role listener in one Envoy, both in front of the same application.
+    apps = emu.start(group, [emu.BackendSettings(workers=2, base_ms=1.0)])
+    app = apps.addresses[0]
+    bootstrap = yaml.safe_load(envoy_configs.render_client_envoy(
+        [app], "tailweight_local", wasm_path=paths.WASM, plugin_config={}))
+    server = yaml.safe_load(envoy_configs.render_server_envoy(app, paths.WASM))
+    inbound = server["static_resources"]["listeners"][0]
+    inbound["name"] = inbound["stat_prefix"] = "inbound"
+    bootstrap["static_resources"]["listeners"].append(inbound)
+    bootstrap["static_resources"]["clusters"] += server["static_resources"]["clusters"]
+    proxy = envoy.start(group, "two-roles", yaml.safe_dump(bootstrap, sort_keys=False))
+
+    session = requests.Session()
+    for _ in range(20):
+        r = session.get(proxy.url(), timeout=10)
+        assert r.status_code == 200 and STAMP not in r.headers, r.headers
+        r = session.get(proxy.url("inbound"), timeout=10)
+        assert r.status_code == 200 and rif(r) >= 0
+    counted = {name: proxy.stat(STAT + name) for name in ("picks", "explorations", "fallbacks", "stamps_written")}
+    assert counted["picks"] + counted["explorations"] + counted["fallbacks"] == 20, counted
+    assert counted["stamps_written"] == 20, counted
+    assert proxy.stat(STAT + "config_errors") == 0

@@ -11,12 +11,11 @@
 //! attribute and the ORCA report from the trailers, so no trailers callback is exported: HTTP/1.1
 //! requests pay nothing for gRPC.
 
+use crate::abi::LogLevel;
 use crate::host;
 use crate::metrics;
 use crate::root::{check_direction_once, PluginState, Shared};
 use crate::worker::Worker;
-use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, LogLevel};
 use tailweight_core::config::is_override_value;
 use tailweight_core::orca::{self, OrcaLoad};
 use tailweight_core::outcome::classify;
@@ -95,19 +94,17 @@ fn orca_in_headers(grpc: bool) -> Option<OrcaLoad> {
     }
 }
 
-impl Context for Request {}
-
-impl HttpContext for Request {
-    fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
+impl Request {
+    pub fn on_request_headers(&mut self) {
         let mut state = self.state.borrow_mut();
-        let PluginState::Active(w) = &mut *state else { return Action::Continue };
+        let PluginState::Active(w) = &mut *state else { return };
         check_direction_once(&mut w.direction_checked, w.config.role);
         let header = w.config.header.as_str();
         let incoming = host::request_header(header);
         if let Some(value) = &incoming {
             if w.config.trust_incoming_header && is_override_value(value) {
                 metrics::inc(w.metrics.incoming_header_trusted);
-                return Action::Continue;
+                return;
             }
             metrics::inc(w.metrics.incoming_header_replaced);
         }
@@ -146,11 +143,10 @@ impl HttpContext for Request {
             self.cluster = Some(cluster);
             self.started_us = now;
         }
-        Action::Continue
     }
 
-    fn on_http_response_headers(&mut self, _: usize, _: bool) -> Action {
-        let Some(cluster) = &self.cluster else { return Action::Continue };
+    pub fn on_response_headers(&mut self) {
+        let Some(cluster) = &self.cluster else { return };
         let response = Response {
             at_us: host::now_us(),
             status: host::response_header(":status").and_then(|s| s.parse().ok()).unwrap_or(0),
@@ -166,10 +162,9 @@ impl HttpContext for Request {
             self.release(w);
         }
         self.response = Some(response);
-        Action::Continue
     }
 
-    fn on_log(&mut self) {
+    pub fn on_log(&mut self) {
         if self.cluster.is_none() {
             return;
         }
@@ -269,9 +264,8 @@ fn read_stamp(w: &mut Worker, cluster: &str, served: Option<&str>, now_us: u64) 
 }
 
 /// Not steering: an override header from outside must not steer either.
-fn clear(header: &str, present: bool) -> Action {
+fn clear(header: &str, present: bool) {
     if present {
         host::remove_request_header(header);
     }
-    Action::Continue
 }

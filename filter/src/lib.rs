@@ -4,6 +4,7 @@
 //! With `"role": "server"` the same module runs in the destination's sidecar and stamps each
 //! response with the endpoint's load instead (see `server`).
 
+mod abi;
 mod host;
 mod http;
 mod metrics;
@@ -13,9 +14,6 @@ mod server;
 mod shared;
 mod worker;
 
-// No `proxy_wasm::set_log_level`: the filter logs through `host::log`, and a panic's message already
+// No logger and no panic hook: the filter logs through `host::log`, and a panic's message already
 // reaches Envoy's log (std's hook writes it to stderr, which Envoy logs at error level as
-// "wasm log tailweight: ... panicked at <file:line>"); the SDK's logger and panic hook cost 2.5 KB.
-proxy_wasm::main! {{
-    proxy_wasm::set_root_context(|context_id| Box::new(root::Root::new(context_id)));
-}}
+// "wasm log tailweight: ... panicked at <file:line>").

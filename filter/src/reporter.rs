@@ -3,12 +3,10 @@
 //! a valid reply is stored in shared data for every worker's next tick; anything else is counted
 //! and ignored, so the aggregator can never fail or slow a request.
 
+use crate::abi::LogLevel;
 use crate::host;
 use crate::metrics::{self, Metrics};
 use crate::shared::{self, StoredView};
-use proxy_wasm::hostcalls;
-use proxy_wasm::types::{BufferType, LogLevel};
-use std::time::Duration;
 use tailweight_core::config::AggregatorConfig;
 use tailweight_core::filter_wire;
 use tailweight_core::wire::{self, ClusterReport, Limits, Report};
@@ -55,15 +53,14 @@ impl Reporter {
             let body = filter_wire::write_report(&report);
             // Replicas behind consistent hashing each see whole clusters (see wire::shard_authority).
             let authority = wire::shard_authority(&name, &aggregator.authority);
-            let headers = vec![
+            let headers = [
                 (":method", "POST"),
                 (":path", aggregator.path.as_str()),
                 (":authority", authority.as_str()),
                 ("content-type", "application/json"),
                 (aggregator.shard_header.as_str(), name.as_str()),
             ];
-            let timeout = Duration::from_millis(aggregator.timeout_ms);
-            match hostcalls::dispatch_http_call(&aggregator.cluster, headers, Some(&body), vec![], timeout) {
+            match host::http_call(&aggregator.cluster, &headers, &body, aggregator.timeout_ms) {
                 Ok(token) => {
                     self.pending.push((token, name));
                     metrics::inc(metrics.reports_sent);
@@ -73,7 +70,7 @@ impl Reporter {
                     &format!(
                         "cannot call aggregator cluster {}: {} (is the cluster defined?)",
                         tailweight_core::json::quoted(&aggregator.cluster),
-                        status_name(status)
+                        status
                     ),
                 ),
             }
@@ -85,10 +82,7 @@ impl Reporter {
         let Some(at) = self.pending.iter().position(|(t, _)| *t == token) else { return };
         let (_, cluster) = self.pending.swap_remove(at);
         let status = host::call_response_header(":status");
-        let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size.min(MAX_REPLY_BYTES))
-            .ok()
-            .flatten()
-            .unwrap_or_default();
+        let body = host::call_response_body(body_size.min(MAX_REPLY_BYTES));
         match status.as_deref() {
             Some("200") => {}
             Some(code) => {
@@ -115,21 +109,5 @@ impl Reporter {
             host::log(LogLevel::Warn, &format!("{message} (local-only decisions meanwhile)"));
         }
         self.failures += 1;
-    }
-}
-
-/// The host's status as a word (its Debug form would pull in the formatting machinery for one line).
-fn status_name(status: proxy_wasm::types::Status) -> &'static str {
-    use proxy_wasm::types::Status;
-    match status {
-        Status::Ok => "Ok",
-        Status::NotFound => "NotFound",
-        Status::BadArgument => "BadArgument",
-        Status::SerializationFailure => "SerializationFailure",
-        Status::ParseFailure => "ParseFailure",
-        Status::Empty => "Empty",
-        Status::CasMismatch => "CasMismatch",
-        Status::InternalFailure => "InternalFailure",
-        _ => "another status",
     }
 }

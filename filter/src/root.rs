@@ -1,21 +1,20 @@
 //! The root context of one VM: configuration (fail-open on errors), the tick, aggregator replies,
 //! and the HTTP contexts, which share the VM's state through `Shared`.
 
+use crate::abi::LogLevel;
 use crate::host;
 use crate::http::Request;
 use crate::metrics;
 use crate::server::{StampedRequest, Stamper};
 use crate::worker::Worker;
-use proxy_wasm::hostcalls;
-use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{BufferType, ContextType, LogLevel};
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::Duration;
 use tailweight_core::config::FilterRole;
 use tailweight_core::FilterConfig;
 
+#[derive(Default)]
 pub enum PluginState {
+    #[default]
     Unconfigured,
     /// Invalid configuration: every request passes untouched.
     Disabled,
@@ -28,18 +27,42 @@ pub enum PluginState {
 /// One VM is single-threaded: the root and its HTTP contexts share state without locks.
 pub type Shared = Rc<RefCell<PluginState>>;
 
+#[derive(Default)]
 pub struct Root {
     state: Shared,
 }
 
-impl Root {
-    pub fn new(_context_id: u32) -> Self {
-        Root { state: Rc::new(RefCell::new(PluginState::Unconfigured)) }
+/// One HTTP stream's context, by the role its root was configured with when the stream began.
+pub enum HttpStream {
+    Client(Request),
+    Server(StampedRequest),
+}
+
+impl HttpStream {
+    pub fn on_request_headers(&mut self) {
+        match self {
+            HttpStream::Client(r) => r.on_request_headers(),
+            HttpStream::Server(r) => r.on_request_headers(),
+        }
+    }
+
+    pub fn on_response_headers(&mut self) {
+        match self {
+            HttpStream::Client(r) => r.on_response_headers(),
+            HttpStream::Server(r) => r.on_response_headers(),
+        }
+    }
+
+    pub fn on_log(&mut self) {
+        match self {
+            HttpStream::Client(r) => r.on_log(),
+            HttpStream::Server(r) => r.on_log(),
+        }
     }
 }
 
-impl Context for Root {
-    fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _trailers: usize) {
+impl Root {
+    pub fn on_http_call_response(&mut self, token: u32, body_size: usize) {
         if let PluginState::Active(w) = &mut *self.state.borrow_mut() {
             let Worker { reporter, metrics, .. } = &mut **w;
             if let Some(reporter) = reporter {
@@ -47,15 +70,14 @@ impl Context for Root {
             }
         }
     }
-}
 
-impl RootContext for Root {
-    fn on_configure(&mut self, _: usize) -> bool {
-        let bytes =
-            hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX).ok().flatten().unwrap_or_default();
+    /// Always accepts (the caller answers the host `true`): a configuration error must not take the
+    /// listener (and its traffic) down.
+    pub fn on_configure(&mut self, configuration_size: usize) {
+        let bytes = host::plugin_configuration(configuration_size);
         let state = match FilterConfig::parse(&bytes) {
             Ok(config) => {
-                let _ = hostcalls::set_tick_period(Duration::from_millis(config.sync_interval_ms));
+                host::set_tick_period_ms(config.sync_interval_ms);
                 match config.role {
                     FilterRole::Client => PluginState::Active(Box::new(Worker::new(config))),
                     FilterRole::Server => PluginState::Stamping(Box::new(Stamper::new(&config))),
@@ -71,15 +93,13 @@ impl RootContext for Root {
             }
         };
         *self.state.borrow_mut() = state;
-        // Always accept: a configuration error must not take the listener (and its traffic) down.
-        true
     }
 
-    fn on_tick(&mut self) {
+    pub fn on_tick(&mut self) {
         match &mut *self.state.borrow_mut() {
             PluginState::Active(w) => {
                 if let Some(period_ms) = w.tick(host::now_us()) {
-                    let _ = hostcalls::set_tick_period(Duration::from_millis(period_ms));
+                    host::set_tick_period_ms(period_ms);
                 }
             }
             PluginState::Stamping(s) => s.tick(host::now_us()),
@@ -87,15 +107,11 @@ impl RootContext for Root {
         }
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+    pub fn new_stream(&self) -> HttpStream {
         if matches!(&*self.state.borrow(), PluginState::Stamping(_)) {
-            return Some(Box::new(StampedRequest::new(self.state.clone())));
+            return HttpStream::Server(StampedRequest::new(self.state.clone()));
         }
-        Some(Box::new(Request::new(self.state.clone())))
-    }
-
-    fn get_type(&self) -> Option<ContextType> {
-        Some(ContextType::HttpContext)
+        HttpStream::Client(Request::new(self.state.clone()))
     }
 }
 

@@ -10,8 +10,6 @@ use crate::host;
 use crate::metrics::{self, StampMetrics};
 use crate::root::{check_direction_once, PluginState, Shared};
 use crate::shared;
-use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::Action;
 use tailweight_core::config::FilterRole;
 use tailweight_core::server_inflight::ServerInflight;
 use tailweight_core::stamp::{LoadStamp, LOAD_STAMP_HEADER};
@@ -76,23 +74,18 @@ impl StampedRequest {
             stamper.load.leave(epoch, now_us);
         }
     }
-}
 
-impl Context for StampedRequest {}
-
-impl HttpContext for StampedRequest {
-    fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
+    pub fn on_request_headers(&mut self) {
         if let PluginState::Stamping(s) = &mut *self.state.borrow_mut() {
             check_direction_once(&mut s.direction_checked, FilterRole::Server);
             self.entered = Some(s.load.enter(host::now_us()));
         }
-        Action::Continue
     }
 
-    fn on_http_response_headers(&mut self, _: usize, _: bool) -> Action {
+    pub fn on_response_headers(&mut self) {
         let state = self.state.clone();
         let mut state = state.borrow_mut();
-        let PluginState::Stamping(s) = &mut *state else { return Action::Continue };
+        let PluginState::Stamping(s) = &mut *state else { return };
         self.leave(s, host::now_us());
         if host::response_header(LOAD_STAMP_HEADER).is_some() {
             metrics::inc(s.metrics.replaced);
@@ -101,10 +94,9 @@ impl HttpContext for StampedRequest {
         let stamp = LoadStamp { rif: s.load.requests_in_flight() };
         host::set_response_header(LOAD_STAMP_HEADER, &stamp.header_value());
         metrics::inc(s.metrics.written);
-        Action::Continue
     }
 
-    fn on_log(&mut self) {
+    pub fn on_log(&mut self) {
         if self.entered.is_some() {
             let state = self.state.clone();
             let mut state = state.borrow_mut();
