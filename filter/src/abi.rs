@@ -154,29 +154,31 @@ extern "C" {
     pub fn random_get(buf: *mut u8, buf_len: usize) -> u16;
 }
 
-/// The contexts of this VM (see the module comment).
+/// The contexts of this VM (see the module comment), each beside its context id.
 struct Contexts {
     roots: Vec<(u32, Root)>,
-    /// `stream_ids[i]` is the context id of `streams[i]`.
-    stream_ids: Vec<u32>,
-    streams: Vec<HttpStream>,
+    streams: Vec<(u32, HttpStream)>,
+}
+
+/// Where context `id` is in `contexts`, newest first (a callback is most often for one of the
+/// latest streams).
+fn index_of<T>(contexts: &[(u32, T)], id: u32) -> Option<usize> {
+    contexts.iter().rposition(|(c, _)| *c == id)
 }
 
 impl Contexts {
     fn root(&mut self, id: u32) -> Option<&mut Root> {
-        self.roots.iter_mut().find(|(r, _)| *r == id).map(|(_, root)| root)
+        index_of(&self.roots, id).map(|at| &mut self.roots[at].1)
     }
 
-    /// Newest first: a callback is most often for one of the latest streams.
     fn stream(&mut self, id: u32) -> Option<&mut HttpStream> {
-        let at = self.stream_ids.iter().rposition(|s| *s == id)?;
-        self.streams.get_mut(at)
+        index_of(&self.streams, id).map(|at| &mut self.streams[at].1)
     }
 }
 
 thread_local! {
     static CONTEXTS: RefCell<Contexts> =
-        const { RefCell::new(Contexts { roots: Vec::new(), stream_ids: Vec::new(), streams: Vec::new() }) };
+        const { RefCell::new(Contexts { roots: Vec::new(), streams: Vec::new() }) };
 }
 
 /// Run `f` on the VM's contexts. A VM is single-threaded and no host call re-enters the module
@@ -214,8 +216,7 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, root_id: u32) {
         if root_id == 0 {
             c.roots.push((context_id, Root::default()));
         } else if let Some(stream) = c.root(root_id).map(|root| root.new_stream()) {
-            c.stream_ids.push(context_id);
-            c.streams.push(stream);
+            c.streams.push((context_id, stream));
         }
     })
 }
@@ -269,10 +270,9 @@ pub extern "C" fn proxy_on_log(context_id: u32) {
 #[no_mangle]
 pub extern "C" fn proxy_on_delete(context_id: u32) {
     with_contexts(|c| {
-        if let Some(at) = c.stream_ids.iter().rposition(|s| *s == context_id) {
-            c.stream_ids.swap_remove(at);
+        if let Some(at) = index_of(&c.streams, context_id) {
             c.streams.swap_remove(at);
-        } else if let Some(at) = c.roots.iter().position(|(r, _)| *r == context_id) {
+        } else if let Some(at) = index_of(&c.roots, context_id) {
             c.roots.swap_remove(at);
         }
     })

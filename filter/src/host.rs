@@ -31,7 +31,7 @@ fn text_lossy(bytes: Vec<u8>) -> String {
 ///
 /// SAFETY: `data` and `size` must be what the host wrote for that call.
 unsafe fn host_buffer(status: u32, data: *mut u8, size: usize) -> Option<Vec<u8>> {
-    if status != 0 || data.is_null() {
+    if status != STATUS_OK || data.is_null() {
         return None;
     }
     Some(Vec::from_raw_parts(data, size, size))
@@ -55,7 +55,7 @@ fn map_value(map: MapType, name: &str) -> Option<String> {
     // come back as null: that is the empty string.
     let bytes = unsafe {
         let status = abi::proxy_get_header_map_value(map as u32, name.as_ptr(), name.len(), &mut data, &mut size);
-        if status == 0 && data.is_null() {
+        if status == STATUS_OK && data.is_null() {
             return Some(String::new());
         }
         host_buffer(status, data, size)?
