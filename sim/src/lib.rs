@@ -11,4 +11,5 @@ pub mod results;
 pub mod runner;
 pub mod scenario;
 pub mod server;
+pub mod setup;
 pub mod variant;

@@ -2,7 +2,7 @@
 //! after each scenario event; written as JSON and as a markdown table.
 
 use crate::engine::{Measured, SERIES_WINDOW_NS};
-use crate::scenario::{EventAction, Setup};
+use crate::setup::{EventAction, Setup};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
