@@ -1,9 +1,11 @@
-//! tailweight-sim command line: `run`, `sweep` and `speed` over a scenario file; `check` answers the
-//! benchmark harness (e2e/bench), which shares the scenario schema with the simulator.
+//! tailweight-sim command line: `run`, `sweep` and `speed` over a scenario file; `check` and
+//! `operator` answer the benchmark harness (e2e/bench), which shares the scenario schema and the
+//! operator rule with the simulator.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use tailweight_sim::policy::operator_rule::RuleRequest;
 use tailweight_sim::runner::{filter_config, run_all, sweep};
 use tailweight_sim::scenario::{check_policies, Scenario};
 use tailweight_sim::setup::{Overrides, Setup};
@@ -14,6 +16,8 @@ const USAGE: &str = "usage:
   tailweight-sim speed SCENARIO.yaml [options] --out DIR     sim-speed.json + sim-speed.md (one thread)
   tailweight-sim check SCENARIO.yaml|- [--policies a,b,...]  the file (- : stdin) checked against the
                          scenario schema (docs/scenario.md), as JSON with the defaults filled in
+  tailweight-sim operator   the operator rule (sim/src/policy/operator_rule.rs) on a JSON question on
+                         stdin: {\"capacity\": {..}} or {\"weights\": {..}, \"cpu\": {..}}, optional \"rule\"
 options:
   --policies a,b,...     default: the scenario's list (all: round_robin,least_request,peak_ewma,
                          cswrr_orca,operator,prequal,tailweight_local,tailweight,ideal)
@@ -134,6 +138,13 @@ fn check(a: &Args) -> Result<(), String> {
     Ok(())
 }
 
+/// One answer of the operator rule, printed as JSON.
+fn operator() -> Result<(), String> {
+    let request: RuleRequest = serde_json::from_str(&stdin()?).map_err(|e| format!("operator: {e}"))?;
+    println!("{}", serde_json::to_string(&request.answer()?).map_err(|e| format!("cannot write JSON: {e}"))?);
+    Ok(())
+}
+
 fn main_inner(a: Args) -> Result<(), String> {
     if a.command == "check" {
         return check(&a);
@@ -197,6 +208,15 @@ fn main_inner(a: Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("operator") {
+        return match operator() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tailweight-sim: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(a) => a,
         Err(e) => {
