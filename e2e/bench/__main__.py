@@ -8,7 +8,7 @@ from pathlib import Path
 from tailweight_e2e import paths
 
 from . import operator, report, runner
-from .scenario import ScenarioError, check_policies, load
+from .scenario import ScenarioError, load
 
 
 def main(argv=None) -> int:
@@ -35,9 +35,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quiet", action="store_true", help="no progress line")
     args = ap.parse_args(argv)
     try:
-        scenario = load(args.scenario)
-        policies = args.policies.split(",") if args.policies else scenario.policies
-        check_policies(policies, scenario.server_sidecars, scenario.stamping_backends)
+        scenario = load(args.scenario, args.policies.split(",") if args.policies else None)
     except ScenarioError as e:
         print(f"bench: {e}", file=sys.stderr)
         return 2
@@ -48,6 +46,7 @@ def main(argv=None) -> int:
         log_dir = Path(args.logs)
     else:
         log_dir = out_dir / "logs" if args.out else paths.REPO / "bench" / "runs" / scenario.name
+    policies = scenario.policies
     needs_wasm = any(p.startswith("tailweight") for p in policies)
     if needs_wasm and not paths.WASM.exists():
         print(f"bench: {paths.WASM} is missing (make wasm)", file=sys.stderr)
