@@ -13,7 +13,7 @@ import requests
 
 from tailweight_e2e import aggregator as aggregator_mod
 from tailweight_e2e import envoy as envoy_mod
-from tailweight_e2e import paths
+from tailweight_e2e import envoy_stats, paths
 from tailweight_e2e.envoy_configs import (
     CLUSTER,
     LOCAL_APP_CLUSTER,
@@ -211,10 +211,11 @@ ENVOY_CLUSTER_STATS = ("upstream_rq_total", "upstream_rq_5xx", "upstream_cx_conn
 def envoy_entry(e: envoy_mod.Envoy, cluster: str, stats_path: Path) -> dict:
     """An Envoy's /stats kept as text at `stats_path`; its ENVOY_CLUSTER_STATS of `cluster` and the
     filter's counters (wasmcustom.*) if it runs the filter."""
-    stats_path.write_text(requests.get(f"{e.admin}/stats", timeout=5).text)
-    s = e.stats(f"cluster.{cluster}.")
+    text = envoy_stats.fetch(e.admin)
+    stats_path.write_text(text)
+    s = envoy_stats.parse(text, f"cluster.{cluster}.")
     entry = {k: s.get(f"cluster.{cluster}.{k}", 0) for k in ENVOY_CLUSTER_STATS}
-    wasm = e.stats("wasmcustom.")
+    wasm = envoy_stats.parse(text, "wasmcustom.")
     if wasm:
         entry["wasmcustom"] = wasm
     return entry
