@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench import analysis, fortio, operator, runner
-from bench.membership import EndpointSet
-from bench.scenario import ScenarioError, check, load, parse
+from harness import analysis, fortio, operator, runner
+from harness.membership import EndpointSet
+from harness.scenario import ScenarioError, check, load, parse
 from tailweight_e2e import envoy, paths
 from tailweight_e2e.envoy_configs import (
     POLICIES,

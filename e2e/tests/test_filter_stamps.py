@@ -10,8 +10,8 @@ import pytest
 import requests
 import yaml
 
-from bench import emulator as emu
-from bench import fortio
+from harness import emulator as emu
+from harness import fortio
 from tailweight_e2e import envoy, envoy_configs, paths
 from tailweight_e2e.stub_server import Reply, StubServer
 

@@ -1,5 +1,5 @@
 //! tailweight-sim command line: `run`, `sweep` and `speed` over a scenario file; `check` and
-//! `operator` answer the benchmark harness (e2e/bench), which shares the scenario schema and the
+//! `operator` answer the benchmark harness (e2e/harness), which shares the scenario schema and the
 //! operator rule with the simulator.
 
 use std::io::Read;

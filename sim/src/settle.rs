@@ -1,5 +1,5 @@
 //! How traffic settles after a scenario event: the numbers the benchmark harness
-//! (e2e/bench/analysis.py) and the simulator (`results`) both measure with, kept once in
+//! (e2e/harness/analysis.py) and the simulator (`results`) both measure with, kept once in
 //! sim/settle-analysis.json (its description says what each does) and compiled in here.
 
 use serde::Deserialize;

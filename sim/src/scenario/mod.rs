@@ -1,6 +1,6 @@
 //! The scenario file (docs/scenario.md): the one schema the benchmark harness and the simulator both
 //! check. `Scenario::parse` checks every field and reports a mistake in one line naming it; the
-//! harness reads the checked file through `tailweight-sim check` (e2e/bench/scenario.py), the
+//! harness reads the checked file through `tailweight-sim check` (e2e/harness/scenario.py), the
 //! simulator through `Setup::resolve` (setup.rs). Each then refuses, in one line, what it cannot run
 //! (the simulator the mesh keys, the harness the simulator-only policies and more client Envoys
 //! than fit on one machine).

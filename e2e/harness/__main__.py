@@ -12,7 +12,7 @@ from .scenario import ScenarioError, load
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="bench", description=__doc__)
+    ap = argparse.ArgumentParser(prog="harness", description=__doc__)
     ap.add_argument("--scenario", default=str(paths.REPO / "e2e/scenarios/seed-fib.yaml"))
     ap.add_argument("--out", help="output directory (default bench/results/<scenario name>)")
     ap.add_argument("--logs", help="logs, configs, Fortio JSON and per-Envoy /stats "
@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     try:
         scenario = load(args.scenario, args.policies.split(",") if args.policies else None)
     except ScenarioError as e:
-        print(f"bench: {e}", file=sys.stderr)
+        print(f"harness: {e}", file=sys.stderr)
         return 2
     out_dir = Path(args.out) if args.out else paths.REPO / "bench" / "results" / scenario.name
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     policies = scenario.policies
     needs_wasm = any(p.startswith("tailweight") for p in policies)
     if needs_wasm and not paths.WASM.exists():
-        print(f"bench: {paths.WASM} is missing (make wasm)", file=sys.stderr)
+        print(f"harness: {paths.WASM} is missing (make wasm)", file=sys.stderr)
         return 2
     if args.rerender:
         import json
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
         try:
             results.append(runner.run_policy(scenario, policy, opts))
         except Exception as e:  # one broken policy must not lose the others' results
-            print(f"bench: {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
+            print(f"harness: {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
             results.append({"policy": policy, "run": name, "retries": retries, "error": f"{type(e).__name__}: {e}"})
     meta = {"elapsed_s": round(time.monotonic() - started, 1),
             "note": "operator starts from its converged weights "
