@@ -18,9 +18,9 @@ emulator:
 
 # The tailweight policies need the filter and the aggregator: `build` makes both (and the emulator).
 bench: deps build
-	PYTHONPATH=e2e nice $(PY) -m bench --scenario $(SCENARIO) $(BENCH_ARGS)
+	PYTHONPATH=e2e nice $(PY) -m harness --scenario $(SCENARIO) $(BENCH_ARGS)
 
 # Short seed run: 10 s warm-up + 25 s recorded per policy, six policies (~4 min with start-up).
 demo: deps build
-	PYTHONPATH=e2e nice $(PY) -m bench --scenario e2e/scenarios/seed-fib.yaml \
+	PYTHONPATH=e2e nice $(PY) -m harness --scenario e2e/scenarios/seed-fib.yaml \
 	  --warmup 10 --duration 25 --out $(DEMO_OUT) --logs bench/runs/demo $(BENCH_ARGS)

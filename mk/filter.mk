@@ -12,7 +12,7 @@ empty-wasm: deps
 # tailweight (bench/results/overhead.*, 30-40 min). ARGS: --quick (a two-minute smoke run into
 # build/bench-overhead-quick), --variant NAME=path.wasm, --flat-minutes N, --rounds N... (see --help).
 bench-overhead: build empty-wasm
-	PYTHONPATH=e2e nice $(PY) -m bench.overhead $(ARGS)
+	PYTHONPATH=e2e nice $(PY) -m harness.overhead $(ARGS)
 
 # examples/standalone: Envoy + tailweight in front of three local backends, 20 s of load.
 standalone: wasm native

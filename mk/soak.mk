@@ -8,7 +8,7 @@
 .PHONY: soak soak-short
 
 soak: deps build
-	PYTHONPATH=e2e nice $(PY) -m bench.soak --plan full
+	PYTHONPATH=e2e nice $(PY) -m harness.soak --plan full
 
 soak-short: deps build
-	PYTHONPATH=e2e nice $(PY) -m bench.soak --plan short --out bench/runs/soak-short/results --logs bench/runs/soak-short
+	PYTHONPATH=e2e nice $(PY) -m harness.soak --plan short --out bench/runs/soak-short/results --logs bench/runs/soak-short

@@ -22,9 +22,9 @@ import requests
 import yaml
 
 import tailweight_mesh as tm
-from bench.emulator import BackendSettings, Emulator
-from bench.emulator import start as start_emulator
 from cluster import ISTIO_CACHE, TW_CACHE, VERSIONS, ControlPlane, Sidecar, http_get
+from harness.emulator import BackendSettings, Emulator
+from harness.emulator import start as start_emulator
 from tailweight_e2e import paths
 from tailweight_e2e.procs import wait_for
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import requests
 
-from . import paths
+from . import envoy_stats, paths
 from .procs import Proc, ProcGroup, wait_for
 
 _ADDRESS = re.compile(r"^[0-9.]+:\d+$")
@@ -39,14 +39,8 @@ class Envoy:
         return f"127.0.0.1:{self.port(listener)}"
 
     def stats(self, prefix: str = "") -> dict[str, int]:
-        """Counters and gauges from /stats (text form), filtered by name prefix."""
-        text = requests.get(f"{self.admin}/stats", timeout=5).text
-        out = {}
-        for line in text.splitlines():
-            name, _, value = line.partition(": ")
-            if name.startswith(prefix) and re.fullmatch(r"-?\d+", value.strip()):
-                out[name] = int(value)
-        return out
+        """Counters and gauges from /stats, filtered by name prefix."""
+        return envoy_stats.read(self.admin, prefix)
 
     def stat(self, name: str, default: int = 0) -> int:
         return self.stats(name).get(name, default)

@@ -4,7 +4,6 @@ scrapes a tiny exporter this test controls every second; the aggregator polls Pr
 goes away the failures are counted and the aggregator keeps serving."""
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
@@ -12,6 +11,7 @@ import requests
 from tailweight_e2e import aggregator
 from tailweight_e2e.procs import ProcGroup, wait_for
 from tailweight_e2e.prometheus import Prometheus
+from tailweight_e2e.stub_server import Reply, Request, StubServer
 
 CLUSTER = "outbound|8080||cpu.e2e.svc.cluster.local"
 ENDPOINTS = ["10.1.0.1:8080", "10.1.0.2:8080"]
@@ -23,35 +23,21 @@ class Exporter:
     def __init__(self):
         self.values = {}
         self.lock = threading.Lock()
-        exporter = self
+        self.server = StubServer(self._metrics, name="exporter").start()
+        self.port = self.server.port
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                with exporter.lock:
-                    lines = ["# TYPE tailweight_e2e_cpu gauge"]
-                    lines += [f'tailweight_e2e_cpu{{endpoint="{ep}"}} {v}' for ep, v in exporter.values.items()]
-                body = ("\n".join(lines) + "\n").encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+    def _metrics(self, _request: Request) -> Reply:
+        with self.lock:
+            lines = ["# TYPE tailweight_e2e_cpu gauge"]
+            lines += [f'tailweight_e2e_cpu{{endpoint="{ep}"}} {v}' for ep, v in self.values.items()]
+        return Reply(body=("\n".join(lines) + "\n").encode(), headers=[("Content-Type", "text/plain; version=0.0.4")])
 
     def set(self, values):
         with self.lock:
             self.values = dict(values)
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 class Reporter:

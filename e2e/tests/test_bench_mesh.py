@@ -8,9 +8,9 @@ import json
 import pytest
 import yaml
 
-from bench import analysis, runner
-from bench.__main__ import main
-from bench.scenario import parse
+from harness import analysis, runner
+from harness.__main__ import main
+from harness.scenario import parse
 from tailweight_e2e import paths
 from tailweight_e2e.envoy_configs import POLICIES
 

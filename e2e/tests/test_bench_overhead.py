@@ -1,4 +1,4 @@
-"""`make bench-overhead` (bench.overhead): its statistics, its Envoy configs (validated by the real
+"""`make bench-overhead` (harness.overhead): its statistics, its Envoy configs (validated by the real
 Envoy), its synthetic reporter against the real aggregator, and a --quick run end to end (it
 completes and writes every section with numbers; no timing is asserted)."""
 import json
@@ -7,8 +7,8 @@ import math
 import pytest
 import requests
 
-from bench import overhead, overhead_configs, overhead_reporter
-from bench.overhead_measure import median_interval, paired, start_phases
+from harness import overhead, overhead_configs, overhead_reporter
+from harness.overhead_measure import median_interval, paired, start_phases
 from tailweight_e2e import aggregator, envoy, paths
 from tailweight_e2e.procs import wait_for
 

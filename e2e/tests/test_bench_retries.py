@@ -4,7 +4,7 @@ header's second address (Envoy's override_host LB takes the next address for eac
 import pytest
 import requests
 
-from bench import emulator
+from harness import emulator
 from tailweight_e2e import envoy, paths
 from tailweight_e2e.envoy_configs import CLUSTER, OVERRIDE_HEADER, render_client_envoy, write_eds
 

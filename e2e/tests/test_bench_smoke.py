@@ -1,4 +1,4 @@
-"""The benchmark harness end to end at tiny scale: `python -m bench` on a 2-backend, 2-client scenario
+"""The benchmark harness end to end at tiny scale: `python -m harness` on a 2-backend, 2-client scenario
 with round_robin and operator (Prometheus + file-based EDS + the 30 s rule at a 2.5 s period), checking
 results.json, results.md and the plots."""
 import json
@@ -6,8 +6,8 @@ import json
 import pytest
 import yaml
 
-from bench import operator
-from bench.__main__ import main
+from harness import operator
+from harness.__main__ import main
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -4,8 +4,8 @@ Asserts shares and zero errors (no timing thresholds), and that killing the aggr
 of a run fails no request."""
 import pytest
 
-from bench import runner
-from bench.scenario import parse
+from harness import runner
+from harness.scenario import parse
 from tailweight_e2e import paths
 
 pytestmark = pytest.mark.timeout(300)

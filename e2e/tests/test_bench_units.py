@@ -3,14 +3,15 @@ Envoy config rendering (validated by the real Envoy)."""
 import json
 import math
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from bench import analysis, fortio, operator, runner
-from bench.membership import EndpointSet
-from bench.scenario import ScenarioError, load, parse
+from harness import analysis, fortio, operator, runner
+from harness.membership import EndpointSet
+from harness.scenario import ScenarioError, check, load, parse
 from tailweight_e2e import envoy, paths
 from tailweight_e2e.envoy_configs import (
     POLICIES,
@@ -148,15 +149,17 @@ TWO_AND_ONE_ABSENT = [{"count": 2, "workers": 1, "base_ms": 5},
 
 @pytest.mark.parametrize("over,needle", [
     ({"backends": [{"count": 1, "workers": 1, "base_ms": 5, "protocol": "h3"}]},
-     "backends[0].protocol: expected one of ['http', 'grpc'], got 'h3'"),
+     "backends[0].protocol: unknown variant `h3`, expected `http` or `grpc`"),
     ({"backends": [{"count": 1, "workers": 1, "base_ms": 5}, {"count": 1, "workers": 1, "base_ms": 5,
                                                              "protocol": "grpc"}]},
      "backends[1].protocol: grpc differs from backends[0]'s http"),
     ({"backends": [{"count": 1, "workers": 1, "base_ms": 5, "cold_factor": 0.5}]}, "backends[0].cold_factor"),
-    ({"backends": [{"count": 1, "workers": 1, "base_ms": 5, "absent": "yes"}]}, "backends[0].absent: expected true"),
+    ({"backends": [{"count": 1, "workers": 1, "base_ms": 5, "absent": "yes"}]},
+     "backends[0].absent: invalid type: string \"yes\", expected a boolean"),
     ({"backends": [{"count": 2, "workers": 1, "base_ms": 5, "absent": True}]}, "backends: every group is absent"),
     ({"clients": {"count": 1, "qps": 10, "connections": 1, "streams": 4}}, "clients.streams: only for gRPC"),
-    ({"clients": {"count": 1, "qps": 10, "connections": 1, "retries": 1}}, "clients.retries: expected true"),
+    ({"clients": {"count": 1, "qps": 10, "connections": 1, "retries": 1}},
+     "clients.retries: invalid type: integer `1`, expected true, false or both"),
     ({"clients": {"count": 1, "qps": 10, "connections": 1, "retries": "sometimes"}}, "clients.retries"),
     ({"backends": TWO_AND_ONE_ABSENT, "events": [{"at_s": 1, "backends": [0], "action": "join"}]},
      "events[0] (join at 1 s): backend 0 is already in the endpoint set"),
@@ -172,11 +175,11 @@ TWO_AND_ONE_ABSENT = [{"count": 2, "workers": 1, "base_ms": 5},
      "events[1] (join at 2 s): backend 0 left and stops listening at 4 s"),
     ({"events": [{"at_s": 1, "backends": [0], "action": "join", "value": 1}]}, "action join takes no value"),
     ({"events": [{"at_s": 1, "backends": [0], "action": "leave", "value": -1}]}, "events[0].value"),
-    ({"events": "stop at 3"}, "events: expected a list"),
-    ({"server_sidecars": "yes"}, "server_sidecars: expected true or false"),
+    ({"events": "stop at 3"}, "events: invalid type: string \"stop at 3\", expected a sequence"),
+    ({"server_sidecars": "yes"}, "server_sidecars: invalid type: string \"yes\", expected a boolean"),
     ({"policies": ["tailweight_stamps"]}, "tailweight_stamps needs server_sidecars: true"),
     ({"policies": ["operator"], "server_sidecars": True}, "operator cannot run with server_sidecars"),
-    ({"stamping_backends": 1}, "stamping_backends: expected true or false"),
+    ({"stamping_backends": 1}, "stamping_backends: invalid type: integer `1`, expected a boolean"),
     ({"stamping_backends": True, "server_sidecars": True}, "stamping_backends: true cannot go with server_sidecars"),
     ({"stamping_backends": True, "backends": [{"count": 1, "workers": 1, "base_ms": 5, "protocol": "grpc"}],
       "clients": {"count": 1, "qps": 10, "connections": 1}}, "stamping_backends: true needs HTTP backends"),
@@ -186,7 +189,7 @@ TWO_AND_ONE_ABSENT = [{"count": 2, "workers": 1, "base_ms": 5},
     ({"segments": [{"name": "a", "from_s": 0}, {"name": "a", "from_s": 1}]}, "segments[1].name: 'a' is used twice"),
     ({"segments": [{"name": "a b", "from_s": 0}]}, "segments[0].name"),
     ({"segments": [{"name": "a", "from_s": 0}, {"name": "b", "from_s": 5}]}, "expected before duration_s 5"),
-    ({"segments": [{"name": "a", "from_s": 0, "to_s": 3}]}, "segments[0]: unknown key(s) ['to_s']"),
+    ({"segments": [{"name": "a", "from_s": 0, "to_s": 3}]}, "segments[0]: unknown field `to_s`"),
 ])
 def test_bad_mesh_keys_say_where(over, needle):
     with pytest.raises(ScenarioError) as e:
@@ -214,12 +217,12 @@ def test_groups_flatten_in_order():
 
 
 @pytest.mark.parametrize("over,needle", [
-    ({"bogus": 1}, "unknown key(s) ['bogus']"),
+    ({"bogus": 1}, "unknown field `bogus`"),
     ({"policies": ["magic"]}, "unknown policy 'magic'"),
     ({"backends": []}, "non-empty list"),
     ({"backends": [{"count": 1, "workers": 0, "base_ms": 5}]}, "backends[0].workers"),
-    ({"backends": [{"count": 1, "workers": 1}]}, "missing key(s) ['base_ms']"),
-    ({"clients": {"count": 1, "qps": 10}}, "missing key(s) ['connections']"),
+    ({"backends": [{"count": 1, "workers": 1}]}, "backends[0]: missing field `base_ms`"),
+    ({"clients": {"count": 1, "qps": 10}}, "clients: missing field `connections`"),
     ({"events": [{"at_s": 1, "backends": [5], "action": "stop"}]}, "events[0].backends"),
     ({"events": [{"at_s": 1, "backends": [0], "action": "speed"}]}, "needs value"),
     ({"events": [{"at_s": 1, "backends": [0], "action": "fail", "value": 2}]}, "takes no value"),
@@ -242,13 +245,52 @@ def test_unreadable_scenario_is_one_line(tmp_path):
         load(tmp_path / "missing.yaml")
 
 
+# Every scenario file, the harness's and the simulator's: the schema both check (one parser).
+SHIPPED = sorted([*SCENARIOS.glob("*.yaml"), *(paths.REPO / "sim" / "scenarios").glob("*.yaml")])
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_every_scenario_file_passes_the_schema_the_simulator_checks(path):
+    doc = check(path)
+    assert doc["name"] and doc["backends"] and doc == check(doc), "the checked file checks as itself"
+    if path.parent == SCENARIOS:
+        assert load(path).backends, "the harness runs its own files"
+
+
+def test_the_simulator_files_are_refused_by_the_harness_in_one_line():
+    with pytest.raises(ScenarioError, match=r"clients\.count: the harness runs at most 64 client Envoys, got 1000"):
+        load(paths.REPO / "sim" / "scenarios" / "seed-fib-1000.yaml")
+    with pytest.raises(ScenarioError, match=r"policies: ideal is the simulator's only"):
+        load(paths.REPO / "sim" / "scenarios" / "thin-wide.yaml")
+
+
+def test_a_typo_fails_the_harness_and_the_simulator_with_the_same_line(tmp_path):
+    bad = tmp_path / "typo.yaml"
+    bad.write_text((SCENARIOS / "seed-fib.yaml").read_text().replace("workers: 2", "wrokers: 2", 1))
+    want = f"{bad}: backends[0]: unknown field `wrokers`"
+    with pytest.raises(ScenarioError) as harness:
+        load(bad)
+    sim = subprocess.run([str(paths.binary("tailweight-sim")), "run", str(bad)], capture_output=True, text=True,
+                         timeout=60)
+    assert str(harness.value).startswith(want) and "\n" not in str(harness.value)
+    assert sim.returncode != 0 and sim.stderr.startswith(f"tailweight-sim: {want}"), sim.stderr
+
+
+def test_policies_from_the_command_line_are_checked_like_the_file_s():
+    assert load(SCENARIOS / "seed-fib.yaml", ["tailweight", "operator"]).policies == ["tailweight", "operator"]
+    with pytest.raises(ScenarioError, match="tailweight_stamps needs server_sidecars: true"):
+        load(SCENARIOS / "seed-fib.yaml", ["tailweight_stamps"])
+    with pytest.raises(ScenarioError, match="policies: unknown policy 'magic'"):
+        load(SCENARIOS / "seed-fib.yaml", ["magic"])
+
+
 # ---- operator rule (DESIGN.md "Peers"; numbers from sim/operator-rule.json) ----
 
 R = operator.RULE
 
 
 def test_operator_rule_is_the_file_the_simulator_compiles_in():
-    rust = paths.REPO / "sim" / "src" / "policy" / "operator.rs"
+    rust = paths.REPO / "sim" / "src" / "policy" / "operator_rule.rs"
     (included,) = re.findall(r'include_str!\("([^"]+)"\)', rust.read_text())
     assert (rust.parent / included).resolve() == operator.RULE_FILE.resolve()
     assert operator.load_rule(operator.RULE_FILE) == R

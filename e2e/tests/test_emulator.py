@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from bench import fortio
-from bench.emulator import BackendSettings, start
+from harness import fortio
+from harness.emulator import BackendSettings, start
 from tailweight_e2e import envoy, paths
 from tailweight_e2e.envoy_configs import render_client_envoy
 

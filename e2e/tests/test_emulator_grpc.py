@@ -13,8 +13,8 @@ import pytest
 import requests
 import yaml
 
-from bench import fortio
-from bench.emulator import BackendSettings, start
+from harness import fortio
+from harness.emulator import BackendSettings, start
 from tailweight_e2e import envoy
 from tailweight_e2e.envoy_configs import CLUSTER, render_client_envoy
 from tailweight_e2e.grpc_calls import channel, decode, ping, ticks

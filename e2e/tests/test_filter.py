@@ -1,7 +1,6 @@
 """The filter in a real Envoy with real backends (the emulator) on 127.0.0.1.
 
 Shares and counts are asserted with margins that real runs meet; nothing here times anything."""
-import http.server
 import json
 import threading
 import time
@@ -10,10 +9,11 @@ import pytest
 import requests
 import yaml
 
-from bench import emulator as emu
-from bench import fortio
+from harness import emulator as emu
+from harness import fortio
 from tailweight_e2e import envoy, envoy_configs, paths
 from tailweight_e2e.procs import wait_for
+from tailweight_e2e.stub_server import Reply, Request, StubServer
 
 HEADER = envoy_configs.OVERRIDE_HEADER
 STAT = "wasmcustom.tailweight."
@@ -206,36 +206,22 @@ class Recorder:
 
     def __init__(self, mode="ok"):
         self.mode, self.reports, self.lock = mode, [], threading.Lock()
-        recorder = self
+        self.server = StubServer(self._report, name="recorder").start()
+        self.port = self.server.port
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("content-length", 0)))
-                with recorder.lock:
-                    shard = self.headers.get("x-tailweight-shard")
-                    recorder.reports.append((time.monotonic(), shard, json.loads(body)))
-                if recorder.mode == "slow":
-                    time.sleep(1.0)
-                reply = b"not json" if recorder.mode == "garbage" else b'{"version":1,"ttl_ms":3000,"clusters":[]}'
-                self.send_response(200)
-                self.send_header("content-length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            def log_message(self, *_):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def _report(self, request: Request) -> Reply:
+        with self.lock:
+            self.reports.append((time.monotonic(), request.headers.get("x-tailweight-shard"), json.loads(request.body)))
+        if self.mode == "slow":
+            time.sleep(1.0)
+        return Reply(body=b"not json" if self.mode == "garbage" else b'{"version":1,"ttl_ms":3000,"clusters":[]}')
 
     def snapshot(self):
         with self.lock:
             return list(self.reports)
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import pytest
 import requests
 import yaml
 
-from bench import emulator as emu
-from bench import fortio
+from harness import emulator as emu
+from harness import fortio
 from tailweight_e2e import aggregator, envoy, envoy_configs, paths
 from tailweight_e2e.grpc_calls import channel, ticks
 from tailweight_e2e.procs import wait_for

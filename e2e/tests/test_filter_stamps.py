@@ -3,7 +3,6 @@ inbound) stamps each response with the endpoint's requests in flight; a client f
 `load_stamp_max_age_ms` reads the stamps and removes them.
 
 Counts are asserted with margins real runs meet; nothing here times anything."""
-import http.server
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,9 +10,10 @@ import pytest
 import requests
 import yaml
 
-from bench import emulator as emu
-from bench import fortio
+from harness import emulator as emu
+from harness import fortio
 from tailweight_e2e import envoy, envoy_configs, paths
+from tailweight_e2e.stub_server import Reply, StubServer
 
 STAMP = "x-tailweight-load"
 STAT = "wasmcustom.tailweight."
@@ -79,25 +79,12 @@ class ForgingApp:
     """An application that writes the stamp header itself into every response, once per value."""
 
     def __init__(self, values=("1;rif=999", "1;rif=998")):
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                self.send_response(200)
-                for value in values:
-                    self.send_header(STAMP, value)
-                self.send_header("content-length", "2")
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, *_):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        reply = Reply(body=b"ok", headers=[(STAMP, v) for v in values])
+        self.server = StubServer(lambda _: reply, name="forging-app").start()
+        self.address = self.server.address
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 def test_a_stamp_forged_by_the_application_is_replaced(group):

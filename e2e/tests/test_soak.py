@@ -1,4 +1,4 @@
-"""The soak (e2e/bench/soak.py): its targets judged on made-up samples (each can fail), and the
+"""The soak (e2e/harness/soak.py): its targets judged on made-up samples (each can fail), and the
 2-minute plan on real processes (`make soak-short`): rolling updates with new addresses, a failing
 backend, the aggregator killed and restarted twice; every Envoy tracks only live and recently left
 endpoints, the aggregator's book forgets those that left, no request fails beyond those in flight
@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from bench import soak, soak_targets
+from harness import soak, soak_targets
 from tailweight_e2e import paths
 
 TTL_MS = 10_000

@@ -7,7 +7,7 @@
 //! the trait vtables pull in every default method (gRPC calls and streams, foreign functions,
 //! queues, network filters, send_http_response...) whether the filter uses them or not. V8
 //! compiles the whole module before Envoy's listener is ready, on every sidecar: those bytes cost
-//! start-up time fleet-wide. Measured against the SDK build (Envoy 1.40, `bench.overhead --only
+//! start-up time fleet-wide. Measured against the SDK build (Envoy 1.40, `harness.overhead --only
 //! startup`, median of 5 starts): 178,748 -> 136,414 bytes; V8 compile 106 -> 87 ms; start to ready
 //! over the empty filter +59 -> +40 ms at --concurrency 2 (+59 -> +41 at 1), CPU +120 -> +80 ms.
 //!

@@ -9,8 +9,8 @@
 use crate::arrivals::{Arrival, Arrivals};
 use crate::histogram::Histogram;
 use crate::policy::{Choice, Ctx, Outcome, Policy, Timer};
-use crate::scenario::{EventAction, Setup};
 use crate::server::{Server, Status};
+use crate::setup::{EventAction, Setup};
 use std::collections::{BTreeSet, BinaryHeap, VecDeque};
 
 /// How long a refused or failing endpoint takes to answer (a 503 or a connection refused).
@@ -458,7 +458,8 @@ impl<'s, P: Policy> Engine<'s, P> {
 mod tests {
     use super::*;
     use crate::policy::round_robin::RoundRobin;
-    use crate::scenario::{Overrides, Scenario};
+    use crate::scenario::Scenario;
+    use crate::setup::Overrides;
 
     #[test]
     fn queue_pops_in_time_then_payload_order() {

@@ -11,4 +11,6 @@ pub mod results;
 pub mod runner;
 pub mod scenario;
 pub mod server;
+pub mod settle;
+pub mod setup;
 pub mod variant;

@@ -1,14 +1,23 @@
-//! tailweight-sim command line: `run`, `sweep` and `speed` over a scenario file.
+//! tailweight-sim command line: `run`, `sweep` and `speed` over a scenario file; `check` and
+//! `operator` answer the benchmark harness (e2e/harness), which shares the scenario schema and the
+//! operator rule with the simulator.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use tailweight_sim::policy::operator_rule::RuleRequest;
 use tailweight_sim::runner::{filter_config, run_all, sweep};
-use tailweight_sim::scenario::{Overrides, Scenario, Setup};
+use tailweight_sim::scenario::{check_policies, Scenario};
+use tailweight_sim::setup::{Overrides, Setup};
 
 const USAGE: &str = "usage:
   tailweight-sim run   SCENARIO.yaml [options] --out DIR     results.json + results.md
   tailweight-sim sweep SCENARIO.yaml --loads 0.5,0.6,... [options] --out DIR   sweep.json + sweep.md
   tailweight-sim speed SCENARIO.yaml [options] --out DIR     sim-speed.json + sim-speed.md (one thread)
+  tailweight-sim check SCENARIO.yaml|- [--policies a,b,...]  the file (- : stdin) checked against the
+                         scenario schema (docs/scenario.md), as JSON with the defaults filled in
+  tailweight-sim operator   the operator rule (sim/src/policy/operator_rule.rs) on a JSON question on
+                         stdin: {\"capacity\": {..}} or {\"weights\": {..}, \"cpu\": {..}}, optional \"rule\"
 options:
   --policies a,b,...     default: the scenario's list (all: round_robin,least_request,peak_ewma,
                          cswrr_orca,operator,prequal,tailweight_local,tailweight,ideal)
@@ -39,7 +48,7 @@ struct Args {
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let command = args.next().ok_or("missing command")?;
-    if !matches!(command.as_str(), "run" | "sweep" | "speed") {
+    if !matches!(command.as_str(), "run" | "sweep" | "speed" | "check") {
         return Err(format!("unknown command {command:?}"));
     }
     let scenario = PathBuf::from(args.next().ok_or("missing scenario file")?);
@@ -54,6 +63,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         overrides: Overrides::default(),
     };
     while let Some(flag) = args.next() {
+        if a.command == "check" && flag != "--policies" {
+            return Err(format!("check: unknown option {flag:?} (only --policies)"));
+        }
         let mut value = |what: &str| args.next().ok_or_else(|| format!("{flag}: missing {what}"));
         let o = &mut a.overrides;
         match flag.as_str() {
@@ -106,7 +118,37 @@ fn json<T: serde::Serialize>(value: &T) -> Result<String, String> {
     serde_json::to_string_pretty(value).map(|s| s + "\n").map_err(|e| format!("cannot write JSON: {e}"))
 }
 
+/// The whole of stdin as text.
+fn stdin() -> Result<String, String> {
+    let mut text = String::new();
+    std::io::stdin().read_to_string(&mut text).map_err(|e| format!("stdin: {e}"))?;
+    Ok(text)
+}
+
+/// The scenario checked against the schema (with the command line's policies instead of the
+/// file's), printed as JSON.
+fn check(a: &Args) -> Result<(), String> {
+    let mut scenario =
+        if a.scenario == Path::new("-") { Scenario::parse(&stdin()?)? } else { Scenario::load(&a.scenario)? };
+    if let Some(policies) = &a.policies {
+        check_policies(policies, scenario.server_sidecars, scenario.stamping_backends)?;
+        scenario.policies = Some(policies.clone());
+    }
+    println!("{}", serde_json::to_string(&scenario).map_err(|e| format!("cannot write JSON: {e}"))?);
+    Ok(())
+}
+
+/// One answer of the operator rule, printed as JSON.
+fn operator() -> Result<(), String> {
+    let request: RuleRequest = serde_json::from_str(&stdin()?).map_err(|e| format!("operator: {e}"))?;
+    println!("{}", serde_json::to_string(&request.answer()?).map_err(|e| format!("cannot write JSON: {e}"))?);
+    Ok(())
+}
+
 fn main_inner(a: Args) -> Result<(), String> {
+    if a.command == "check" {
+        return check(&a);
+    }
     let scenario = Scenario::load(&a.scenario)?;
     let setup = Setup::resolve(&scenario, &a.overrides)?;
     let policies = a.policies.clone().unwrap_or_else(|| setup.policies.clone());
@@ -166,6 +208,15 @@ fn main_inner(a: Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("operator") {
+        return match operator() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tailweight-sim: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(a) => a,
         Err(e) => {

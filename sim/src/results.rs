@@ -2,7 +2,8 @@
 //! after each scenario event; written as JSON and as a markdown table.
 
 use crate::engine::{Measured, SERIES_WINDOW_NS};
-use crate::scenario::{EventAction, Setup};
+use crate::settle::SETTLE;
+use crate::setup::{EventAction, Setup};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -29,10 +30,11 @@ pub struct GroupShare {
     pub mean_wait_ms: f64,
 }
 
-/// How traffic to an event's endpoints settled, defined as the benchmark harness does: the share
-/// of requests they got over a trailing 1 s window, sampled every 0.5 s; `settle_s` = seconds from
-/// the event until that share stays within +-20% of its final value (the mean of the samples in
-/// the last 10 s before the next event or the end); None when still outside at the last sample.
+/// How traffic to an event's endpoints settled, defined as the benchmark harness does (`settle`:
+/// sim/settle-analysis.json, shared): the share of requests they got over a trailing window
+/// (share_window_s), sampled every sample_s; `settle_s` = seconds from the event until that share
+/// stays within band x its final value (the mean of the samples in the last final_window_s before
+/// the next event or the end); None when still outside at the last sample.
 #[derive(Debug, Clone, Serialize)]
 pub struct Reaction {
     pub event: usize,
@@ -40,7 +42,7 @@ pub struct Reaction {
     pub at_s: f64,
     pub action: String,
     pub endpoints: usize,
-    /// Share in the 5 s before the event.
+    /// Share in the before_window_s before the event.
     pub share_before: f64,
     pub final_share: f64,
     pub settle_s: Option<f64>,
@@ -163,14 +165,15 @@ fn share(sent: &[u32], to_event: &[u32], from: usize, to: usize) -> Option<f64> 
     (total > 0).then(|| hit as f64 / total as f64)
 }
 
-/// Harness parameters (e2e/bench/analysis.py): sample step, trailing window, final window, band.
-const SAMPLE_WINDOWS: usize = 5;
-const SHARE_WINDOWS: usize = 10;
-const FINAL_WINDOWS: usize = 100;
-const BAND: f64 = 0.2;
+/// Seconds as a whole number of series windows.
+fn windows(seconds: f64) -> usize {
+    (seconds * 1e9 / SERIES_WINDOW_NS as f64).round() as usize
+}
 
 fn reactions(setup: &Setup, m: &Measured) -> Vec<Reaction> {
     let w = |ns: u64| (ns / SERIES_WINDOW_NS) as usize;
+    let (sample, share_window) = (windows(SETTLE.sample_s), windows(SETTLE.share_window_s));
+    let (final_window, before) = (windows(SETTLE.final_window_s), windows(SETTLE.before_window_s));
     let end = w(setup.end_ns());
     setup
         .events
@@ -181,15 +184,14 @@ fn reactions(setup: &Setup, m: &Measured) -> Vec<Reaction> {
             let at = w(ev.at_ns);
             let next = setup.events.get(i + 1).map_or(end, |n| w(n.at_ns)).max(at + 1);
             // (window index at the sample's end, share over the trailing second)
-            let samples: Vec<(usize, f64)> = (at + SAMPLE_WINDOWS..=next)
-                .step_by(SAMPLE_WINDOWS)
-                .filter_map(|k| share(&m.sent_series, series, k.saturating_sub(SHARE_WINDOWS), k).map(|s| (k, s)))
+            let samples: Vec<(usize, f64)> = (at + sample..=next)
+                .step_by(sample)
+                .filter_map(|k| share(&m.sent_series, series, k.saturating_sub(share_window), k).map(|s| (k, s)))
                 .collect();
             let last = samples.last().map_or(next, |(k, _)| *k);
-            let finals: Vec<f64> =
-                samples.iter().filter(|(k, _)| *k + FINAL_WINDOWS >= last).map(|(_, s)| *s).collect();
+            let finals: Vec<f64> = samples.iter().filter(|(k, _)| *k + final_window >= last).map(|(_, s)| *s).collect();
             let final_share = if finals.is_empty() { 0.0 } else { finals.iter().sum::<f64>() / finals.len() as f64 };
-            let outside = |s: f64| (s - final_share).abs() > BAND * final_share;
+            let outside = |s: f64| (s - final_share).abs() > SETTLE.band * final_share;
             let settle_s = match samples.iter().rposition(|(_, s)| outside(*s)) {
                 None if samples.is_empty() => None,
                 None => Some(0.0),
@@ -206,7 +208,7 @@ fn reactions(setup: &Setup, m: &Measured) -> Vec<Reaction> {
                     EventAction::Recover => "recover".into(),
                 },
                 endpoints: ev.endpoints.len(),
-                share_before: share(&m.sent_series, series, at.saturating_sub(50), at).unwrap_or(0.0),
+                share_before: share(&m.sent_series, series, at.saturating_sub(before), at).unwrap_or(0.0),
                 final_share,
                 settle_s,
                 samples: samples.iter().map(|&(k, s)| ((k - at) as f64 * SERIES_WINDOW_NS as f64 / 1e9, s)).collect(),

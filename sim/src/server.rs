@@ -2,13 +2,32 @@
 //! base x speed x J; utilisation (busy workers / workers) over the last second as its ORCA report
 //! says, and CPU (busy workers averaged over the last minute) as Prometheus would.
 
-use crate::scenario::EndpointSpec;
 use std::collections::VecDeque;
 
 /// Seconds of per-second snapshots kept for the one-minute CPU rate.
 const CPU_WINDOW_S: usize = 60;
 /// How quickly the server's own latency estimate (for Prequal's probes) follows completions.
 const LATENCY_EWMA_ALPHA: f64 = 0.1;
+
+/// One simulated endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointSpec {
+    /// Index into the file's flattened backend list this endpoint copies (events name those).
+    pub origin: usize,
+    pub group: usize,
+    pub workers: u32,
+    /// Mean service time at speed 1, nanoseconds.
+    pub base_ns: f64,
+    pub speed: f64,
+    pub jitter: f64,
+}
+
+impl EndpointSpec {
+    /// Requests per second it can serve at its group's speed: workers / mean service time.
+    pub fn capacity_rps(&self) -> f64 {
+        self.workers as f64 * 1e9 / (self.base_ns * self.speed)
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Status {

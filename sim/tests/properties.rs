@@ -3,7 +3,8 @@
 
 use tailweight_sim::results::PolicyResult;
 use tailweight_sim::runner::{filter_config, run_all, run_policy};
-use tailweight_sim::scenario::{Overrides, Scenario, Setup, POLICIES};
+use tailweight_sim::scenario::{Scenario, POLICIES};
+use tailweight_sim::setup::{Overrides, Setup};
 
 const SEED: &str = include_str!("../../e2e/scenarios/seed-fib.yaml");
 

@@ -4,7 +4,8 @@
 
 use tailweight_core::FilterConfig;
 use tailweight_sim::runner::run_policy;
-use tailweight_sim::scenario::{Overrides, Scenario, Setup};
+use tailweight_sim::scenario::Scenario;
+use tailweight_sim::setup::{Overrides, Setup};
 
 fn setup(endpoints: u32, workers: u32, qps: f64, seconds: f64, seed: u64) -> Setup {
     let yaml = format!(

@@ -10,6 +10,7 @@ pub mod cswrr;
 pub mod edf;
 pub mod least_request;
 pub mod operator;
+pub mod operator_rule;
 pub mod peak_ewma;
 pub mod prequal;
 pub mod round_robin;

@@ -2,7 +2,7 @@
 report per cluster (docs/wire-protocol.md) naming every endpoint, with steadily growing counters,
 so the aggregator's views list them all and the filter under test gets them as suggestions.
 
-    python -m bench.overhead_reporter --url http://127.0.0.1:PORT --clusters a,b,c \
+    python -m harness.overhead_reporter --url http://127.0.0.1:PORT --clusters a,b,c \
         --addresses-file endpoints.txt --seconds 600 [--interval-ms 1000]
 
 Runs for --seconds at most, then exits; prints one line per failed report (the first 20)."""

@@ -8,11 +8,11 @@ from pathlib import Path
 from tailweight_e2e import paths
 
 from . import operator, report, runner
-from .scenario import ScenarioError, check_policies, load
+from .scenario import ScenarioError, load
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="bench", description=__doc__)
+    ap = argparse.ArgumentParser(prog="harness", description=__doc__)
     ap.add_argument("--scenario", default=str(paths.REPO / "e2e/scenarios/seed-fib.yaml"))
     ap.add_argument("--out", help="output directory (default bench/results/<scenario name>)")
     ap.add_argument("--logs", help="logs, configs, Fortio JSON and per-Envoy /stats "
@@ -35,11 +35,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quiet", action="store_true", help="no progress line")
     args = ap.parse_args(argv)
     try:
-        scenario = load(args.scenario)
-        policies = args.policies.split(",") if args.policies else scenario.policies
-        check_policies(policies, scenario.server_sidecars, scenario.stamping_backends)
+        scenario = load(args.scenario, args.policies.split(",") if args.policies else None)
     except ScenarioError as e:
-        print(f"bench: {e}", file=sys.stderr)
+        print(f"harness: {e}", file=sys.stderr)
         return 2
     out_dir = Path(args.out) if args.out else paths.REPO / "bench" / "results" / scenario.name
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -48,9 +46,10 @@ def main(argv=None) -> int:
         log_dir = Path(args.logs)
     else:
         log_dir = out_dir / "logs" if args.out else paths.REPO / "bench" / "runs" / scenario.name
+    policies = scenario.policies
     needs_wasm = any(p.startswith("tailweight") for p in policies)
     if needs_wasm and not paths.WASM.exists():
-        print(f"bench: {paths.WASM} is missing (make wasm)", file=sys.stderr)
+        print(f"harness: {paths.WASM} is missing (make wasm)", file=sys.stderr)
         return 2
     if args.rerender:
         import json
@@ -70,7 +69,7 @@ def main(argv=None) -> int:
         try:
             results.append(runner.run_policy(scenario, policy, opts))
         except Exception as e:  # one broken policy must not lose the others' results
-            print(f"bench: {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
+            print(f"harness: {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
             results.append({"policy": policy, "run": name, "retries": retries, "error": f"{type(e).__name__}: {e}"})
     meta = {"elapsed_s": round(time.monotonic() - started, 1),
             "note": "operator starts from its converged weights "

@@ -1,9 +1,28 @@
 """Pure post-processing of one policy's samples: per-endpoint rates and shares over time, overall
-shares, and how long a share took to settle after an event."""
+shares, and how long a share took to settle after an event (measured as the simulator does: the
+numbers in sim/settle-analysis.json, `SETTLE`)."""
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from itertools import pairwise
 
+from tailweight_e2e import paths
+
 Sample = tuple[float, list[float]]  # (seconds since the recorded part began, requests_total per backend)
+
+
+@dataclass(frozen=True)
+class Settle:
+    """sim/settle-analysis.json's numbers (its description says what each does)."""
+    sample_s: float
+    share_window_s: float
+    final_window_s: float
+    before_window_s: float
+    band: float
+
+
+SETTLE = Settle(**{f.name: float(json.loads((paths.REPO / "sim" / "settle-analysis.json").read_text())[f.name])
+                   for f in fields(Settle)})
 
 
 def rates(samples: Sequence[Sample]) -> tuple[list[float], list[list[float]]]:
@@ -61,16 +80,17 @@ def share_between(samples: Sequence[Sample], backend: int, t0: float, t1: float)
     return diff[backend] / total if total > 0 else None
 
 
-def settle_time(times: Sequence[float], share: Sequence[float], event_s: float, final_window_s: float,
-                tolerance: float = 0.2, before_window_s: float = 5.0) -> dict[str, float | None]:
+def settle_time(times: Sequence[float], share: Sequence[float], event_s: float,
+                final_window_s: float = SETTLE.final_window_s, tolerance: float = SETTLE.band,
+                before_window_s: float = SETTLE.before_window_s) -> dict[str, float | None]:
     """Seconds from `event_s` until `share` stays near its final value for good.
 
     final = mean share over the last `final_window_s`; before = mean over `before_window_s` before the
     event. Two bands, both reported:
-    - settle_s: within tolerance x max(|before - final|, final) of final (20% of the step, the usual
-      settling time, robust when the final share is near zero where Poisson noise is larger than 20%
-      of it; the final share when the step is smaller, so "no change" settles at once);
-    - settle_share_s: within tolerance x final (20% of the final share, literally).
+    - settle_s: within tolerance x max(|before - final|, final) of final (a share of the step, the
+      usual settling time, robust when the final share is near zero where Poisson noise is larger
+      than that share of it; the final share when the step is smaller, so "no change" settles at once);
+    - settle_share_s: within tolerance x final (the simulator's `settle_s`).
     None when the share is still outside the band at the last sample or nothing follows the event."""
     empty = {"settle_s": None, "settle_share_s": None, "before_share": None, "final_share": None}
     if not times:

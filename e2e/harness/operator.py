@@ -1,17 +1,17 @@
 """The seed operator (Istio-adaptive-least-request), emulated honestly: every period it reads per-pod
-CPU from Prometheus, applies its published rule (step) to the weights of the endpoints in the set and
+CPU from Prometheus, applies its published rule to the weights of the endpoints in the set and
 rewrites them; Envoy runs weighted LEAST_REQUEST on those weights (here the file-based EDS resource
 of membership.EndpointSet, which backends also join and leave).
 
-The rule's numbers (period, dead band, step, clamp, median, new endpoints' weight) live in
-sim/operator-rule.json, which the simulator (sim/src/policy/operator.rs) reads too.
+The rule is the simulator's (sim/src/policy/operator_rule.rs, its numbers in sim/operator-rule.json),
+asked through `tailweight-sim operator`: one implementation for both.
 """
 import json
-import statistics
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from tailweight_e2e import paths
@@ -49,46 +49,39 @@ PERIOD_S = RULE.period_s
 CPU_QUERY = "sum(rate(emulator_busy_seconds_total[1m])) by (address)"
 
 
-def scale_to_median(weights: dict[str, float], rule: OperatorRule = RULE) -> dict[str, float]:
-    """w <- w x median_weight / median(w) (no change while the median is 0)."""
-    median = statistics.median(weights.values())
-    return {k: w * rule.median_weight / median for k, w in weights.items()} if median > 0 else dict(weights)
+def ask(question: dict, rule: OperatorRule = RULE) -> dict:
+    """The rule's answer (sim/src/policy/operator_rule.rs, `RuleRequest`): `weights`, Envoy's
+    `lb_weights` and `new_endpoint_lb_weight`, by endpoint address."""
+    out = subprocess.run([str(paths.binary("tailweight-sim")), "operator"], input=json.dumps(
+        {**question, "rule": asdict(rule)}), capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise ValueError(out.stderr.strip())
+    return json.loads(out.stdout)
 
 
 def step(weights: dict[str, float], cpu: dict[str, float], rule: OperatorRule = RULE) -> dict[str, float]:
     """One round of the operator's rule: mean = mean of the non-zero CPUs; an endpoint with
     |cpu - mean| / mean >= dead_band moves w <- clamp(w x (1 - step x (cpu - mean) / mean),
-    min_weight, max_weight); then all scale to median_weight (scale_to_median). Endpoints without a
-    weight start at new_endpoint_weight; endpoints without a CPU sample keep their weight."""
-    current = {k: weights.get(k, rule.new_endpoint_weight) for k in set(weights) | set(cpu)}
-    nonzero = [c for c in cpu.values() if c > 0]
-    if not nonzero:
-        return scale_to_median(current, rule)
-    mean = sum(nonzero) / len(nonzero)
-    out = {}
-    for k, w in current.items():
-        c = cpu.get(k)
-        if c is None or abs(c - mean) / mean < rule.dead_band:
-            out[k] = w
-        else:
-            out[k] = min(rule.max_weight, max(rule.min_weight, w * (1.0 - rule.step * (c - mean) / mean)))
-    return scale_to_median(out, rule)
+    min_weight, max_weight); then all scale to median_weight. Endpoints without a weight start at
+    new_endpoint_weight; endpoints without a CPU sample keep their weight."""
+    return ask({"weights": weights, "cpu": cpu}, rule)["weights"]
 
 
 def converged_weights(capacity: dict[str, float]) -> dict[str, float]:
     """The rule's fixed point of equal CPU per endpoint: weight proportional to capacity
     (workers / mean service time), scaled to the rule's median. (The min..max clamp would bind for
     capacity ratios above max_weight / min_weight once it adjusts; at the fixed point it does not.)"""
-    return scale_to_median(dict(capacity))
+    return ask({"capacity": capacity})["weights"]
 
 
 def integer_weights(weights: dict[str, float]) -> dict[str, int]:
-    return {k: max(1, int(round(w))) for k, w in weights.items()}
+    """What Envoy gets as load_balancing_weight."""
+    return ask({"weights": weights})["lb_weights"]
 
 
 def join_weight(rule: OperatorRule = RULE) -> int:
     """The EDS weight of an endpoint that joins between two rounds: the rule's new endpoint weight."""
-    return integer_weights({"new": rule.new_endpoint_weight})["new"]
+    return ask({"weights": {}}, rule)["new_endpoint_lb_weight"]
 
 
 def cpu_by_address(prom: Prometheus) -> dict[str, float]:
@@ -133,11 +126,12 @@ class Controller:
             try:
                 members = set(self.endpoints.member_addresses())
                 cpu = {a: c for a, c in self.cpu_source().items() if a in members}
-                self.weights = step({a: w for a, w in self.weights.items() if a in members}, cpu)
-                self.endpoints.set_weights(integer_weights(self.weights))
+                answer = ask({"weights": {a: w for a, w in self.weights.items() if a in members}, "cpu": cpu})
+                self.weights = answer["weights"]
+                self.endpoints.set_weights(answer["lb_weights"])
                 self.rounds.append({"t_s": round(time.monotonic() - self._t0, 1), "cpu": cpu,
-                                    "weights": integer_weights(self.weights)})
-                self.log(f"operator round {len(self.rounds)}: weights {sorted(integer_weights(self.weights).values())}")
+                                    "weights": answer["lb_weights"]})
+                self.log(f"operator round {len(self.rounds)}: weights {sorted(answer['lb_weights'].values())}")
             except Exception as e:  # a failed round keeps the old weights, as the operator would
                 self.errors.append(f"{type(e).__name__}: {e}")
 

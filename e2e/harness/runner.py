@@ -13,7 +13,7 @@ import requests
 
 from tailweight_e2e import aggregator as aggregator_mod
 from tailweight_e2e import envoy as envoy_mod
-from tailweight_e2e import paths
+from tailweight_e2e import envoy_stats, paths
 from tailweight_e2e.envoy_configs import (
     CLUSTER,
     LOCAL_APP_CLUSTER,
@@ -31,7 +31,7 @@ from .membership import EndpointSet
 from .report_tap import ReportTap
 from .scenario import Event, Scenario, Segment
 
-SAMPLE_S = 0.5
+SAMPLE_S = analysis.SETTLE.sample_s
 # The aggregator's flags under `tailweight_stamps` (the simulator's best configuration, sim/README.md,
 # "Closing the gap"): ORCA votes no older than 1 s, the view's in-flight as qps x latency.
 STAMPS_AGGREGATOR_ARGS = ("--orca-max-age-ms", "1000", "--view-inflight", "mean")
@@ -139,11 +139,11 @@ def derive(result: dict) -> dict:
     samples = result["samples"]
     # No shares (an empty dict) from fewer than two samples.
     result["share"] = dict(zip(result["backends"], analysis.overall_shares(samples), strict=False))
-    times, shares = analysis.windowed_shares(samples, 1.0)
+    times, shares = analysis.windowed_shares(samples, analysis.SETTLE.share_window_s)
     reacting = [ev for ev in result["events"] if ev["action"] in REACTION_ACTIONS and not ev.get("cause")]
     result["settle"] = [
         {"backend": b, "action": ev["action"], "at_s": ev["fired_s"],
-         **analysis.settle_time(times, [s[b] for s in shares], ev["fired_s"], final_window_s=10.0)}
+         **analysis.settle_time(times, [s[b] for s in shares], ev["fired_s"])}
         for ev in reacting for b in ev["backends"]]
     end_s = samples[-1][0] if samples else 0.0
     result["reaction"] = []
@@ -155,7 +155,7 @@ def derive(result: dict) -> dict:
                         + [end_s])
             result["reaction"].append({
                 "backend": b, "action": ev["action"], "at_s": t,
-                "share_before": analysis.share_between(samples, b, t - 5.0, t),
+                "share_before": analysis.share_between(samples, b, t - analysis.SETTLE.before_window_s, t),
                 "share_first_s": analysis.share_between(samples, b, t, t + REACTION_FIRST_S),
                 "share_after": analysis.share_between(samples, b, t + REACTION_FIRST_S, until),
                 "after_until_s": round(until, 3)})
@@ -211,10 +211,11 @@ ENVOY_CLUSTER_STATS = ("upstream_rq_total", "upstream_rq_5xx", "upstream_cx_conn
 def envoy_entry(e: envoy_mod.Envoy, cluster: str, stats_path: Path) -> dict:
     """An Envoy's /stats kept as text at `stats_path`; its ENVOY_CLUSTER_STATS of `cluster` and the
     filter's counters (wasmcustom.*) if it runs the filter."""
-    stats_path.write_text(requests.get(f"{e.admin}/stats", timeout=5).text)
-    s = e.stats(f"cluster.{cluster}.")
+    text = envoy_stats.fetch(e.admin)
+    stats_path.write_text(text)
+    s = envoy_stats.parse(text, f"cluster.{cluster}.")
     entry = {k: s.get(f"cluster.{cluster}.{k}", 0) for k in ENVOY_CLUSTER_STATS}
-    wasm = e.stats("wasmcustom.")
+    wasm = envoy_stats.parse(text, "wasmcustom.")
     if wasm:
         entry["wasmcustom"] = wasm
     return entry

@@ -28,7 +28,7 @@ def rss_bytes(pid: int) -> int | None:
 def thread_cpu_ns(pid: int) -> int | None:
     """CPU time of the process's live threads, in ns (first field of /proc/<pid>/task/*/schedstat).
 
-    Nanoseconds where utime + stime (bench.cpu) counts 10 ms ticks: an idle Envoy uses a few ms per
+    Nanoseconds where utime + stime (harness.cpu) counts 10 ms ticks: an idle Envoy uses a few ms per
     second, so over 30 s the ticks would be as coarse as the difference measured. Threads that
     exited are not counted: use it across windows in which the process keeps its threads (Envoy
     after /ready)."""

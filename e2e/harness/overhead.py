@@ -1,7 +1,7 @@
 """`make bench-overhead`: what the filter costs a fleet of sidecars, variant against variant:
 no wasm filter (no_wasm), an empty V8 filter (empty_wasm: what running any wasm filter costs),
 tailweight, and any `--variant NAME=path.wasm` (e.g. an experimental build). Every variant gets the
-same Envoy bootstrap (bench.overhead_configs) but for the HTTP filter.
+same Envoy bootstrap (harness.overhead_configs) but for the HTTP filter.
 
 1. Start-up: wall time from starting Envoy to /ready and Envoy's CPU time until then (utime +
    stime: robust on a shared machine, where V8 compiles on several threads), at --concurrency 1
@@ -10,14 +10,14 @@ same Envoy bootstrap (bench.overhead_configs) but for the HTTP filter.
 2. Memory at --concurrency 2: RSS 1 s and 10 s after /ready; 90 s after /ready with the sidecar
    bootstrap override wasmplugin/ ships (Envoy releasing free heap pages); and after a few minutes
    of load spread over 64 clusters x 1,000 endpoints with the aggregator on (a synthetic reporter,
-   bench.overhead_reporter, makes the aggregator's views list every endpoint, so the filter learns
+   harness.overhead_reporter, makes the aggregator's views list every endpoint, so the filter learns
    them; its `endpoints_tracked` gauge says how many it reached). `--flat-minutes N`: RSS every 30 s
    for N minutes under light load.
 3. Envoy CPU per request at 1,000 qps, HTTP/1.1 (16 connections, 1 KB) and gRPC (Fortio ping, 2
    connections x 8 streams, to HTTP/2 backends), at --concurrency 1 and 2: one Envoy per variant
    and concurrency, all started first; then rounds in which each variant is loaded in turn, back to
    back (the order rotating). Added CPU = the median of the per-round differences, with a
-   distribution-free confidence interval (bench.overhead_measure.median_interval). Latency
+   distribution-free confidence interval (harness.overhead_measure.median_interval). Latency
    percentiles from the rounds' merged histograms.
 4. Light load at --concurrency 2, the aggregator configured: Envoy CPU per second idle and at 1,
    10, 100 and 1,000 rps, every variant loaded at the same time (paired in time), CPU from the
@@ -26,12 +26,12 @@ same Envoy bootstrap (bench.overhead_configs) but for the HTTP filter.
 
 Envoys run pinned to core 1, load generators and backends to core 0 (when there are two cores);
 CPU is read from /proc, so what the rest of the machine does costs a variant time, not CPU. Start-ups
-are not pinned (V8 compiles on several threads). The tables: bench.overhead_tables.
+are not pinned (V8 compiles on several threads). The tables: harness.overhead_tables.
 
-    python -m bench.overhead [--out bench/results] [--quick] [--rounds N] [--seconds S] [--starts N]
+    python -m harness.overhead [--out bench/results] [--quick] [--rounds N] [--seconds S] [--starts N]
         [--fleet-seconds S] [--flat-minutes N] [--only SECTION ...] [--logs DIR]
         [--variant NAME=path/to/filter.wasm ...]
-    python -m bench.overhead --rerender --out bench/results   (the tables again from overhead.json)
+    python -m harness.overhead --rerender --out bench/results   (the tables again from overhead.json)
 """
 import argparse
 import dataclasses
@@ -49,12 +49,12 @@ from pathlib import Path
 
 import requests
 
-from bench import emulator as emu
-from bench import fortio
-from bench import overhead_configs as configs
-from bench import overhead_measure as measure
-from bench import overhead_tables as tables
-from bench.cpu import cpu_seconds
+from harness import emulator as emu
+from harness import fortio
+from harness import overhead_configs as configs
+from harness import overhead_measure as measure
+from harness import overhead_tables as tables
+from harness.cpu import cpu_seconds
 from tailweight_e2e import aggregator, envoy, paths
 from tailweight_e2e.procs import Proc, ProcGroup, wait_for
 
@@ -241,7 +241,7 @@ def section_fleet_memory(group: ProcGroup, variants: dict, s: Settings, tmp: Pat
     addresses_file.write_text("\n".join(backends.addresses) + "\n")
     budget_s = len(variants) * (s.fleet_seconds + 300) + 120  # the reporter stops by itself after this
     reporter = group.start("fleet-reporter", [
-        sys.executable, "-m", "bench.overhead_reporter", "--url", agg.url, "--clusters", ",".join(names),
+        sys.executable, "-m", "harness.overhead_reporter", "--url", agg.url, "--clusters", ",".join(names),
         "--addresses-file", addresses_file, "--seconds", budget_s], env={"PYTHONPATH": str(paths.REPO / "e2e")})
     for p in (backends.proc, agg.proc, reporter):
         measure.pin(p.pid, LOAD_CORE)

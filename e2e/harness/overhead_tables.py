@@ -1,9 +1,9 @@
-"""The numbers of `make bench-overhead` (bench.overhead) made into what a reader compares: medians,
+"""The numbers of `make bench-overhead` (harness.overhead) made into what a reader compares: medians,
 paired differences against the empty filter and against no filter with their confidence intervals,
 the targets the filter is judged against, and one markdown table per section."""
 import statistics
 
-from bench.overhead_measure import median_interval, paired, ratios
+from harness.overhead_measure import median_interval, paired, ratios
 
 BASE, EMPTY = "no_wasm", "empty_wasm"
 # The light-load section runs tailweight twice: as is, and with wasmplugin/'s sidecar bootstrap

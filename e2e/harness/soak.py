@@ -362,7 +362,7 @@ def document(plan: SoakPlan, result: dict, soak: SoakRun, elapsed_s: float) -> d
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="bench.soak", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="harness.soak", description=__doc__.split("\n\n")[0])
     ap.add_argument("--plan", choices=sorted(PLANS), default="full",
                     help="full: ~30 min (make soak); short: ~2 min (make soak-short, the e2e test's plan)")
     ap.add_argument("--out", help="results directory (default bench/results/<plan name>)")

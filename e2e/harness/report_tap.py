@@ -9,7 +9,8 @@ import http.client
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tailweight_e2e.stub_server import Reply, Request, StubServer
 
 # Request headers worth passing on (the shard header lets aggregator replicas shard by cluster).
 _FORWARDED = ("content-type", "x-tailweight-shard")
@@ -21,32 +22,18 @@ class ReportTap:
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._last: dict[str, tuple[float, dict]] = {}  # reporter -> (monotonic time, report)
-        tap = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive: Envoy reuses its connection
-
-            def do_POST(self):  # noqa: N802 - the http.server API
-                body = self.rfile.read(int(self.headers.get("content-length") or 0))
-                tap._note(body)
-                status, content_type, reply = tap._forward(self.path, body, self.headers)
-                self.send_response(status)
-                self.send_header("content-type", content_type)
-                self.send_header("content-length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            def log_message(self, *_):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        self._thread = threading.Thread(target=self.server.serve_forever, name="report-tap", daemon=True)
+        # Keep-alive: Envoy reuses its connection.
+        self.server = StubServer(self._pass_on, keep_alive=True, name="report-tap")
+        self.port = self.server.port
 
     def start(self) -> "ReportTap":
-        self._thread.start()
+        self.server.start()
         return self
+
+    def _pass_on(self, request: Request) -> Reply:
+        self._note(request.body)
+        status, content_type, reply = self._forward(request.method, request.path, request.body, request.headers)
+        return Reply(status, reply, [("content-type", content_type)])
 
     def forward_to(self, upstream_port: int) -> None:
         """Send what comes next to an aggregator on another port (one restarted on port 0), as a
@@ -54,8 +41,7 @@ class ReportTap:
         self.upstream_port = upstream_port
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
     def _note(self, body: bytes) -> None:
         try:
@@ -66,11 +52,11 @@ class ReportTap:
         with self._lock:
             self._last[reporter] = (time.monotonic(), report)
 
-    def _forward(self, path: str, body: bytes, headers) -> tuple[int, str, bytes]:
+    def _forward(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
         """The aggregator's reply; 503 when it cannot be reached (as Envoy answers for a dead upstream)."""
         conn = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=self.timeout_s)
         try:
-            conn.request("POST", path, body, {h: headers[h] for h in _FORWARDED if headers.get(h)})
+            conn.request(method, path, body, {h: headers[h] for h in _FORWARDED if headers.get(h)})
             r = conn.getresponse()
             return r.status, r.getheader("content-type", "text/plain"), r.read()
         except OSError as e:
