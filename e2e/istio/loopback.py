@@ -31,8 +31,8 @@ def start_http_backend(group: ProcGroup, ip: str, name: str) -> int:
 
 
 
-def tree_rss_kb(pid: int) -> int:
-    """RSS of pid plus all its descendants, from /proc."""
+def child_pids() -> dict[int, list[int]]:
+    """Every process's children, by parent PID, from /proc."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -41,6 +41,12 @@ def tree_rss_kb(pid: int) -> int:
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+def tree_rss_kb(pid: int) -> int:
+    """RSS of pid plus all its descendants, from /proc."""
+    children = child_pids()
     total, todo = 0, [pid]
     while todo:
         p = todo.pop()
