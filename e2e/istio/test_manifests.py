@@ -467,3 +467,22 @@ def test_istioctl_analyze_checks_envoyfilter_priorities(tmp_path):
     without = istioctl_analyze(tmp_path, yaml.safe_dump(envoyfilter))
     assert "IST0151" in [m["code"] for m in without], without
     assert "IST0151" not in [m["code"] for m in with_priority], with_priority
+
+
+# ---------------------------------------------------------------------------------------------------
+# docs/getting-started.md: each command names the e2e test that runs it
+
+
+def test_getting_started_names_tests_that_exist():
+    """Every test the getting-started page says runs one of its commands exists, and its shard-key
+    lines are the ones test_istio_tailweight takes from docs/istio.md and runs."""
+    page = (REPO / "docs" / "getting-started.md").read_text()
+    named = set(re.findall(r"`(?:test_istio_tailweight\.py::)?(test_[a-z_]+)`", page))
+    defined = {name for f in Path(__file__).parent.glob("test_*.py")
+               for name in re.findall(r"^def (test_[a-z_]+)\(", f.read_text(), re.M)}
+    assert len(named) >= 6 and named <= defined, named - defined
+    assert "helm install tailweight oci://" in page and "helm uninstall tailweight" in page
+
+    def key_lines(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith(("h=", "KEY="))]
+    assert key_lines(page) == key_lines(DOCS.read_text()) and len(key_lines(page)) == 2
