@@ -1,14 +1,14 @@
-# Istio e2e: a real control plane (etcd, kube-apiserver, istiod, pilot-agent), and istioctl for
-# `istioctl analyze` of wasmplugin/, built from pinned Go modules through the module proxy and cached
-# in $(TW_CACHE)/istio (~20 min cold, instant after).
+# Istio e2e: a real control plane (etcd, kube-apiserver, istiod, pilot-agent), istioctl for
+# `istioctl analyze`, Helm and the Prometheus Operator's monitor CRDs for the chart, built from pinned
+# Go modules through the module proxy and cached in $(TW_CACHE)/istio (~30 min cold, instant after).
 .PHONY: istio-bins test-istio bench-istio-startup
 
 istio-bins: deps
 	bash e2e/istio/build/build.sh
 
-# Real processes on 127.0.0.1: the smoke test, then wasmplugin/ installed and exercised with the
-# filter ($(WASM), also as an OCI image), the static aggregator and the emulator's gRPC backends
-# (see e2e/istio/README.md).
+# Real processes on 127.0.0.1: the smoke test, then charts/tailweight packaged, pushed to a loopback
+# OCI registry, installed, upgraded and uninstalled with Helm, and exercised with the filter ($(WASM),
+# also as an OCI image), the static aggregator and the emulator's gRPC backends (see e2e/istio/README.md).
 test-istio: istio-bins build oci-wasm aggregator-static
 	$(PYTEST) -q e2e/istio
 

@@ -3,7 +3,7 @@
 .PHONY: oci-wasm aggregator-static
 
 TW_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
-# oras from the Go module proxy, pinned; it assembles the OCI image (wasmplugin/oci/pack.sh).
+# oras from the Go module proxy, pinned; it assembles the OCI image (scripts/pack-wasm-oci.sh).
 ORAS_VERSION := v1.3.6
 ORAS := $(TW_CACHE)/bin/oras-$(ORAS_VERSION)
 OCI_LAYOUT := $(BUILD)/oci/tailweight-filter
@@ -18,7 +18,7 @@ $(ORAS):
 # $(BUILD)/oci/tailweight-filter: an OCI image layout holding tailweight-filter:$(TW_VERSION). Push it:
 #   $(ORAS) cp --from-oci-layout $(OCI_LAYOUT):$(TW_VERSION) <registry>/tailweight-filter:$(TW_VERSION)
 oci-wasm: wasm $(ORAS)
-	bash wasmplugin/oci/pack.sh $(ORAS) $(WASM) $(OCI_LAYOUT) $(TW_VERSION)
+	bash scripts/pack-wasm-oci.sh $(ORAS) $(WASM) $(OCI_LAYOUT) $(TW_VERSION)
 
 # The aggregator linked statically (musl): `ldd` must find nothing to load.
 aggregator-static: deps

@@ -16,8 +16,9 @@ WASM_FILTER = "envoy.filters.http.wasm"
 GRPC_LISTENER = "grpc"
 GRPC_CLUSTER = "grpc_backends"
 _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
-# The bootstrap override wasmplugin/ ships for sidecars (Envoy releases free heap pages).
-SIDECAR_BOOTSTRAP = paths.REPO / "wasmplugin" / "client" / "sidecar-bootstrap.yaml"
+# The bootstrap override the Helm chart ships for sidecars (Envoy releases free heap pages): the
+# file its ConfigMap carries as custom_bootstrap.json.
+SIDECAR_BOOTSTRAP = paths.REPO / "charts" / "tailweight" / "files" / "sidecar-bootstrap.json"
 
 
 def client(wasm: Path | None, backends: Sequence[str], aggregator_port: int | None = None) -> dict:
@@ -33,10 +34,9 @@ def client(wasm: Path | None, backends: Sequence[str], aggregator_port: int | No
 
 
 def sidecar_bootstrap_override() -> dict:
-    """The bootstrap fields of wasmplugin/client/sidecar-bootstrap.yaml (the ConfigMap's
+    """The bootstrap fields of the chart's sidecar bootstrap override (its ConfigMap's
     custom_bootstrap.json), which pilot-agent merges into a sidecar's bootstrap."""
-    config_map = yaml.safe_load(SIDECAR_BOOTSTRAP.read_text())
-    return json.loads(config_map["data"]["custom_bootstrap.json"])
+    return json.loads(SIDECAR_BOOTSTRAP.read_text())
 
 
 def with_sidecar_bootstrap_override(cfg: dict) -> dict:

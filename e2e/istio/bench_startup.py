@@ -3,7 +3,7 @@
 Times a sidecar from pilot-agent's start until Envoy's admin /ready answers LIVE ("envoy") and until
 pilot-agent's readiness probe passes ("agent"), for a client calling 1 service and 50 services (one
 outbound listener and one cluster each, see many_services.py), without tailweight and with its
-namespace opted in (WasmPlugin from file:// + the EnvoyFilters, as wasmplugin/client installs them).
+namespace opted in (WasmPlugin from file:// + the EnvoyFilters, as the chart installs them).
 Each case is its own namespace, so nothing changes between starts; the cases take turns within a
 round (the order rotating per round), and each case's first start is a discarded warm-up.
 
@@ -28,12 +28,14 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # cluster, tailweight_mesh, many_services (cluster.py adds e2e/)
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # e2e/istio (cluster, ...) and e2e/ (tailweight_e2e)
 
 import many_services as ms  # noqa: E402
-
 import tailweight_mesh as tm  # noqa: E402
-from cluster import VERSIONS, ControlPlane, Sidecar, envoy_path, tree_rss_kb  # noqa: E402
+from cluster import ControlPlane  # noqa: E402
+from loopback import tree_rss_kb  # noqa: E402
+from sidecars import Sidecar  # noqa: E402
+from versions import VERSIONS, envoy_path  # noqa: E402
 
 SIZES = (1, 50)
 METRICS = ("envoy_s", "agent_s", "rss_mb")
@@ -134,7 +136,7 @@ def main() -> None:
             for j, tailweight in enumerate((False, True)):
                 host = 30 + 4 * (2 * i + j)
                 namespace = f"startup-{n}-{'tailweight' if tailweight else 'plain'}"
-                cases.append(ms.apply(cp, namespace, n, cp.ip(host), cp.ip(host + 1), tailweight, cp.dir))
+                cases.append(ms.apply(cp, namespace, n, cp.ip(host), cp.ip(host + 1), tailweight))
         starts: dict[str, list[dict]] = {c.namespace: [] for c in cases}
         for c in cases:  # warm-up: istiod's caches for the namespace, the binaries in the page cache
             measure(cp, c, args.concurrency)

@@ -7,7 +7,8 @@ test_istio_sidecar_bootstrap: .160-.161), so they share it safely.
 
 import pytest
 
-from cluster import ControlPlane, missing_parts
+from cluster import ControlPlane
+from versions import missing_parts
 
 
 @pytest.fixture(scope="session")

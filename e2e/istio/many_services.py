@@ -5,18 +5,18 @@ Services are Kubernetes Services `svc-<i>` on port FIRST_PORT + i, all selecting
 (nothing listens behind it: these sidecars only start, they carry no traffic). The client's Sidecar
 resource gives it one outbound listener per service port on its pod IP (captureMode NONE), so N
 services make N listeners and N clusters. With tailweight, the namespace is opted in through
-wasmplugin/client for all N services (the module from `file://`), as a user would.
+the chart (charts/tailweight) for all N services (the module from `file://`), as a user would.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import yaml
 
 import tailweight_mesh as tm
-from cluster import ControlPlane, Sidecar
+from cluster import ControlPlane
+from sidecars import Sidecar
 
 FIRST_PORT = 9101
 APP_LABEL = {"app": "many-services-backend"}
@@ -47,7 +47,7 @@ class ManyServices:
 
 
 def apply(cp: ControlPlane, namespace: str, count: int, client_ip: str, endpoint_ip: str,
-          tailweight: bool, work_dir: Path, hosts: tuple[str, ...] = ("./*",)) -> ManyServices:
+          tailweight: bool, hosts: tuple[str, ...] = ("./*",)) -> ManyServices:
     """Creates `namespace` with `count` services, the client's Sidecar resource (egress `hosts`),
     and with `tailweight` the opt-in of all of them (WasmPlugin + EnvoyFilters, no aggregator)."""
     cp.create_namespace(namespace)
@@ -62,17 +62,18 @@ def apply(cp: ControlPlane, namespace: str, count: int, client_ip: str, endpoint
     cp.apply_sidecar_resource(namespace, "client", {"app": "client"}, bind_ip=client_ip,
                               egress_ports={port: "HTTP" for port in many.ports}, hosts=hosts)
     if tailweight:
-        opt_in(cp, many, work_dir)
+        opt_in(cp, many)
     return many
 
 
-def opt_in(cp: ControlPlane, many: ManyServices, work_dir: Path, plugin_config: dict | None = None) -> None:
-    """tailweight for all the namespace's services (WasmPlugin + EnvoyFilters through an overlay of
-    wasmplugin/client, no aggregator), `plugin_config` merged over the manifests' pluginConfig."""
+def opt_in(cp: ControlPlane, many: ManyServices, filter_settings: dict | None = None) -> None:
+    """tailweight for all the namespace's services: the chart installed as release `tailweight` of
+    the namespace with its `services` list and no aggregator (WasmPlugin + EnvoyFilters),
+    `filter_settings` as the chart's `filter` values."""
     destinations = [(f"svc-{i}", port) for i, port in enumerate(many.ports)]
-    overlay = tm.write_overlay(work_dir / f"overlay-{many.namespace}", f"file://{tm.WASM}", destinations,
-                               plugin_config, namespace=many.namespace, aggregator=False)
-    cp.apply_kustomization(overlay)
+    values = tm.chart_values(f"file://{tm.WASM}", destinations, filter_settings, namespace=many.namespace,
+                             aggregator=False)
+    cp.helm.install(tm.RELEASE, str(tm.CHART), many.namespace, values, upgrade=True)
 
 
 def v8_vms(sidecar: Sidecar) -> dict[str, int]:

@@ -1,22 +1,24 @@
-"""tailweight installed from wasmplugin/ onto the loopback Istio control plane (see cluster.py).
+"""tailweight installed with its Helm chart (charts/tailweight) onto the loopback Istio control plane
+(see cluster.py).
 
 What runs (all on the control plane's private 127.X.Y.0/24, see ControlPlane.ip):
-- namespace `tailweight`: the aggregator Service, DestinationRule, AuthorizationPolicy ... from
-  wasmplugin/aggregator, and two replicas, each = the aggregator binary (the static build the
-  Dockerfile ships) + a recording relay (report_recorder.py) + its own inbound sidecar through
-  pilot-agent. Endpoints are WorkloadEntries the Service selects (EndpointSlices refuse loopback),
-  with Istio mTLS and the aggregator's service account.
-- namespace `shop` (opted in through wasmplugin/client): the Services `backend` and `svc-0..`,
+- namespace `tailweight` (the release's): the aggregator Service, DestinationRule,
+  PeerAuthentication, AuthorizationPolicy ... from the chart, and two replicas, each = the
+  aggregator binary (the static build the Dockerfile ships) + a recording relay
+  (report_recorder.py) + its own inbound sidecar through pilot-agent. A replica is what the
+  chart's Deployment would run: a WorkloadEntry (EndpointSlices refuse loopback) with the pod
+  template's labels, the aggregator's service account, Istio mTLS, and the pod's prometheus.io
+  annotations handed to its pilot-agent as Istio's injector would.
+- namespace `shop` (opted in: the chart's `services` list): the Services `backend` and `svc-0..`,
   all served by the same echo backends (plaintext WorkloadEntries), and the pod `client` whose
   sidecar runs the filter and binds a real outbound listener on port 8080.
 - namespace `other` (not opted in): the pod `intruder`, a sidecar with an mTLS identity that the
   AuthorizationPolicy must refuse.
-The overlay the test applies mirrors wasmplugin/overlays/example (one sub-directory per opted-in
-namespace), with a file:// (or http://, oci://) module URL.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -27,13 +29,16 @@ import grpc
 import requests
 import yaml
 
-from cluster import LOCALHOST, ControlPlane, Sidecar, http_get
+from cluster import ControlPlane
+from loopback import LOCALHOST, http_get
+from sidecars import Sidecar
 from tailweight_e2e import aggregator
 from tailweight_e2e.procs import Proc, ready_port, retry_port_clash, wait_for
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-WASMPLUGIN = REPO / "wasmplugin"
+CHART = REPO / "charts" / "tailweight"
+RELEASE = "tailweight"  # `helm install tailweight ...`: object names start with it
 # The module under test: the project's filter (override with TW_ISTIO_WASM to try another build).
 WASM = Path(os.environ.get("TW_ISTIO_WASM", REPO / "build" / "tailweight_filter.wasm"))
 # The aggregator as the Dockerfile ships it: `make aggregator-static` (TW_ISTIO_AGGREGATOR: another build).
@@ -41,11 +46,10 @@ AGGREGATOR = Path(os.environ.get("TW_ISTIO_AGGREGATOR",
                                REPO / "target" / "x86_64-unknown-linux-musl" / "release" / "tailweight-aggregator"))
 
 AGG_NS, CLIENT_NS, OTHER_NS = "tailweight", "shop", "other"
-PORT = 8080  # every Service port here (aggregator and destinations), as in the manifests
-AGG_HOST = f"tailweight-aggregator.{AGG_NS}.svc.cluster.local"
+PORT = 8080  # every Service port here (aggregator and destinations), as in the chart
+AGG_NAME = f"{RELEASE}-aggregator"
+AGG_HOST = f"{AGG_NAME}.{AGG_NS}.svc.cluster.local"
 AGG_CLUSTER = f"outbound|{PORT}||{AGG_HOST}"
-AGG_SA = "tailweight-aggregator"
-AGG_LABELS = {"app.kubernetes.io/name": "tailweight-aggregator", "app": "tailweight-aggregator"}
 REPLICA_LABEL = "tailweight.test/replica"
 OVERRIDE_HEADER = "x-gateway-destination-endpoint"
 SHARD_HEADER = "x-tailweight-shard"
@@ -71,50 +75,36 @@ def cluster_of(service: str, port: int = PORT, namespace: str = CLIENT_NS) -> st
 
 
 # ---------------------------------------------------------------------------------------------------
-# The overlay a user would write (see wasmplugin/overlays/example)
+# The chart's values as a user would write them
 
 
-def write_overlay(directory: Path, url: str, destinations: list[tuple[str, int]],
-                  plugin_config: dict | None = None, namespace: str = CLIENT_NS,
-                  aggregator: bool = True) -> Path:
-    """An overlay of wasmplugin/: the aggregator (unless not `aggregator`: then only the opt-in),
-    and `namespace` opted in for `destinations` ((service, port) pairs of that namespace: WasmPlugin
-    `clusters` + one EnvoyFilter configPatch each), the module at `url`, and `plugin_config` merged
-    over the WasmPlugin's pluginConfig. Returns the overlay directory."""
-    client = directory / namespace
-    client.mkdir(parents=True, exist_ok=True)
-    rel = lambda target, frm: os.path.relpath(target, frm)  # noqa: E731 - kustomize wants relative
-    top: dict = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": [namespace]}
-    if aggregator:
-        top["resources"].insert(0, rel(WASMPLUGIN / "aggregator", directory))
-        top["patches"] = [{"target": {"kind": "AuthorizationPolicy", "name": "tailweight-aggregator"},
-                           "patch": yaml.safe_dump([{
-                               "op": "replace", "path": "/spec/rules/0/from/0/source/namespaces",
-                               "value": [namespace]}])}]
-    (directory / "kustomization.yaml").write_text(yaml.safe_dump(top))
-    base_config = yaml.safe_load((WASMPLUGIN / "client" / "wasmplugin.yaml").read_text())["spec"]["pluginConfig"]
-    clusters = [cluster_of(service, port, namespace) for service, port in destinations]
-    config = {**base_config, "clusters": clusters, **(plugin_config or {})}
-    envoyfilter_ops = []
-    for i, (service, port) in enumerate(destinations):
-        if i > 0:
-            envoyfilter_ops.append({"op": "copy", "from": "/spec/configPatches/0",
-                                    "path": "/spec/configPatches/-"})
-        envoyfilter_ops.append({"op": "replace", "path": f"/spec/configPatches/{i}/match/cluster",
-                                "value": {"service": host_of(service, namespace), "portNumber": port}})
-    (client / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "namespace": namespace,
-        "resources": [rel(WASMPLUGIN / "client", client)],
-        "patches": [
-            {"target": {"kind": "WasmPlugin", "name": "tailweight"},
-             "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/url", "value": url},
-                                      {"op": "replace", "path": "/spec/pluginConfig", "value": config}])},
-            {"target": {"kind": "EnvoyFilter", "name": "tailweight-override-host"},
-             "patch": yaml.safe_dump(envoyfilter_ops)},
-        ],
-    }))
-    return directory
+def module_values(url: str) -> dict:
+    """The chart's `module` values for a module URL: file:///path, http://... (checked against the
+    sha256 of WASM, the module the tests serve) or oci://<registry>/<repo>(:tag|@sha256:digest)."""
+    if url.startswith("file://"):
+        return {"source": "file", "file": {"path": url.removeprefix("file://")}}
+    if url.startswith(("http://", "https://")):
+        return {"source": "http", "http": {"url": url, "sha256": hashlib.sha256(WASM.read_bytes()).hexdigest()}}
+    ref = url.removeprefix("oci://")
+    repository, _, digest = ref.partition("@")
+    if digest:
+        return {"source": "oci", "oci": {"repository": repository, "digest": digest}}
+    repository, _, tag = ref.rpartition(":")
+    return {"source": "oci", "oci": {"repository": repository, "tag": tag}}
+
+
+def chart_values(url: str, destinations: list[tuple[str, int]], filter_settings: dict | None = None,
+                 namespace: str = CLIENT_NS, aggregator: bool = True, **extra) -> dict:
+    """Values that opt `namespace` in for `destinations` ((service, port) pairs of that namespace,
+    one `services` entry each), the module at `url`, the filter's knobs `filter_settings`, and the
+    aggregator unless not `aggregator` (then only the opt-in); `extra`: more top-level values."""
+    return {
+        "services": [{"name": service, "namespace": namespace, "port": port} for service, port in destinations],
+        "module": module_values(url),
+        "filter": filter_settings or {},
+        "aggregator": {"enabled": aggregator},
+        **extra,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -194,10 +184,11 @@ class Replica:
 
     @property
     def name(self) -> str:
-        return f"tailweight-aggregator-{self.index}"
+        return f"{AGG_NAME}-{self.index}"
 
     def weights(self) -> dict:
-        """GET /v1/weights on the app itself (as `kubectl port-forward` would reach it)."""
+        """GET /v1/weights on the app's own port (the tests' view from inside the pod; users read
+        the weights in-mesh, see docs/istio.md "Reading the weights")."""
         r = http_get(f"http://{LOCALHOST}:{self.app_port}/v1/weights", timeout=5)
         r.raise_for_status()
         return r.json()
@@ -215,23 +206,33 @@ class Replica:
 
 
 def start_replica(cp: ControlPlane, index: int) -> Replica:
-    """Aggregator replica `index` at .131+index: app + relay + WorkloadEntry + sidecar (pilot-agent)."""
+    """Aggregator replica `index` at .131+index, as a pod of the installed Deployment would run:
+    app (its container's args, but on a port of its own) + relay + WorkloadEntry with the pod
+    template's labels and service account + sidecar (pilot-agent) that merges the app's metrics as
+    the pod's prometheus.io annotations say (Istio's injector hands them to the agent)."""
+    deployment = cp.get_json("deployment", AGG_NAME, "-n", AGG_NS)
+    pod = deployment["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    service_account = pod["spec"]["serviceAccountName"]
     ip = cp.ip(FIRST_REPLICA_HOST + index)
-    name = f"tailweight-aggregator-{index}"
-    # As the Deployment runs it: a report's principal is the caller's SPIFFE ID from the XFCC
-    # element the replica's own sidecar appended.
-    app = aggregator.start(cp.procs, f"{name}-app", args=["--identity=xfcc"], binary=AGGREGATOR)
+    name = f"{AGG_NAME}-{index}"
+    args = [a for a in container["args"] if not a.startswith("--listen=")]
+    app = aggregator.start(cp.procs, f"{name}-app", args=args, binary=AGGREGATOR)
     records = cp.dir / f"{name}-reports.jsonl"
     relay_ready = cp.procs.ready_file(f"{name}-relay")
     relay = cp.procs.start(f"{name}-relay", [sys.executable, str(HERE / "report_recorder.py"),
                                              LOCALHOST, str(app.port), str(records), str(relay_ready)])
     relay_port = ready_port(relay_ready, relay, 15)  # written once it listens
-    labels = {**AGG_LABELS, REPLICA_LABEL: str(index)}
+    labels = {**pod["metadata"]["labels"], REPLICA_LABEL: str(index)}
+    annotations = pod["metadata"]["annotations"]
+    scrape = {"scrape": annotations["prometheus.io/scrape"], "path": annotations["prometheus.io/path"],
+              "port": str(app.port)}  # the container's port, here the app's own
     cp.apply_ingress_sidecar_resource(AGG_NS, name, {REPLICA_LABEL: str(index)}, bind_ip=ip,
                                       port=PORT, app_port=relay_port)
-    cp.apply_workload_entry(AGG_NS, name, ip, labels, ports={"http": PORT}, service_account=AGG_SA,
+    cp.apply_workload_entry(AGG_NS, name, ip, labels, ports={"http": PORT}, service_account=service_account,
                             mtls=True)
-    sidecar = cp.start_sidecar(AGG_NS, name, ip=ip, labels=labels, service_account=AGG_SA)
+    sidecar = cp.start_sidecar(AGG_NS, name, ip=ip, labels=labels, service_account=service_account,
+                               extra_env={"ISTIO_PROMETHEUS_ANNOTATIONS": json.dumps(scrape)})
     listener = f"{ip}_{PORT}"
     wait_for(lambda: listener in sidecar.listeners(), 30, f"{name} inbound listener {listener}")
     return Replica(index, ip, app.port, records, app.proc, relay, sidecar)

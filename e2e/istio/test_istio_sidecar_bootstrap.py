@@ -1,6 +1,6 @@
-"""wasmplugin/client's optional sidecar bootstrap override reaches Envoy the way Istio delivers it.
+"""The chart's optional sidecar bootstrap override reaches Envoy the way Istio delivers it.
 
-The opt-in (an overlay of wasmplugin/client, as many_services.opt_in applies it) creates the
+The opt-in (the chart's release in the namespace, as many_services.opt_in installs it) creates the
 ConfigMap `tailweight-sidecar-bootstrap` in the namespace. A pod annotated
 `sidecar.istio.io/bootstrapOverride: tailweight-sidecar-bootstrap` gets it mounted by the injector
 and pilot-agent started with ISTIO_BOOTSTRAP_OVERRIDE naming the mounted custom_bootstrap.json; here
@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 
 import many_services as ms
-
 from tailweight_e2e.procs import wait_for
 
 NS = "bootstrap"
@@ -31,7 +30,7 @@ def bootstrap_of(config_dump: dict) -> dict:
 
 def test_the_bootstrap_override_is_merged_into_the_sidecars_envoy(control_plane):
     cp = control_plane
-    many = ms.apply(cp, NS, 1, cp.ip(160), cp.ip(161), tailweight=True, work_dir=cp.dir)
+    many = ms.apply(cp, NS, 1, cp.ip(160), cp.ip(161), tailweight=True)
     shipped = cp.get_json("configmap", CONFIG_MAP, "-n", NS)["data"]["custom_bootstrap.json"]
     override = json.loads(shipped)
     home = cp.dir / "sidecars" / f"{NS}.client"

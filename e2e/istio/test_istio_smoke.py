@@ -14,7 +14,9 @@ import pytest
 import requests
 import yaml
 
-from cluster import ControlPlane, Sidecar, http_get
+from cluster import ControlPlane
+from loopback import http_get
+from sidecars import Sidecar
 from tailweight_e2e.procs import wait_for
 
 NS = "smoke"

@@ -4,7 +4,7 @@ one per thread (Envoy's workers and its main thread) plus Envoy's base VM, wheth
 ~10 MB and a V8 compile each, and per-listener root contexts would split what a worker learns.
 
 Namespaces `vms-1` and `vms-50` (host numbers .150-.153 of the run's /24), opted in as
-wasmplugin/client does it (module from file://, no aggregator: these sidecars carry no traffic).
+the chart does it (module from file://, no aggregator: these sidecars carry no traffic).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-import many_services as ms
 import pytest
 import yaml
 
+import many_services as ms
 import tailweight_mesh as tm
-from cluster import Sidecar
+from sidecars import Sidecar
 from tailweight_e2e.procs import wait_for
 
 CONCURRENCY = 2  # Istio's default for sidecars
@@ -31,7 +31,7 @@ def sidecars(control_plane) -> Iterator[dict[int, tuple[ms.ManyServices, Sidecar
     cp = control_plane
     out = {}
     for count, host in SIZES.items():
-        many = ms.apply(cp, f"vms-{count}", count, cp.ip(host), cp.ip(host + 1), tailweight=True, work_dir=cp.dir)
+        many = ms.apply(cp, f"vms-{count}", count, cp.ip(host), cp.ip(host + 1), tailweight=True)
         out[count] = (many, None)
     for count, (many, _) in out.items():
         # istiod applies the namespace's WasmPlugin to proxies that connect after it processed it:
@@ -68,7 +68,7 @@ def test_listeners_share_one_root_context_per_vm(sidecars, control_plane):
     filter's on_configure): as many for 50 listeners as for 1."""
     cp = control_plane
     for many, _ in sidecars.values():
-        ms.opt_in(cp, many, cp.dir, plugin_config={"explore_ratio": 2})
+        ms.opt_in(cp, many, filter_settings={"exploreRatio": 2})
     errors = {count: wait_for(lambda sidecar=sidecar: settled_config_errors(sidecar), 30,
                               f"{sidecar.proxy_id} configured again")
               for count, (_, sidecar) in sidecars.items()}

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds the Istio e2e control plane (etcd, kube-apiserver, pilot-discovery, pilot-agent), and istioctl
-# (for `istioctl analyze` of wasmplugin/), from the pinned wrapper modules beside this script, through the Go module proxy only, into
+# Builds the Istio e2e control plane (etcd, kube-apiserver, pilot-discovery, pilot-agent), istioctl
+# (for `istioctl analyze` of the chart), Helm (charts/tailweight) and a loopback OCI registry, from the
+# pinned wrapper modules beside this script, through the Go module proxy only, into
 # $TW_CACHE/istio/bin/<name>-<version>. Binaries already there are skipped, so reruns are instant and
 # a version bump in versions.env (+ go.mod/go.sum) rebuilds just that binary. Also extracts the Istio
-# CRDs (istio.io/api) and pilot-agent's Envoy bootstrap template (istio.io/istio) to $TW_CACHE/istio/.
+# CRDs (istio.io/api), pilot-agent's Envoy bootstrap template (istio.io/istio) and the Prometheus
+# Operator's PodMonitor/ServiceMonitor CRDs to $TW_CACHE/istio/.
 # Usage: build.sh [target...]   (default: all targets, in order)
 # Cold: ~20 min on 2 cores with ~7 GB of Go module + build cache (see README.md for measured times).
 set -euo pipefail
@@ -27,29 +29,46 @@ require_version() {
   [ "$have" = "$3" ] || { log "ERROR: $1/go.mod has $2 $have, versions.env says $3"; exit 1; }
 }
 
-# build NAME VERSION DIR PACKAGE: go build PACKAGE in wrapper module DIR to $BIN/NAME-VERSION.
+# build NAME VERSION DIR PACKAGE [LDFLAGS]: go build PACKAGE in wrapper module DIR to $BIN/NAME-VERSION.
 build() {
-  local name=$1 version=$2 dir=$3 pkg=$4 out="$BIN/$1-$2"
+  local name=$1 version=$2 dir=$3 pkg=$4 ldflags=${5:-} out="$BIN/$1-$2"
   if [ -x "$out" ]; then log "$name $version: cached ($out)"; return; fi
   log "$name $version: building $pkg (cold: several minutes) ..."
   local start=$SECONDS
-  (cd "$HERE/$dir" && go build -trimpath -ldflags='-s -w' -o "$out.tmp" "$pkg")
+  (cd "$HERE/$dir" && go build -trimpath -ldflags="-s -w $ldflags" -o "$out.tmp" "$pkg")
   mv "$out.tmp" "$out"   # atomic: an interrupted build never leaves a half binary under the final name
   log "$name $version: built in $((SECONDS - start)) s, $(($(stat -c %s "$out") / 1048576)) MB"
 }
 
-# extract NAME MODULE VERSION PATH OUT: copy PATH from the pinned module's source to OUT (cached).
+# extract NAME WRAPPER MODULE VERSION OUT PATH...: the files PATH... of the pinned module's source
+# (downloaded in wrapper module WRAPPER, which checks it against that go.sum), concatenated to OUT
+# (cached).
 extract() {
-  local name=$1 module=$2 version=$3 path=$4 out=$5 dir
+  local name=$1 wrapper=$2 module=$3 version=$4 out=$5 dir path
+  shift 5
   if [ -s "$out" ]; then log "$name $version: cached ($out)"; return; fi
-  dir=$(cd "$HERE/istio" && go mod download -json "$module@$version" \
+  dir=$(cd "$HERE/$wrapper" && go mod download -json "$module@$version" \
         | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-  cp "$dir/$path" "$out.tmp"
+  : > "$out.tmp"
+  for path in "$@"; do cat "$dir/$path" >> "$out.tmp"; done
   mv "$out.tmp" "$out"
   log "$name $version: $out"
 }
 
-targets=${*:-etcd kube-apiserver pilot-discovery pilot-agent istioctl crds bootstrap registry}
+# helm_ldflags: Helm's version, and the Kubernetes version it assumes without a cluster (`helm
+# template`, `helm lint`), derived from its client-go as Helm's own Makefile does (v0.37 -> 1.37).
+helm_ldflags() {
+  local client_go minor
+  client_go=$(cd "$HERE/helm" && go list -m -f '{{.Version}}' k8s.io/client-go)
+  minor=$(echo "$client_go" | cut -d. -f2)
+  printf '%s ' "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+    "-X helm.sh/helm/v3/internal/version.metadata=" \
+    "-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1" "-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$minor" \
+    "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1" "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor"
+}
+
+ALL="etcd kube-apiserver pilot-discovery pilot-agent istioctl crds bootstrap registry helm monitoring-crds"
+targets=${*:-$ALL}
 total=$SECONDS
 for t in $targets; do
   case $t in
@@ -70,16 +89,25 @@ for t in $targets; do
       build istioctl "$ISTIO_VERSION" istio istio.io/istio/istioctl/cmd/istioctl ;;
     crds)  # Istio's CRDs ship inside the istio.io/api module
       require_version istio istio.io/api "$ISTIO_API_VERSION"
-      extract "istio CRDs" istio.io/api "$ISTIO_API_VERSION" \
-        kubernetes/customresourcedefinitions.gen.yaml "$TW_CACHE/istio/crds-$ISTIO_API_VERSION.yaml" ;;
+      extract "istio CRDs" istio istio.io/api "$ISTIO_API_VERSION" "$TW_CACHE/istio/crds-$ISTIO_API_VERSION.yaml" \
+        kubernetes/customresourcedefinitions.gen.yaml ;;
     bootstrap)  # pilot-agent's Envoy bootstrap template (istio-proxy images ship it; pip Envoy doesn't)
       require_version istio istio.io/istio "$ISTIO_VERSION"
-      extract "envoy bootstrap template" istio.io/istio "$ISTIO_VERSION" \
-        tools/packaging/common/envoy_bootstrap.json "$TW_CACHE/istio/envoy_bootstrap-$ISTIO_VERSION.json" ;;
+      extract "envoy bootstrap template" istio istio.io/istio "$ISTIO_VERSION" \
+        "$TW_CACHE/istio/envoy_bootstrap-$ISTIO_VERSION.json" tools/packaging/common/envoy_bootstrap.json ;;
     registry)  # a loopback OCI registry (go-containerregistry) for the oci:// WasmPlugin test
       require_version registry github.com/google/go-containerregistry "$GGCR_VERSION"
       build registry "$GGCR_VERSION" registry tailweight.local/e2e/istio/build/registry ;;
-    *) log "unknown target $t (etcd kube-apiserver pilot-discovery pilot-agent istioctl crds bootstrap registry)"; exit 2 ;;
+    helm)  # charts/tailweight: lint, template, package, push and install (mk/chart.mk, the e2e)
+      require_version helm helm.sh/helm/v3 "$HELM_VERSION"
+      build helm "$HELM_VERSION" helm helm.sh/helm/v3/cmd/helm "$(helm_ldflags)" ;;
+    monitoring-crds)  # the PodMonitor and ServiceMonitor CRDs the chart's monitors are checked against
+      require_version prometheus-operator github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERATOR_VERSION"
+      extract "prometheus-operator CRDs" prometheus-operator github.com/prometheus-operator/prometheus-operator \
+        "$PROMETHEUS_OPERATOR_VERSION" "$TW_CACHE/istio/monitoring-crds-$PROMETHEUS_OPERATOR_VERSION.yaml" \
+        example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml \
+        example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml ;;
+    *) log "unknown target $t ($ALL)"; exit 2 ;;
   esac
 done
 log "done in $((SECONDS - total)) s: $BIN"
