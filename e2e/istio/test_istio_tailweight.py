@@ -25,9 +25,9 @@ import requests
 import yaml
 
 import tailweight_mesh as tm
+from cluster import ControlPlane
 from harness.emulator import BackendSettings, Emulator
 from harness.emulator import start as start_emulator
-from cluster import ControlPlane
 from helm import template
 from loopback import child_pids, http_get
 from sidecars import Sidecar
