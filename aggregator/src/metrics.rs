@@ -3,7 +3,7 @@
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
-use tailweight_core::weights::{Counts, Rejection};
+use tailweight_weights::{Counts, Rejection};
 
 /// Why a report was refused (the label of `tailweight_reports_rejected_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
-use tailweight_core::weights::{WeightBook, WeightParams};
-use tailweight_core::wire::Limits;
+use tailweight_weights::{WeightBook, WeightParams};
+use tailweight_wire::protocol::Limits;
 
 /// How requests are admitted and answered.
 #[derive(Debug, Clone)]

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tailweight_aggregator::{AppState, ServiceConfig};
+use tailweight_wire::reply::read::read_reply;
 use tokio::sync::oneshot;
 
 struct TestAggregator {
@@ -106,8 +107,8 @@ async fn a_report_gets_the_view_of_its_clusters() {
     s.post(report("pod-b.ns", 100, &["10.0.0.1:80", "10.0.0.2:80"]).to_string()).await;
     s.settle().await;
     let (_, body) = s.post(report("pod-a.ns", 200, &["10.0.0.1:80", "10.0.0.2:80"]).to_string()).await;
-    let reply: tailweight_core::wire::Reply = serde_json::from_str(&body).unwrap();
-    reply.validate(&Default::default()).unwrap();
+    // What the filter reads (and validates).
+    let reply = read_reply(body.as_bytes(), &Default::default()).unwrap();
     let endpoints = &reply.clusters[0].endpoints;
     assert_eq!(endpoints.len(), 2);
     for e in endpoints {

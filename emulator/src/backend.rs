@@ -10,7 +10,7 @@ use crate::window::{BusyMeter, SlidingWindow};
 use bytes::Bytes;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
-use tailweight_core::rng::Rng;
+use tailweight_math::rng::Rng;
 use tokio::sync::{watch, Semaphore};
 
 /// Meters look back one second in ten buckets.

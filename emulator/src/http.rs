@@ -15,7 +15,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::sync::Arc;
-use tailweight_core::stamp::{LoadStamp, LOAD_STAMP_HEADER};
+use tailweight_wire::stamp::{LoadStamp, LOAD_STAMP_HEADER};
 use tokio::net::TcpStream;
 
 /// Request bodies are read (so keep-alive works) up to this size and dropped.
@@ -50,7 +50,7 @@ async fn handle(backend: Arc<Backend>, request: Request<Incoming>) -> Result<Res
         headers.insert("x-served-by", v);
     }
     if let Ok(v) = orca::text_header(backend.load()).parse() {
-        headers.insert(tailweight_core::orca::HEADER, v);
+        headers.insert(tailweight_wire::orca::HEADER, v);
     }
     if backend.spec.load_stamps {
         // This request has left the queue and its worker by now: the count is the others'.

@@ -1,5 +1,5 @@
 //! tailweight proxy-wasm HTTP filter: picks the upstream endpoint of every request and writes it
-//! into the header Envoy's `override_host` LB policy reads. The decisions are `tailweight_core`'s;
+//! into the header Envoy's `override_host` LB policy reads. The decisions are `tailweight_picker`'s;
 //! this crate is the glue to the host: contexts, configuration, shared data, metrics, reports.
 //! With `"role": "server"` the same module runs in the destination's sidecar and stamps each
 //! response with the endpoint's load instead (see `server`).

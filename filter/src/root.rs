@@ -9,8 +9,8 @@ use crate::server::{StampedRequest, Stamper};
 use crate::worker::Worker;
 use std::cell::RefCell;
 use std::rc::Rc;
-use tailweight_core::config::FilterRole;
-use tailweight_core::FilterConfig;
+use tailweight_picker::config::FilterRole;
+use tailweight_picker::FilterConfig;
 
 #[derive(Default)]
 pub enum PluginState {

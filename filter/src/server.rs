@@ -1,6 +1,6 @@
 //! The server role (`"role": "server"`, the destination's own sidecar, inbound): each response
 //! leaves with `x-tailweight-load: 1;rif=<n>`, n the requests in flight at this endpoint right
-//! after it (see `core::stamp`, and `core::server_inflight` for how the workers' counts are
+//! after it (see `tailweight_wire::stamp`, and `tailweight_picker::server_inflight` for how the workers' counts are
 //! combined). A request counts from its request headers until its response headers, or until
 //! `on_log` (called once per stream, also on resets) when it got none. The role never steers and
 //! never reports; a stamp header the application wrote itself is replaced, so only this sidecar
@@ -10,10 +10,10 @@ use crate::host;
 use crate::metrics::{self, StampMetrics};
 use crate::root::{check_direction_once, PluginState, Shared};
 use crate::shared;
-use tailweight_core::config::FilterRole;
-use tailweight_core::server_inflight::ServerInflight;
-use tailweight_core::stamp::{LoadStamp, LOAD_STAMP_HEADER};
-use tailweight_core::FilterConfig;
+use tailweight_picker::config::FilterRole;
+use tailweight_picker::server_inflight::ServerInflight;
+use tailweight_picker::FilterConfig;
+use tailweight_wire::stamp::{LoadStamp, LOAD_STAMP_HEADER};
 
 /// A VM's published count older than this many ticks (and than `LIVE_MIN_US`) is a VM that went
 /// away. A busy VM renews its count every tick; the floor keeps a tick delayed on a loaded machine

@@ -4,25 +4,25 @@
 //! - `beat.<n>`: VM n's heartbeat, written every tick: the version of its slot and when it ticked
 //!   (16 bytes; a VM reads the others' beats every tick and their slots only when the version moved);
 //! - `slot.<n>`: VM n's snapshot (cumulative counters, in flight, latency), rewritten only when its
-//!   own observations changed (`core::slot`, binary);
+//!   own observations changed (`tailweight_picker::slot`, binary);
 //! - `report_epoch`: the start (ms) of the last report period someone claimed (CAS), so one
 //!   report goes out per period;
 //! - `reported`: the last report: a digest of the slot versions it was made of, so no VM reports
 //!   the same state twice (an idle Envoy goes quiet), the requests it counted and when it went out,
 //!   the rate its period follows (24 bytes);
 //! - `server_rif.<n>`: a server-role VM n's requests in flight and when it published them
-//!   (`core::server_inflight::PublishedCount`, 12 bytes), written at its tick when they changed;
+//!   (`tailweight_picker::server_inflight::PublishedCount`, 12 bytes), written at its tick when they changed;
 //! - `incarnation`: random id of this Envoy's counters (reports carry it; a restart changes it);
 //! - `view.<cluster>`: the aggregator's last view of a cluster, when it arrived and for how long it
-//!   holds (`core::slot`, binary); `views`: bumped after views are stored, so the others read
+//!   holds (`tailweight_picker::slot`, binary); `views`: bumped after views are stored, so the others read
 //!   them only then.
 //!
 //! Envoy's CAS only guards keys that exist, so `init` creates the counters first. It runs in
 //! `on_configure`, where the main-thread VM comes before the worker VMs are cloned from it.
 
 use crate::host;
-pub use tailweight_core::server_inflight::PublishedCount;
-pub use tailweight_core::slot::{Slot, StoredView};
+pub use tailweight_picker::server_inflight::PublishedCount;
+pub use tailweight_picker::slot::{Slot, StoredView};
 
 const PREFIX: &str = "tailweight.";
 /// CAS retries before giving up for this tick (contention is between a handful of VMs).
@@ -126,7 +126,7 @@ pub fn read_slot(slot: u64) -> Option<Slot> {
 }
 
 /// Claim the report period starting at `start_ms`: true for exactly one caller per period (periods
-/// nest, see `core::tick::report_period_ms`, so a later period always starts later).
+/// nest, see `tailweight_picker::tick::report_period_ms`, so a later period always starts later).
 pub fn claim_report(start_ms: u64) -> bool {
     update_counter("report_epoch", |last| (start_ms > last).then_some(start_ms)).is_some()
 }
@@ -179,7 +179,7 @@ pub fn view_if_changed(cluster: &str, seen: Option<u32>) -> Option<(StoredView, 
     Some((view, cas))
 }
 
-/// A server-role VM's requests in flight (see `core::server_inflight`).
+/// A server-role VM's requests in flight (see `tailweight_picker::server_inflight`).
 pub fn publish_server_count(slot: u64, count: PublishedCount) {
     host::shared_set(&numbered_key("server_rif", slot), &count.encode(), None);
 }

@@ -8,11 +8,11 @@ use crate::host;
 use crate::metrics::{self, Metrics};
 use crate::reporter::Reporter;
 use crate::shared::{self, Beat, Slot};
-use tailweight_core::hash::fnv1a;
-use tailweight_core::rng::Rng;
-use tailweight_core::snapshot::{self, Part};
-use tailweight_core::tick;
-use tailweight_core::{Balancer, FilterConfig, Settings};
+use tailweight_math::hash::fnv1a;
+use tailweight_math::rng::Rng;
+use tailweight_picker::snapshot::{self, Part};
+use tailweight_picker::tick;
+use tailweight_picker::{Balancer, FilterConfig, Settings};
 
 /// A VM whose heartbeat is older than this many of the slowest ticks is gone: its counters still
 /// count, its in-flight requests do not.

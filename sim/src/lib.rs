@@ -1,5 +1,5 @@
 //! tailweight-sim: a deterministic discrete-event simulator of client proxies, backends and the
-//! aggregator, running core's picker and weight book unchanged next to reference implementations
+//! aggregator, running tailweight's picker and weight book unchanged next to reference implementations
 //! of the peers and the ideal central-queue bound. See sim/README.md.
 
 pub mod arrivals;

@@ -26,7 +26,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tailweight_core::wire::{ClusterReport, EndpointReport, Report, MAX_INFLIGHT, VERSION};
+use tailweight_wire::protocol::{MAX_INFLIGHT, VERSION};
+use tailweight_wire::report::write::write_report;
+use tailweight_wire::report::{ClusterReport, EndpointReport, Report};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The header the aggregator takes the principal from in this run.
@@ -208,7 +210,7 @@ async fn paced(
 
 fn report(reporter: String, clusters: Vec<ClusterReport>) -> Vec<u8> {
     let r = Report { version: VERSION, reporter, incarnation: 1, interval_ms: 10_000, clusters };
-    serde_json::to_vec(&r).unwrap_or_default()
+    write_report(&r)
 }
 
 fn endpoint(address: String, requests: u64, errors: u64, latency_us: u64, inflight: u32) -> EndpointReport {

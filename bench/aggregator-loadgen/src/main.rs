@@ -18,7 +18,9 @@ use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tailweight_core::wire::{ClusterReport, EndpointReport, Report, VERSION};
+use tailweight_wire::protocol::VERSION;
+use tailweight_wire::report::write::write_report;
+use tailweight_wire::report::{ClusterReport, EndpointReport, Report};
 
 mod hostile;
 
@@ -92,8 +94,9 @@ struct Phases {
 }
 
 fn time_inprocess(fleet: &Fleet, reports: u64) -> InProcess {
-    use tailweight_core::weights::{WeightBook, WeightParams};
-    use tailweight_core::wire::{parse_report, Limits};
+    use tailweight_weights::{WeightBook, WeightParams};
+    use tailweight_wire::protocol::Limits;
+    use tailweight_wire::report::read::parse_report;
     let mut book = WeightBook::new(WeightParams::default());
     let limits = Limits::default();
     // Wall time per phase (sums; the shares are what matter, the total is measured in CPU time).
@@ -239,7 +242,7 @@ fn clock_ticks() -> f64 {
 }
 
 /// Simulated sidecars: each report advances one reporter's cumulative counters. Each reporter's
-/// body is rendered once (by serde, from a real `Report`) with its counters in fixed-width slots
+/// body is rendered once (by the filter's writer, from a real `Report`) with its counters in fixed-width slots
 /// padded by spaces (JSON whitespace); a report then costs a copy and a few integer writes, so
 /// the driver is not the bottleneck.
 #[derive(Debug)]
@@ -260,7 +263,7 @@ struct Template {
     slots: Vec<(usize, usize, usize, u8)>,
 }
 
-/// Marker values serde writes where the counters go; replaced by padded slots.
+/// Marker values written where the counters go; replaced by padded slots.
 const MARK: [u64; 3] = [9_000_000_001, 9_000_000_002, 9_000_000_000_003];
 
 impl Fleet {
@@ -302,7 +305,7 @@ impl Fleet {
     }
 
     fn template(&self, reporter: usize) -> Template {
-        let json = serde_json::to_string(&self.report(reporter, |_| MARK)).unwrap_or_default();
+        let json = String::from_utf8(write_report(&self.report(reporter, |_| MARK))).unwrap_or_default();
         let (mut bytes, mut slots) = (Vec::with_capacity(json.len() + 64), Vec::new());
         let mut rest = json.as_str();
         let mut seen = [0usize; 3];
@@ -356,7 +359,7 @@ impl Fleet {
             if !write_padded(&mut body[at..at + width], value) {
                 // Too wide for its slot (a very long run): render the whole report instead.
                 let whole = self.report(reporter, |e| Fleet::counters(round, e));
-                return (reporter, serde_json::to_vec(&whole).unwrap_or_default());
+                return (reporter, write_report(&whole));
             }
         }
         (reporter, body)

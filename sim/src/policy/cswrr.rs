@@ -8,9 +8,9 @@
 use super::edf::Edf;
 use super::{phase, Choice, Ctx, Outcome, Policy, Timer};
 use crate::server::Orca;
-use tailweight_core::rng::Rng;
-use tailweight_core::stats::median;
-use tailweight_core::weights::cswrr_weight;
+use tailweight_math::rng::Rng;
+use tailweight_math::stats::median;
+use tailweight_weights::cswrr_weight;
 
 /// Envoy's defaults (the benchmark harness sets 1 s and 0.5 s: see `Periods`).
 pub const BLACKOUT_NS: u64 = 10_000_000_000;

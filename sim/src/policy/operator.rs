@@ -14,7 +14,7 @@ use super::edf::Edf;
 use super::{Choice, Ctx, Outcome, Policy, Timer};
 use serde::Deserialize;
 use std::sync::LazyLock;
-use tailweight_core::rng::Rng;
+use tailweight_math::rng::Rng;
 
 /// The rule's numbers (see sim/operator-rule.json's description; its new_endpoint_weight is the
 /// harness's alone: the simulated endpoint set never changes).

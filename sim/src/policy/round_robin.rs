@@ -2,7 +2,7 @@
 //! random starting point.
 
 use super::{Choice, Ctx, Outcome, Policy};
-use tailweight_core::rng::Rng;
+use tailweight_math::rng::Rng;
 
 pub struct RoundRobin {
     next: Vec<u32>,
