@@ -1,6 +1,6 @@
-# Rust lints: clippy on the native crates (all targets, tests included) and on the two proxy-wasm
-# crates for their wasm32-wasip1 target, both with warnings as errors; rustfmt in check mode
-# (rustfmt.toml). Part of `make test` (through `lint`).
+# Rust lints: clippy on the native crates (all targets, tests included; the filter's host-free
+# modules among them) and on the two proxy-wasm crates for their wasm32-wasip1 target, both with
+# warnings as errors; rustfmt in check mode (rustfmt.toml). Part of `make test` (through `lint`).
 .PHONY: lint-rust
 
 lint-rust: deps

@@ -12,9 +12,10 @@
 //! requests pay nothing for gRPC.
 
 use crate::abi::LogLevel;
+use crate::direction::check_direction_once;
 use crate::host;
 use crate::metrics;
-use crate::root::{check_direction_once, PluginState, Shared};
+use crate::state::{PluginState, Shared};
 use crate::worker::Worker;
 use tailweight_picker::config::is_override_value;
 use tailweight_picker::outcome::classify;
