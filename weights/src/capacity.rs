@@ -2,11 +2,11 @@
 //! else by latency and Little's law; less the rate that drains a standing queue.
 
 use crate::decision::Method;
+use crate::held_capacity::hold;
 use crate::merge::{CpuOrigin, Merged};
 use crate::params::WeightParams;
 use crate::rate_history::RateHistory;
 use crate::record::EndpointRecord;
-use tailweight_math::ewma::decay_weight;
 use tailweight_math::stats::median;
 
 /// Envoy client-side WRR's weight from an ORCA-style report: `qps / (utilisation + penalty x eps /
@@ -27,7 +27,7 @@ pub fn cswrr_weight(qps: f64, eps: f64, utilization: f64, error_penalty: f64) ->
 /// windows; a metrics-store value averages over `cpu_window_us` ending when it was set, so it is
 /// divided into the rates over that window (`rates`; the last window's while those are unknown).
 /// None below `min_cpu` or `min_qps_for_cpu`.
-pub(super) fn by_cpu(m: &Merged, rates: &RateHistory, p: &WeightParams) -> Option<f64> {
+pub(crate) fn by_cpu(m: &Merged, rates: &RateHistory, p: &WeightParams) -> Option<f64> {
     let cpu = m.cpu?;
     let (qps, eps) = match cpu.source {
         CpuOrigin::Metrics => {
@@ -39,43 +39,6 @@ pub(super) fn by_cpu(m: &Merged, rates: &RateHistory, p: &WeightParams) -> Optio
         return None;
     }
     cswrr_weight(qps, eps, cpu.utilization, p.error_penalty)
-}
-
-/// What the latency path learns about an endpoint over recomputes.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(super) struct LatencyModel {
-    /// Work per request: the low envelope of the merged mean latency.
-    pub service_us: Option<f64>,
-    /// Requests it serves at once, from Little's law (None until seen saturated).
-    pub concurrency: Option<f64>,
-}
-
-impl LatencyModel {
-    /// Step 2, latency path, `elapsed_us` after the last recompute (None: the first; it counts as
-    /// a second). The service time is a valley follower of the merged mean latency: it drops to a
-    /// lower latency at once and rises toward a higher one by `1 - exp(-elapsed / service_rise)` of
-    /// the gap. Queueing only ever adds latency, so the low envelope estimates the work per request,
-    /// while the mean at high load mostly measures queueing (which the picker scores per request
-    /// from in-flight counts). While the endpoint queues (latency > `saturation_factor` x service
-    /// time) it serves at capacity, so Little's law gives its concurrency: `k = qps x service time`
-    /// (at least 1), smoothed with `exp(-elapsed / concurrency_decay)`.
-    pub fn learn(&mut self, m: &Merged, p: &WeightParams, elapsed_us: Option<u64>) {
-        let dt_us = elapsed_us.unwrap_or(1_000_000);
-        let Some(latency) = m.latency_us.filter(|l| *l > 0.0) else { return };
-        let service = match self.service_us {
-            Some(s) if latency > s => s + (latency - s) * (1.0 - decay_weight(dt_us, p.service_rise_us)),
-            _ => latency,
-        };
-        self.service_us = Some(service);
-        if latency > p.saturation_factor * service && m.qps > 0.0 {
-            let k = (m.qps * service / 1e6).max(1.0);
-            let keep = decay_weight(dt_us, p.concurrency_decay_us);
-            self.concurrency = Some(match self.concurrency {
-                Some(old) => old * keep + k * (1.0 - keep),
-                None => k,
-            });
-        }
-    }
 }
 
 /// Step 3, latency path: `k x success / (service + failure_cost x errors)` requests per second,
@@ -106,35 +69,6 @@ fn drained(capacity: f64, backlog: f64, p: &WeightParams) -> f64 {
     (capacity - backlog * 1e6 / p.backlog_drain_us).max(0.01 * capacity)
 }
 
-/// The last capacity an endpoint was rated with, by which method, and when.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct HeldCapacity {
-    capacity: f64,
-    method: Method,
-    at_us: u64,
-}
-
-/// The capacity by `method` if there is one this time (and remember it), else the last one by the
-/// same method for `capacity_hold_us`: a slow endpoint the picker steers around may see no request
-/// in a window, which is no reason to send it the median share.
-fn hold(
-    held: &mut Option<HeldCapacity>,
-    rated: Option<f64>,
-    method: Method,
-    p: &WeightParams,
-    now_us: u64,
-) -> Option<f64> {
-    match rated {
-        Some(capacity) => {
-            *held = Some(HeldCapacity { capacity, method, at_us: now_us });
-            Some(capacity)
-        }
-        None => held
-            .filter(|h| h.method == method && now_us.saturating_sub(h.at_us) <= p.capacity_hold_us)
-            .map(|h| h.capacity),
-    }
-}
-
 /// One method per cluster (raw capacities in different units must not be compared): CPU when at
 /// least half of the `counted` endpoints that can be rated at all can be rated by CPU.
 fn cluster_method(endpoints: &[EndpointRecord], by_cpu: &[Option<f64>], counted: &[bool]) -> Method {
@@ -152,7 +86,7 @@ fn cluster_method(endpoints: &[EndpointRecord], by_cpu: &[Option<f64>], counted:
 /// less its backlog, into `raw` (None: no capacity, the median target). Endpoints never seen
 /// saturated count with the median learned concurrency of the `counted` ones (else 1). `by_cpu`
 /// and `counted` are aligned with `endpoints`; `sorted` is scratch.
-pub(super) fn rate(
+pub(crate) fn rate(
     endpoints: &mut [EndpointRecord],
     by_cpu: &[Option<f64>],
     counted: &[bool],
@@ -198,40 +132,6 @@ mod tests {
     }
 
     #[test]
-    fn the_service_time_drops_at_once_and_rises_slowly() {
-        let p = WeightParams::default();
-        let mut l = LatencyModel::default();
-        let at = |latency_us: f64| Merged {
-            qps: 10.0,
-            eps: 0.0,
-            inflight: 0.0,
-            latency_us: Some(latency_us),
-            cpu: None,
-            reporters: 1,
-            ..Merged::default()
-        };
-        l.learn(&at(10_000.0), &p, None);
-        l.learn(&at(5_000.0), &p, Some(1_000_000));
-        assert_eq!(l.service_us, Some(5_000.0));
-        l.learn(&at(15_000.0), &p, Some(p.service_rise_us as u64));
-        let risen = 5_000.0 + 10_000.0 * (1.0 - (-1.0f64).exp());
-        assert!((l.service_us.unwrap() - risen).abs() < 1e-6, "{:?}", l.service_us);
-        assert_eq!(l.concurrency, None, "never above saturation_factor x service time");
-    }
-
-    #[test]
-    fn littles_law_gives_the_concurrency_while_it_queues() {
-        let p = WeightParams::default();
-        let mut l = LatencyModel { service_us: Some(10_000.0), concurrency: None };
-        // 400 req/s at a 10 ms service time, 50 ms latency: 4 in service.
-        let m = Merged { qps: 400.0, inflight: 20.0, latency_us: Some(50_000.0), reporters: 1, ..Merged::default() };
-        l.learn(&m, &p, Some(1_000));
-        let service = l.service_us.unwrap();
-        assert!(service > 10_000.0 && service < 10_010.0, "rises slowly toward 50 ms: {service}");
-        assert_eq!(l.concurrency, Some(400.0 * service / 1e6));
-    }
-
-    #[test]
     fn failures_cost_time_and_count_no_capacity() {
         let p = WeightParams::default();
         assert_eq!(by_latency(2.0, 0.0, Some(10_000.0), &p), Some(200.0));
@@ -249,15 +149,5 @@ mod tests {
         assert_eq!(drained(100.0, 100.0, &p), 80.0);
         assert_eq!(drained(100.0, 1e6, &p), 1.0);
         assert_eq!(drained(100.0, 1e6, &WeightParams { backlog_drain_us: 0.0, ..p }), 100.0);
-    }
-
-    #[test]
-    fn a_capacity_is_held_by_its_own_method_only() {
-        let p = WeightParams::default();
-        let mut held = None;
-        assert_eq!(hold(&mut held, Some(50.0), Method::Cpu, &p, 0), Some(50.0));
-        assert_eq!(hold(&mut held, None, Method::Cpu, &p, p.capacity_hold_us), Some(50.0));
-        assert_eq!(hold(&mut held, None, Method::Cpu, &p, p.capacity_hold_us + 1), None);
-        assert_eq!(hold(&mut held, None, Method::Latency, &p, 1), None);
     }
 }

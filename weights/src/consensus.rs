@@ -29,7 +29,7 @@ use tailweight_math::stats::{lower_median, median};
 /// capacity method, the median concurrency): those at least half of the cluster's `principals`
 /// report (`views` sorted by endpoint, `endpoints` in all). An endpoint fewer report (say, made up
 /// by a minority) still gets a weight on the same scale, but cannot shift the others'.
-pub(super) fn supported(views: &[PrincipalView], endpoints: usize, principals: usize, out: &mut Vec<bool>) {
+pub(crate) fn supported(views: &[PrincipalView], endpoints: usize, principals: usize, out: &mut Vec<bool>) {
     out.clear();
     out.resize(endpoints, false);
     for run in by_endpoint(views) {
@@ -39,7 +39,7 @@ pub(super) fn supported(views: &[PrincipalView], endpoints: usize, principals: u
 
 /// One principal's merged view of one endpoint (level 1), combined by [`combine`].
 #[derive(Debug, Clone, Copy)]
-pub(super) struct PrincipalView {
+pub(crate) struct PrincipalView {
     /// Index of the endpoint in its cluster.
     pub endpoint: usize,
     pub principal: u32,
@@ -87,7 +87,7 @@ struct Buffers {
 
 /// Reused buffers: combining allocates nothing in steady state.
 #[derive(Debug, Default)]
-pub(super) struct ConsensusScratch {
+pub(crate) struct ConsensusScratch {
     table: Table,
     share: Vec<Option<f64>>,
     inflight_share: Vec<Option<f64>>,
@@ -148,7 +148,7 @@ fn by_endpoint(views: &[PrincipalView]) -> impl Iterator<Item = &[PrincipalView]
 /// endpoint of the cluster (`out[endpoint]`, `endpoints` of them; an endpoint without a view gets
 /// zeros), `elapsed_us` after the last recompute (None: the first; a second). Sets each view's
 /// `inflight_factor`.
-pub(super) fn combine(
+pub(crate) fn combine(
     views: &mut [PrincipalView],
     endpoints: usize,
     p: &WeightParams,
@@ -158,9 +158,27 @@ pub(super) fn combine(
 ) {
     let window_s = elapsed_us.unwrap_or(1_000_000) as f64 / 1e6;
     let ConsensusScratch { table, share, inflight_share, factors, buffers } = s;
+    tally(views, table);
+    clip_volumes(views, table, factors, &mut buffers.values, p, window_s);
+    consensus_split(views, table, endpoints, share, inflight_share, &mut buffers.values);
+    let spread = Spread::of(share, table.totals.iter().map(|t| (t.qualified, t.qps_on_consensus)));
+    let inflight_spread =
+        Spread::of(inflight_share, table.totals.iter().map(|t| (t.qualified, t.inflight_on_consensus)));
+    out.clear();
+    out.resize(endpoints, Merged::default());
+    for run in by_endpoint_mut(views) {
+        let e = run[0].endpoint;
+        let requests = (spread, share[e]);
+        let in_flight = (inflight_spread, inflight_share[e]);
+        out[e] = combine_endpoint(run, table, buffers, requests, in_flight, p, window_s);
+    }
+}
+
+/// Each principal's totals over the cluster.
+fn tally(views: &[PrincipalView], table: &mut Table) {
     table.totals.clear();
     table.index.clear();
-    for v in views.iter() {
+    for v in views {
         let at = *table.index.entry(v.principal).or_insert_with(|| {
             table.totals.push(Totals::default());
             table.totals.len() - 1
@@ -170,11 +188,23 @@ pub(super) fn combine(
         t.inflight += v.merged.inflight;
         t.endpoints += 1;
     }
-    // Volume: whole principals clipped against the others'.
+}
+
+/// Volume: whole principals clipped against the others' (their totals, and their views'
+/// requests, errors and in-flight counts, by the same factors); which principals qualify to vote
+/// on the split.
+fn clip_volumes(
+    views: &mut [PrincipalView],
+    table: &mut Table,
+    factors: &mut Vec<(f64, f64)>,
+    values: &mut Vec<f64>,
+    p: &WeightParams,
+    window_s: f64,
+) {
     let qps: Vec<f64> = table.totals.iter().map(|t| t.qps).collect();
     let inflight: Vec<f64> = table.totals.iter().map(|t| t.inflight).collect();
-    let qps_reference = volume_reference(&qps, &mut buffers.values);
-    let inflight_reference = volume_reference(&inflight, &mut buffers.values);
+    let qps_reference = volume_reference(&qps, values);
+    let inflight_reference = volume_reference(&inflight, values);
     factors.clear();
     for t in table.totals.iter_mut() {
         let f = qps_reference.factor(t.qps, p.sum_clip);
@@ -191,12 +221,23 @@ pub(super) fn combine(
         v.merged.inflight *= g;
         v.inflight_factor = g;
     }
-    // The consensus split: per endpoint, the median share of three or more qualified principals.
+}
+
+/// The consensus split: per endpoint, the median share of three or more qualified principals (of
+/// requests into `share`, of in-flight counts into `inflight_share`); and each principal's volume
+/// on the endpoints that have one.
+fn consensus_split(
+    views: &[PrincipalView],
+    table: &mut Table,
+    endpoints: usize,
+    share: &mut Vec<Option<f64>>,
+    inflight_share: &mut Vec<Option<f64>>,
+    values: &mut Vec<f64>,
+) {
     share.clear();
     share.resize(endpoints, None);
     inflight_share.clear();
     inflight_share.resize(endpoints, None);
-    let values = &mut buffers.values;
     for run in by_endpoint(views) {
         let e = run[0].endpoint;
         values.clear();
@@ -216,7 +257,7 @@ pub(super) fn combine(
             inflight_share[e] = median(values);
         }
     }
-    for v in views.iter() {
+    for v in views {
         let t = &mut table.totals[table.index[&v.principal]];
         if share[v.endpoint].is_some() {
             t.qps_on_consensus += v.merged.qps;
@@ -224,17 +265,6 @@ pub(super) fn combine(
         if inflight_share[v.endpoint].is_some() {
             t.inflight_on_consensus += v.merged.inflight;
         }
-    }
-    let spread = Spread::of(share, table.totals.iter().map(|t| (t.qualified, t.qps_on_consensus)));
-    let inflight_spread =
-        Spread::of(inflight_share, table.totals.iter().map(|t| (t.qualified, t.inflight_on_consensus)));
-    out.clear();
-    out.resize(endpoints, Merged::default());
-    for run in by_endpoint_mut(views) {
-        let e = run[0].endpoint;
-        let requests = (spread, share[e]);
-        let in_flight = (inflight_spread, inflight_share[e]);
-        out[e] = combine_endpoint(run, table, buffers, requests, in_flight, p, window_s);
     }
 }
 

@@ -1,9 +1,6 @@
 //! What a recompute decided for each endpoint, with every input behind it (`GET /v1/weights`).
 
-use crate::merge::Merged;
-use crate::record::EndpointRecord;
 use serde::Serialize;
-use tailweight_wire::protocol;
 
 /// How an endpoint's capacity was estimated in the last recompute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
@@ -54,32 +51,4 @@ pub struct ClusterDecision {
     pub generation: u64,
     pub computed_at_us: u64,
     pub endpoints: Vec<EndpointDecision>,
-}
-
-impl EndpointDecision {
-    /// The decision as far as steps 1 and 2 make it: merged numbers and learned state, weight and
-    /// capacity still the previous ones until steps 3 to 5 fill them in.
-    pub(super) fn merged(m: Merged, e: &EndpointRecord) -> EndpointDecision {
-        EndpointDecision {
-            address: e.address.clone(),
-            weight: e.weight.unwrap_or(1.0),
-            method: Method::Median,
-            capacity: None,
-            backlog: 0.0,
-            target: 1.0,
-            qps: m.qps,
-            eps: m.eps,
-            inflight: m.inflight,
-            view_inflight: m.inflight,
-            latency_us: m.latency_us.map_or(0, |l| l.round().min(protocol::MAX_LATENCY_US as f64) as u64),
-            service_time_us: e.latency.service_us,
-            concurrency: e.latency.concurrency,
-            cpu: m.cpu.map(|c| c.utilization),
-            cpu_source: m.cpu.map(|c| c.source.as_str()),
-            error_ratio: e.ejection.error_ratio,
-            ejected: e.ejection.ejected,
-            reporters: m.reporters,
-            counted: true,
-        }
-    }
 }

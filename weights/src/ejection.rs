@@ -18,7 +18,7 @@ pub const READMIT_MIN_ANSWERS: f64 = 3.0;
 
 /// The smoothed error ratio of one endpoint and whether it is ejected.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(super) struct Ejection {
+pub(crate) struct Ejection {
     pub error_ratio: f64,
     pub ejected: bool,
     /// The weight it had when last ejected, and ejections in a row (see the module docs).

@@ -16,8 +16,8 @@
 //! count for two of its intervals after their window closed (`observation.rs`): after that they are
 //! unknown, never an old value paired with fresh CPU.
 //!
-//! [`WeightBook::recompute_cluster`] runs these steps for each endpoint of a cluster (reporters
-//! silent past their ttl no longer count):
+//! [`WeightBook::recompute_cluster`] runs these steps for each endpoint of a cluster
+//! (`recompute.rs`; reporters silent past their ttl no longer count):
 //! 1. Merge the live reporters robustly, each principal's first (`merge.rs`): request, error and
 //!    in-flight rates are sums whose contributions are clipped at `sum_clip` x the largest other
 //!    active reporter's; latency and ORCA CPU are weighted medians whose votes are capped at
@@ -42,37 +42,47 @@
 //! 4. Target = raw / mean raw, at least `floor`, smoothed geometrically toward (`smoothing.rs`);
 //!    then `normalize.rs`: mean 1, each weight within a factor `max_step` of its previous value,
 //!    never below `floor`.
-//! 5. Publish: the weights go into the decisions and the cluster's reply view (`reply.rs`), whose
-//!    in-flight counts are the reporters' last ones or their mean over the window
-//!    (`view_inflight.rs`).
+//! 5. Publish: the weights go into the decisions and the cluster's reply view (`published.rs`),
+//!    whose in-flight counts are the reporters' last ones or their mean over the window
+//!    (`view_inflight.rs`); each reply is planned from it under the book's lock and written after
+//!    (`reply_plan.rs`).
 //!
 //! What lying reporters and principals can and cannot do to these numbers, and why:
 //! docs/weights.md. Whatever is reported, each weight moves at most x`max_step` per recompute and
 //! stays >= `floor`.
 
+mod admission;
 mod book;
 mod capacity;
 mod consensus;
 mod decision;
 mod ejection;
+mod expiry;
+mod held_capacity;
+mod ingest;
+mod latency_model;
 mod memory;
 mod merge;
 mod normalize;
 mod observation;
 mod params;
+mod published;
 mod rate_history;
+mod recompute;
 mod record;
-mod reply;
+mod rejection;
+mod reply_plan;
 mod route;
 mod smoothing;
 mod view_inflight;
 
-pub use book::{Counts, Rejection, WeightBook, TRUSTED_PRINCIPAL};
+pub use book::{Counts, WeightBook, TRUSTED_PRINCIPAL};
 pub use capacity::cswrr_weight;
 pub use decision::{ClusterDecision, EndpointDecision, Method};
 pub use merge::{capped_median, clip_contributions, Vote};
 pub use params::{ParamsError, WeightParams};
-pub use reply::ReplyPlan;
+pub use rejection::Rejection;
+pub use reply_plan::ReplyPlan;
 pub use view_inflight::{UnknownViewInflight, ViewInflight};
 
 #[cfg(test)]

@@ -95,7 +95,7 @@ pub fn clip_contributions(values: &mut [f64], active: &[bool], clip: f64) -> f64
 
 /// Where an endpoint's CPU utilisation came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum CpuOrigin {
+pub(crate) enum CpuOrigin {
     /// The endpoint's ORCA reports, as its reporters relayed them.
     Orca,
     /// The metrics store (`WeightBook::set_external_cpu`).
@@ -113,7 +113,7 @@ impl CpuOrigin {
 
 /// A merged CPU utilisation, its source, and when it was measured (the end of its window).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct MergedCpu {
+pub(crate) struct MergedCpu {
     pub utilization: f64,
     pub source: CpuOrigin,
     pub at_us: u64,
@@ -121,7 +121,7 @@ pub(super) struct MergedCpu {
 
 /// One endpoint's numbers merged over its live reporters (those of one principal, or all).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub(super) struct Merged {
+pub(crate) struct Merged {
     pub qps: f64,
     pub eps: f64,
     pub inflight: f64,
@@ -136,7 +136,7 @@ pub(super) struct Merged {
 
 /// Reused buffers: merging allocates nothing in steady state.
 #[derive(Debug, Default)]
-pub(super) struct MergeScratch {
+pub(crate) struct MergeScratch {
     votes: Vec<Vote>,
     qps: Vec<f64>,
     eps: Vec<f64>,
@@ -152,7 +152,7 @@ pub(super) struct MergeScratch {
 /// its last window, voting with its successes (without successes there, its recent peak-EWMA with
 /// one vote); ORCA CPU a capped median of the fresh samples voting with their request rate (at
 /// least 1). Leaves each reporter's counted in-flight share in `s.inflight`.
-pub(super) fn merge_reporters(
+pub(crate) fn merge_reporters(
     obs: &IdMap<Observation>,
     ids: &[u64],
     p: &WeightParams,
@@ -210,7 +210,7 @@ pub(super) fn merge_reporters(
 
 /// Of the merged ORCA value and the metrics store's value for the endpoint's IP, the fresher one
 /// (a metrics-store value older than `cpu_max_age_us` does not count).
-pub(super) fn with_metrics_cpu(
+pub(crate) fn with_metrics_cpu(
     m: &mut Merged,
     ip: Option<IpAddr>,
     external_cpu: &HashMap<IpAddr, (f64, u64)>,

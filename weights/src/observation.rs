@@ -7,7 +7,7 @@ use tailweight_wire::report::EndpointReport;
 
 /// What one reporter last said about one endpoint.
 #[derive(Debug, Clone)]
-pub(super) struct Observation {
+pub(crate) struct Observation {
     pub incarnation: u64,
     /// The book's id of the principal whose reporter said it (see `WeightBook::ingest_as`).
     pub principal: u32,

@@ -7,7 +7,7 @@
 /// one window back. Each entry is at least `cpu_window_us / 32` after the one two before it (a
 /// newer count replaces the last entry until then), so a window holds at most about 66.
 #[derive(Debug, Clone, Default)]
-pub(super) struct RateHistory {
+pub(crate) struct RateHistory {
     entries: std::collections::VecDeque<(u64, f64, f64)>,
 }
 

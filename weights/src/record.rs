@@ -2,21 +2,32 @@
 //! (its endpoints in order, with an index by address) and per endpoint (what each reporter said and
 //! the state learned from it).
 
-use crate::capacity::{HeldCapacity, LatencyModel};
-use crate::decision::EndpointDecision;
+use crate::decision::{EndpointDecision, Method};
 use crate::ejection::Ejection;
+use crate::held_capacity::HeldCapacity;
+use crate::latency_model::LatencyModel;
+use crate::merge::Merged;
 use crate::observation::Observation;
+use crate::published::PublishedCluster;
 use crate::rate_history::RateHistory;
-use crate::reply::PublishedCluster;
 use crate::route::Route;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use tailweight_math::hash::IdMap;
+use tailweight_wire::protocol;
+
+/// The book's totals, which entering a report grows and expiring shrinks.
+pub(crate) struct Totals<'a> {
+    pub observations: &'a mut usize,
+    pub bytes: &'a mut usize,
+    /// The next cluster layout number (see `Route`).
+    pub next_layout: &'a mut u64,
+}
 
 /// One principal: an identity the service vouches for (a mesh identity, or a reporter name when the
 /// service trusts report bodies), and what it holds of the book (bounded by the quotas).
 #[derive(Debug, Clone, Default)]
-pub(super) struct PrincipalRecord {
+pub(crate) struct PrincipalRecord {
     /// Live reporter incarnations.
     pub reporters: usize,
     pub observations: usize,
@@ -29,7 +40,7 @@ pub(super) struct PrincipalRecord {
 
 /// One live incarnation of a reporter name.
 #[derive(Debug, Clone)]
-pub(super) struct ReporterRecord {
+pub(crate) struct ReporterRecord {
     /// The book's own id for it (keys its observations).
     pub id: u64,
     /// The principal it reported as (a name is one reporter per principal).
@@ -42,7 +53,7 @@ pub(super) struct ReporterRecord {
 }
 
 #[derive(Debug, Clone, Default)]
-pub(super) struct ClusterRecord {
+pub(crate) struct ClusterRecord {
     pub endpoints: EndpointRecords,
     /// Changes whenever endpoint indices move (and differs between clusters): see `Route`.
     pub layout: u64,
@@ -68,7 +79,7 @@ impl ClusterRecord {
 
 /// What one principal holds in one cluster.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Held {
+pub(crate) struct Held {
     pub observations: usize,
     /// Endpoints with at least one of its observations.
     pub endpoints: usize,
@@ -76,7 +87,7 @@ pub(super) struct Held {
 
 /// A cluster's endpoints: a vector (recomputes walk it in order) with an index by address.
 #[derive(Debug, Clone, Default)]
-pub(super) struct EndpointRecords {
+pub(crate) struct EndpointRecords {
     list: Vec<EndpointRecord>,
     pub index: HashMap<String, usize>,
 }
@@ -150,7 +161,7 @@ impl EndpointRecords {
 
 /// One endpoint: what its reporters said, and what the book learned from it.
 #[derive(Debug, Clone)]
-pub(super) struct EndpointRecord {
+pub(crate) struct EndpointRecord {
     pub address: String,
     pub ip: Option<IpAddr>,
     /// When the book first heard of it (slow start).
@@ -190,6 +201,37 @@ impl EndpointRecord {
                 true
             }
         }
+    }
+
+    /// The decision as far as steps 1 and 2 make it: merged numbers and learned state, weight and
+    /// capacity still the previous ones until steps 3 to 5 fill them in.
+    pub fn merged_decision(&self, m: Merged) -> EndpointDecision {
+        EndpointDecision {
+            address: self.address.clone(),
+            weight: self.weight.unwrap_or(1.0),
+            method: Method::Median,
+            capacity: None,
+            backlog: 0.0,
+            target: 1.0,
+            qps: m.qps,
+            eps: m.eps,
+            inflight: m.inflight,
+            view_inflight: m.inflight,
+            latency_us: m.latency_us.map_or(0, |l| l.round().min(protocol::MAX_LATENCY_US as f64) as u64),
+            service_time_us: self.latency.service_us,
+            concurrency: self.latency.concurrency,
+            cpu: m.cpu.map(|c| c.utilization),
+            cpu_source: m.cpu.map(|c| c.source.as_str()),
+            error_ratio: self.ejection.error_ratio,
+            ejected: self.ejection.ejected,
+            reporters: m.reporters,
+            counted: true,
+        }
+    }
+
+    /// The asking reporter's counted in-flight requests here (0 if it has none or is not live).
+    pub fn own_inflight(&self, asking: Option<&ReporterRecord>, now_us: u64) -> f64 {
+        asking.and_then(|r| self.obs.get(&r.id)).filter(|o| o.live(now_us)).map_or(0.0, |o| o.counted_inflight)
     }
 
     fn new(address: &str, creator: u32, now_us: u64) -> Self {

@@ -1,7 +1,7 @@
 //! Where a reporter's endpoints are in a cluster's list, so that its next report finds them without
 //! a hash lookup per endpoint.
 
-use crate::record::EndpointRecords;
+use std::collections::HashMap;
 
 /// Where one cluster's endpoints of a reporter's last report are in the cluster's list, with their
 /// addresses back to back in report order. The next report naming the same endpoints in the same
@@ -9,7 +9,7 @@ use crate::record::EndpointRecords;
 /// address and chasing the index, a key and the endpoint through memory. Valid while the
 /// cluster's `layout` is the one recorded.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Route {
+pub(crate) struct Route {
     pub layout: u64,
     pub index: Vec<u32>,
     addresses: Vec<u8>,
@@ -28,13 +28,19 @@ impl Route {
         (self.addresses.get(start..end) == Some(address.as_bytes())).then(|| self.index[i] as usize)
     }
 
-    pub fn rebuild<'a>(&mut self, layout: u64, endpoints: &EndpointRecords, addresses: impl Iterator<Item = &'a str>) {
+    /// The route of `addresses` through a cluster's list as `index` (address to position) has it.
+    pub fn rebuild<'a>(
+        &mut self,
+        layout: u64,
+        index: &HashMap<String, usize>,
+        addresses: impl Iterator<Item = &'a str>,
+    ) {
         self.layout = layout;
         self.index.clear();
         self.addresses.clear();
         self.ends.clear();
         for a in addresses {
-            let Some(&i) = endpoints.index.get(a) else {
+            let Some(&i) = index.get(a) else {
                 // Cannot happen (ingest inserted them all); an empty route only costs a slow lookup.
                 self.layout = 0;
                 return;

@@ -70,7 +70,7 @@ fn slow_start_factor(first_seen_us: u64, cluster_created_us: u64, now_us: u64, s
 
 /// The times step 4 needs.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Times {
+pub(crate) struct Times {
     /// Since the last recompute (None: the first).
     pub elapsed_us: Option<u64>,
     pub now_us: u64,
@@ -81,7 +81,7 @@ pub(super) struct Times {
 /// relative to the `counted` ones) into its decision, its smoothed weight into `desired`, and its
 /// `normalize::bounds` into `lo_hi`. `sorted` is scratch.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn smooth_toward_targets(
+pub(crate) fn smooth_toward_targets(
     endpoints: &mut [EndpointRecord],
     raw: &[Option<f64>],
     counted: &[bool],
