@@ -344,6 +344,21 @@ impl Drop for Busy<'_> {
     }
 }
 
+/// Resolves once the port that opened after `opened` closings closes: the presence is no longer
+/// Listening, or another stop happened (even if a recover followed before this looked). Never
+/// resolves if the sender is gone (it lives as long as the backend).
+pub async fn closed(port: &mut watch::Receiver<PortState>, opened: u64) {
+    loop {
+        let now = *port.borrow_and_update();
+        if now.presence != Presence::Listening || now.closings != opened {
+            return;
+        }
+        if port.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,9 +2,8 @@
 //! with the payload, 503 (fail) or 429 (shed), each with `x-served-by`, the ORCA TEXT header and,
 //! with `load_stamps=1`, the load stamp a server-role sidecar would write.
 
-use crate::backend::{Answer, Backend};
+use crate::backend::{closed, Answer, Backend};
 use crate::orca;
-use crate::server::closed;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;

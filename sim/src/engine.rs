@@ -8,10 +8,11 @@
 
 use crate::arrivals::{Arrival, Arrivals};
 use crate::histogram::Histogram;
-use crate::policy::{Choice, Ctx, Outcome, Policy, Timer};
+use crate::policy::{Choice, Ctx, Outcome, Policy};
+use crate::queue::{timer_of, Queue, EV_DONE, EV_REJECT, EV_SCENARIO, EV_TIMER, EV_WINDOW};
 use crate::scenario::{EventAction, Setup};
 use crate::server::{Server, Status};
-use std::collections::{BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
 /// How long a refused or failing endpoint takes to answer (a 503 or a connection refused).
 pub const FAIL_LATENCY_NS: u64 = 200_000;
@@ -19,52 +20,6 @@ pub const FAIL_LATENCY_NS: u64 = 200_000;
 pub const SERVER_WINDOW_NS: u64 = 1_000_000_000;
 /// Width of the time series windows used for reaction times.
 pub const SERIES_WINDOW_NS: u64 = 100_000_000;
-
-/// The event queue: (time, payload) pairs popped earliest first; equal times pop in payload order,
-/// so a run is a pure function of its inputs.
-#[derive(Debug, Default)]
-pub struct Queue {
-    heap: BinaryHeap<std::cmp::Reverse<(u64, u64)>>,
-}
-
-/// Payload kinds (top byte).
-pub const EV_DONE: u64 = 1;
-pub const EV_REJECT: u64 = 2;
-pub const EV_TIMER: u64 = 3;
-pub const EV_WINDOW: u64 = 4;
-pub const EV_SCENARIO: u64 = 5;
-
-impl Queue {
-    pub fn push(&mut self, at_ns: u64, kind: u64, value: u64) {
-        debug_assert!(value < 1 << 56);
-        self.heap.push(std::cmp::Reverse((at_ns, kind << 56 | value)));
-    }
-
-    pub fn timer(&mut self, at_ns: u64, timer: Timer) {
-        self.push(at_ns, EV_TIMER, (timer.kind as u64) << 32 | timer.arg as u64);
-    }
-
-    pub fn peek_time(&self) -> Option<u64> {
-        self.heap.peek().map(|r| r.0 .0)
-    }
-
-    /// (time, kind, value)
-    pub fn pop(&mut self) -> Option<(u64, u64, u64)> {
-        self.heap.pop().map(|std::cmp::Reverse((t, p))| (t, p >> 56, p & ((1 << 56) - 1)))
-    }
-
-    pub fn len(&self) -> usize {
-        self.heap.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
-    }
-}
-
-pub fn timer_of(value: u64) -> Timer {
-    Timer { kind: (value >> 32) as u8, arg: value as u32 }
-}
 
 /// 32 bytes: the slab is walked in random order, so its size is cache misses.
 #[derive(Debug, Clone, Copy, Default)]

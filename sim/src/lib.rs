@@ -3,10 +3,12 @@
 //! of the peers and the ideal central-queue bound. See sim/README.md.
 
 pub mod arrivals;
+pub mod cswrr_periods;
 pub mod dist;
 pub mod engine;
 pub mod histogram;
 pub mod policy;
+pub mod queue;
 pub mod results;
 pub mod runner;
 pub mod scenario;

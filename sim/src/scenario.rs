@@ -351,7 +351,7 @@ pub struct Setup {
     pub trace: Option<String>,
     /// The filter's plugin configuration as JSON ("" = defaults).
     pub filter_config: String,
-    pub cswrr: crate::policy::cswrr::Periods,
+    pub cswrr: crate::cswrr_periods::Periods,
     pub variant: Variant,
     pub events: Vec<TimedEvent>,
     pub policies: Vec<String>,
@@ -421,7 +421,7 @@ impl Setup {
                 let (blackout, update) = o.cswrr_periods_s.unwrap_or((s.sim.cswrr_blackout_s, s.sim.cswrr_update_s));
                 positive("cswrr blackout", blackout, true)?;
                 positive("cswrr update period", update, false)?;
-                crate::policy::cswrr::Periods { blackout_ns: secs_to_ns(blackout), update_ns: secs_to_ns(update) }
+                crate::cswrr_periods::Periods { blackout_ns: secs_to_ns(blackout), update_ns: secs_to_ns(update) }
             },
             variant: Variant::parse(o.variant.as_deref().or(s.sim.variant.as_deref()).unwrap_or(""))?,
             events,

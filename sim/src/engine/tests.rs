@@ -2,21 +2,6 @@ use super::*;
 use crate::policy::round_robin::RoundRobin;
 use crate::scenario::{Overrides, Scenario};
 
-#[test]
-fn queue_pops_in_time_then_payload_order() {
-    let mut q = Queue::default();
-    q.push(5, EV_DONE, 9);
-    q.push(3, EV_REJECT, 1);
-    q.timer(5, Timer { kind: 2, arg: 7 });
-    q.push(5, EV_DONE, 4);
-    assert_eq!(q.pop(), Some((3, EV_REJECT, 1)));
-    assert_eq!(q.pop(), Some((5, EV_DONE, 4)));
-    assert_eq!(q.pop(), Some((5, EV_DONE, 9)));
-    let (t, kind, value) = q.pop().unwrap();
-    assert_eq!((t, kind, timer_of(value)), (5, EV_TIMER, Timer { kind: 2, arg: 7 }));
-    assert!(q.is_empty());
-}
-
 /// Six equal backends under round robin for 4 s, with `events` as a scenario file writes them.
 fn run_six_backends(events: &str) -> (Setup, Vec<Server>) {
     let text = format!(

@@ -98,7 +98,7 @@ mod tests {
 
     #[test]
     fn the_slower_endpoint_loses() {
-        use crate::engine::Queue;
+        use crate::queue::Queue;
         use crate::server::Orca;
         let mut p = PeakEwmaP2c::new(1, 2, 3);
         let mut queue = Queue::default();

@@ -30,7 +30,7 @@ impl Policy for RoundRobin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::Queue;
+    use crate::queue::Queue;
 
     #[test]
     fn each_client_cycles_through_all_endpoints() {

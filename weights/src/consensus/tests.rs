@@ -20,14 +20,7 @@ fn view(endpoint: usize, principal: u32, qps: f64, eps: f64, latency: f64) -> Pr
 fn combined(views: &mut [PrincipalView], endpoints: usize) -> Vec<Merged> {
     views.sort_by_key(|v| (v.endpoint, v.principal));
     let mut out = Vec::new();
-    combine(
-        views,
-        endpoints,
-        &WeightParams::default(),
-        Some(1_000_000),
-        &mut ConsensusScratch::default(),
-        &mut out,
-    );
+    combine(views, endpoints, &WeightParams::default(), Some(1_000_000), &mut ConsensusScratch::default(), &mut out);
     out
 }
 
