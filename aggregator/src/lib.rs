@@ -44,7 +44,8 @@ pub fn state_from(config: &ServiceConfig) -> Result<Arc<AppState>, String> {
         max_requests_per_principal: config.max_requests_per_principal as usize,
         body_timeout: config.body_timeout(),
     };
-    Ok(Arc::new(AppState::new(params, config.identity.clone(), limits)))
+    let state = AppState::new(params, config.identity.clone(), limits).map_err(|e| format!("metrics: {e}"))?;
+    Ok(Arc::new(state))
 }
 
 /// The connection settings: HTTP/1.1 (what sidecars, Envoy's Wasm calls and Prometheus speak; no
