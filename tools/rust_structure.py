@@ -25,6 +25,9 @@ import tempfile
 from dataclasses import dataclass, field
 
 MAX_LINES = 500
+# Files another change is splitting, with that change; the size check passes over them until it
+# lands (then delete the entry: an entry for a file under the limit fails the lint).
+SPLIT_ELSEWHERE = {"sim/src/scenario.rs": "h/harness (issue 23, item 4: one scenario schema)"}
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
@@ -237,7 +240,8 @@ def edges_of(module: Module, root: Module) -> set:
     paths = list(use_paths(module.code))
     code_outside_uses = re.sub(r"\buse\s+[^;]*;", ";", module.code)
     names = ["crate", "super", "self"] + list(module.children)
-    for m in re.finditer(r"(?<![:\w])(" + "|".join(map(re.escape, names)) + r")((?:::" + IDENT + ")+)", code_outside_uses):
+    path = re.compile(r"(?<![:\w])(" + "|".join(map(re.escape, names)) + r")((?:::" + IDENT + ")+)")
+    for m in path.finditer(code_outside_uses):
         paths.append([m.group(1)] + [s for s in m.group(2).split("::") if s])
     for p in paths:
         if p == ["self"]:
@@ -354,7 +358,12 @@ def check(root: str, max_lines: int) -> list:
             continue
         with open(f, encoding="utf-8", errors="replace") as fh:
             lines = sum(1 for _ in fh)
-        if lines > max_lines:
+        elsewhere = SPLIT_ELSEWHERE.get(rel.replace(os.sep, "/"))
+        if elsewhere and lines <= max_lines:
+            problems.append(f"{rel}: {lines} lines now: delete its SPLIT_ELSEWHERE entry in tools/rust_structure.py")
+        elif elsewhere:
+            print(f"rust_structure: {rel} ({lines} lines) is being split on {elsewhere}; not checked", file=sys.stderr)
+        elif lines > max_lines:
             problems.append(f"{rel}: {lines} lines, more than {max_lines} (split it by concept, or move its tests out)")
     return problems
 
