@@ -1,5 +1,5 @@
-//! Core's hashes. FxHash, the one fast hasher of core's maps (rustc's multiply-rotate, a word at a time) instead
-//! of SipHash. Every map that uses it has keys nobody can choose freely (cluster names from the
+//! The hashes of the picker's and the weight book's maps. FxHash, their one fast hasher (rustc's
+//! multiply-rotate, a word at a time) instead of SipHash. Every map that uses it has keys nobody can choose freely (cluster names from the
 //! configuration and Envoy, endpoint addresses, the weight book's own sequential ids) and a bounded
 //! size (the max_clusters / max_endpoints caps), so flooding resistance buys nothing there.
 //! Hand-written rather than the `rustc-hash` crate: rustc-hash 1 does not rotate (string keys then
