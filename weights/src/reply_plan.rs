@@ -24,10 +24,18 @@ pub struct ReplyPlan {
 /// One cluster of a [`ReplyPlan`].
 #[derive(Debug, Clone)]
 struct PlannedCluster {
-    /// Its published view, or its name while it has none yet (no recompute so far).
-    view: Result<Arc<PublishedCluster>, String>,
+    view: PlannedView,
     /// The asker's own counted in-flight requests there (only where it has any).
     own: Own,
+}
+
+/// A cluster's view in a plan.
+#[derive(Debug, Clone)]
+enum PlannedView {
+    /// As of its last recompute.
+    Published(Arc<PublishedCluster>),
+    /// None yet (no recompute so far): the reply names the cluster, without endpoints.
+    Unpublished(String),
 }
 
 /// Where the asker's own in-flight requests are in a published view.
@@ -57,11 +65,11 @@ impl ReplyPlan {
                 Own::ByAddress(_) => &[],
             };
             let published = match cluster {
-                Ok(published) => {
+                PlannedView::Published(published) => {
                     write::begin_cluster(out, &published.name);
                     Some(published)
                 }
-                Err(name) => {
+                PlannedView::Unpublished(name) => {
                     write::begin_cluster(out, name);
                     None
                 }
@@ -89,7 +97,11 @@ impl ReplyPlan {
 
     /// Endpoints the reply will carry.
     pub fn endpoints(&self) -> usize {
-        self.clusters.iter().map(|c| c.view.as_ref().map_or(0, |p| p.endpoints())).sum()
+        let endpoints = |c: &PlannedCluster| match &c.view {
+            PlannedView::Published(p) => p.endpoints(),
+            PlannedView::Unpublished(_) => 0,
+        };
+        self.clusters.iter().map(endpoints).sum()
     }
 }
 
@@ -119,7 +131,8 @@ pub(crate) fn plan<'a>(
     for (i, name) in names.into_iter().enumerate() {
         let Some(cluster) = clusters.get(name) else { continue };
         let Some(published) = &cluster.published else {
-            plan.clusters.push(PlannedCluster { view: Err(name.to_string()), own: Own::ByPosition(Vec::new()) });
+            let view = PlannedView::Unpublished(name.to_string());
+            plan.clusters.push(PlannedCluster { view, own: Own::ByPosition(Vec::new()) });
             continue;
         };
         if published.endpoints() > budget {
@@ -130,7 +143,7 @@ pub(crate) fn plan<'a>(
             None => Own::ByPosition(Vec::new()),
             Some(r) => own_inflight(cluster, published, r, i, now_us),
         };
-        plan.clusters.push(PlannedCluster { view: Ok(published.clone()), own });
+        plan.clusters.push(PlannedCluster { view: PlannedView::Published(published.clone()), own });
     }
     plan
 }
