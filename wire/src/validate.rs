@@ -27,7 +27,11 @@ impl std::fmt::Display for Invalid {
             Invalid::UnsupportedVersion(version) => {
                 write!(f, "version: {version} is not supported (this side speaks {VERSION})")
             }
-            Invalid::Field { field, problem } => write!(f, "{field}: {problem}"),
+            Invalid::Field { field, problem } => {
+                f.write_str(field)?;
+                f.write_str(": ")?;
+                f.write_str(problem)
+            }
         }
     }
 }
@@ -48,16 +52,16 @@ fn name_ok(name: &str) -> bool {
 }
 
 pub(crate) fn check_name(field: &str, name: &str) -> Result<(), Invalid> {
-    if name.is_empty() {
-        return Err(Invalid::field(field, "must not be empty".into()));
-    }
-    if name.len() > MAX_NAME_LEN {
-        return Err(Invalid::field(field, format!("longer than {MAX_NAME_LEN} bytes")));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(Invalid::field(field, "contains control characters".into()));
-    }
-    Ok(())
+    let problem = if name.is_empty() {
+        "must not be empty".into()
+    } else if name.len() > MAX_NAME_LEN {
+        format!("longer than {MAX_NAME_LEN} bytes")
+    } else if name.chars().any(char::is_control) {
+        "contains control characters".into()
+    } else {
+        return Ok(());
+    };
+    Err(Invalid::field(field, problem))
 }
 
 /// The clusters' count, names (valid, none twice) and endpoint counts against `limits`.

@@ -23,10 +23,17 @@ pub enum ReplyError {
 
 impl std::fmt::Display for ReplyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Pieces rather than `write!`: each formatting site is code in the filter's module.
         match self {
             ReplyError::NotUtf8 => f.write_str("malformed reply: not UTF-8"),
-            ReplyError::NotJson(e) => write!(f, "malformed reply: {e}"),
-            ReplyError::NotAReply(e) => write!(f, "malformed reply: {e}"),
+            ReplyError::NotJson(e) => {
+                f.write_str("malformed reply: ")?;
+                e.fmt(f)
+            }
+            ReplyError::NotAReply(e) => {
+                f.write_str("malformed reply: ")?;
+                e.fmt(f)
+            }
             ReplyError::Invalid(e) => e.fmt(f),
         }
     }
@@ -54,14 +61,18 @@ fn reply_of(value: &Value) -> Result<Reply, FieldError> {
     // Loops rather than collecting Results: each collect is its own iterator code in the module.
     let mut clusters = Vec::with_capacity(cluster_values.len());
     for (ci, c) in cluster_values.iter().enumerate() {
-        let mut f = Fields::new(format!("clusters[{ci}]."), members(c, &format!("clusters[{ci}]"))?);
+        // One text for the object's name and its fields' prefix (formatted per object read).
+        let prefix = format!("clusters[{ci}].");
+        let object = members(c, prefix.strip_suffix('.').unwrap_or_default())?;
+        let mut f = Fields::new(prefix, object);
         let name = f.required_string("name", usize::MAX);
         let endpoint_values = required_array(&mut f, "endpoints");
         f.finish()?;
         let mut endpoints = Vec::with_capacity(endpoint_values.len());
         for (ei, e) in endpoint_values.iter().enumerate() {
-            let at = format!("clusters[{ci}].endpoints[{ei}]");
-            let mut f = Fields::new(format!("{at}."), members(e, &at)?);
+            let prefix = format!("clusters[{ci}].endpoints[{ei}].");
+            let object = members(e, prefix.strip_suffix('.').unwrap_or_default())?;
+            let mut f = Fields::new(prefix, object);
             endpoints.push(EndpointView {
                 address: f.required_string("address", usize::MAX),
                 weight: number_field(&mut f, "weight"),
