@@ -149,3 +149,32 @@ fn integers_and_decimals() {
         assert_eq!(std::str::from_utf8(&out).unwrap(), text, "{x}");
     }
 }
+
+#[test]
+fn numbers_for_messages_are_short() {
+    for (x, text) in [
+        (0.0, "0"),
+        (-0.0, "0"),
+        (7.0, "7"),
+        (100.0, "100"),
+        (0.5, "0.5"),
+        (1.4203, "1.4203"),
+        (-2.25, "-2.25"),
+        (1e-7, "0"),
+        (123.4567891, "123.456789"),
+        (f64::NAN, "NaN"),
+        (f64::INFINITY, "inf"),
+        (f64::NEG_INFINITY, "-inf"),
+    ] {
+        assert_eq!(number_text(x), text, "{x}");
+    }
+    // Whatever the value, what `{:.6}` prints with its trailing zeros (and a bare point) cut.
+    let mut rng = tailweight_math::rng::Rng::new(11);
+    for _ in 0..2_000 {
+        let x = (rng.next_f64() - 0.5) * 10f64.powi(rng.below(12) as i32 - 4);
+        let six = format!("{:.6}", x.abs());
+        let cut = six.trim_end_matches('0').trim_end_matches('.');
+        let sign = if x < 0.0 { "-" } else { "" };
+        assert_eq!(number_text(x), format!("{sign}{cut}"), "{x}");
+    }
+}

@@ -70,14 +70,23 @@ pub fn number_text(x: f64) -> String {
     if x.is_nan() {
         return "NaN".into();
     }
-    let sign = if x < 0.0 { "-" } else { "" };
-    if x.is_infinite() {
-        return format!("{sign}inf");
-    }
     let mut out = Vec::new();
-    write_decimal6(&mut out, x.abs());
-    let text = String::from_utf8_lossy(&out).into_owned();
-    format!("{sign}{}", text.trim_end_matches('0').trim_end_matches('.'))
+    if x < 0.0 {
+        out.push(b'-');
+    }
+    if x.is_infinite() {
+        out.extend_from_slice(b"inf");
+    } else {
+        // Trailing zeros go, then the point if nothing is left after it.
+        write_decimal6(&mut out, x.abs());
+        while out.last() == Some(&b'0') {
+            out.pop();
+        }
+        if out.last() == Some(&b'.') {
+            out.pop();
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The first `max_chars` characters of `s`, for messages.
