@@ -176,14 +176,17 @@ pub fn shared_data(data: &[u8]) {
     let now = 5_000_000;
     match Slot::decode(data) {
         Ok(slot) => {
-            assert_eq!(Slot::decode(&slot.encode()).as_ref(), Ok(&slot), "a slot survives a round trip");
+            // Equal, or equally encoded where a NaN (not equal to itself) is in it.
+            let again = Slot::decode(&slot.encode()).expect("an encoded slot decodes");
+            assert!(again == slot || again.encode() == slot.encode(), "a slot survives a round trip");
             fold_slot(&slot, now);
         }
         Err(e) => one_line(e),
     }
     match StoredView::decode(data) {
         Ok(stored) => {
-            assert_eq!(StoredView::decode(&stored.encode()).as_ref(), Ok(&stored), "a view survives a round trip");
+            let again = StoredView::decode(&stored.encode()).expect("an encoded view decodes");
+            assert!(again == stored || again.encode() == stored.encode(), "a view survives a round trip");
             let mut b = balancer_knowing(std::iter::once(&stored.view), now);
             b.apply_view(&stored.view, stored.received_us, u64::from(stored.ttl_ms) * 1_000);
             exercise(&mut b, std::slice::from_ref(&stored.view.name), now);
