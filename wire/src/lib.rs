@@ -24,3 +24,6 @@ pub mod reply;
 pub mod report;
 pub mod stamp;
 pub mod validate;
+
+#[cfg(test)]
+mod test_support;

@@ -128,6 +128,7 @@ mod round_trip {
     use super::super::write::write_reply;
     use super::*;
     use crate::protocol::{MAX_CPU, MAX_INFLIGHT, MAX_WEIGHT};
+    use crate::test_support::{address, unique_by, NAME};
     use proptest::prelude::*;
 
     #[test]
@@ -147,7 +148,7 @@ mod round_trip {
         let numbers = (number(MAX_WEIGHT), number(inflight), number(inflight), proptest::option::of(number(MAX_CPU)));
         (0u32..1_000_000, numbers, any::<u64>(), any::<bool>()).prop_map(
             |(at, (weight, inflight, peer_inflight, cpu), latency_us, ejected)| EndpointView {
-                address: format!("10.{}.{}.{}:80", at >> 16, (at >> 8) & 255, at & 255),
+                address: address(at),
                 weight,
                 inflight,
                 peer_inflight,
@@ -159,19 +160,13 @@ mod round_trip {
     }
 
     fn any_reply() -> impl Strategy<Value = Reply> {
-        let cluster = ("[a-z|.\"\\\\é 0-9]{1,40}", proptest::collection::vec(any_endpoint(), 0..8));
+        let cluster = (NAME, proptest::collection::vec(any_endpoint(), 0..8));
         (any::<u32>(), proptest::collection::vec(cluster, 0..4)).prop_map(|(ttl_ms, clusters)| {
-            let mut clusters: Vec<ClusterView> = clusters
+            let clusters = clusters
                 .into_iter()
-                .map(|(name, mut endpoints)| {
-                    endpoints.sort_by(|a, b| a.address.cmp(&b.address));
-                    endpoints.dedup_by(|a, b| a.address == b.address);
-                    ClusterView { name, endpoints }
-                })
+                .map(|(name, endpoints)| ClusterView { name, endpoints: unique_by(endpoints, |e| &e.address) })
                 .collect();
-            clusters.sort_by(|a, b| a.name.cmp(&b.name));
-            clusters.dedup_by(|a, b| a.name == b.name);
-            Reply { version: VERSION, ttl_ms, clusters }
+            Reply { version: VERSION, ttl_ms, clusters: unique_by(clusters, |c| &c.name) }
         })
     }
 

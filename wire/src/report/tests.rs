@@ -80,6 +80,7 @@ fn a_written_report_is_the_document_of_the_protocol() {
 mod read {
     use super::super::read::{parse_report, ReportError};
     use super::*;
+    use crate::test_support::{address, unique_by, NAME};
     use proptest::prelude::*;
 
     #[test]
@@ -102,7 +103,7 @@ mod read {
                 (cpu, cpu_age_ms, seen_age_ms),
             )| {
                 EndpointReport {
-                    address: format!("10.{}.{}.{}:80", at >> 16, (at >> 8) & 255, at & 255),
+                    address: address(at),
                     requests,
                     errors: errors.min(requests),
                     latency_sum_us,
@@ -118,20 +119,14 @@ mod read {
     }
 
     fn any_report() -> impl Strategy<Value = Report> {
-        let name = "[a-z|.\"\\\\é 0-9]{1,40}";
-        let cluster = (name, proptest::collection::vec(any_endpoint(), 0..8));
-        (name, any::<u64>(), crate::protocol::INTERVAL_MS, proptest::collection::vec(cluster, 0..4)).prop_map(
+        let cluster = (NAME, proptest::collection::vec(any_endpoint(), 0..8));
+        (NAME, any::<u64>(), crate::protocol::INTERVAL_MS, proptest::collection::vec(cluster, 0..4)).prop_map(
             |(reporter, incarnation, interval_ms, clusters)| {
-                let mut clusters: Vec<ClusterReport> = clusters
+                let clusters = clusters
                     .into_iter()
-                    .map(|(name, mut endpoints)| {
-                        endpoints.sort_by(|a, b| a.address.cmp(&b.address));
-                        endpoints.dedup_by(|a, b| a.address == b.address);
-                        ClusterReport { name, endpoints }
-                    })
+                    .map(|(name, endpoints)| ClusterReport { name, endpoints: unique_by(endpoints, |e| &e.address) })
                     .collect();
-                clusters.sort_by(|a, b| a.name.cmp(&b.name));
-                clusters.dedup_by(|a, b| a.name == b.name);
+                let clusters = unique_by(clusters, |c| &c.name);
                 Report { version: VERSION, reporter, incarnation, interval_ms, clusters }
             },
         )
