@@ -25,5 +25,6 @@ pub mod report;
 pub mod stamp;
 pub mod validate;
 
-#[cfg(test)]
+// Only the round-trip property tests use it, and they read with the aggregator's `serde` side.
+#[cfg(all(test, feature = "serde"))]
 mod test_support;
