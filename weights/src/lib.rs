@@ -8,7 +8,8 @@
 //!
 //! A reporter is a (principal, name, incarnation): the principal is the identity the caller vouches
 //! for (`WeightBook::ingest_as`), and however many names and incarnations it uses it is one voice
-//! (`consensus.rs`) holding at most `principal_share` of each cap and of `max_bytes` (`memory.rs`).
+//! (`consensus.rs`) holding at most `principal_share` of each cap and of `max_bytes` (`memory.rs`;
+//! a report that would pass one is refused whole: `admission.rs`).
 //! Each incarnation keeps its own counters, so processes sharing a name (a sidecar without a
 //! usable node id) are counted apart, not differenced into each other. A new incarnation of a name
 //! the principal uses cuts its other incarnations' ttl to one of their intervals (a restart's old
@@ -26,7 +27,7 @@
 //!    out of the cluster's normalisation in steps 3 and 4.
 //! 2. Learn the slow state from the merged numbers: the smoothed error ratio, which ejects the
 //!    endpoint at `eject_ratio` and readmits it below half of that (`ejection.rs`); the service time
-//!    and the concurrency of the latency path (`capacity.rs`).
+//!    and the concurrency of the latency path (`latency_model.rs`).
 //! 3. Raw capacity in requests per second (`capacity.rs`):
 //!    - CPU known (metrics store or ORCA, whichever is fresher) and traffic seen: Envoy's
 //!      client-side WRR weight `qps / (cpu + error_penalty x eps / qps)`, throughput per unit of
@@ -37,8 +38,8 @@
 //!      off the capacity so new requests go elsewhere until it drains.
 //!
 //!    A cluster uses one method for all endpoints (the one most endpoints support); an endpoint it
-//!    cannot rate this time keeps its last capacity by that method for `capacity_hold_us`, then gets
-//!    the median target, as Envoy's CSWRR gives unweighted hosts.
+//!    cannot rate this time keeps its last capacity by that method for `capacity_hold_us`
+//!    (`held_capacity.rs`), then gets the median target, as Envoy's CSWRR gives unweighted hosts.
 //! 4. Target = raw / mean raw, at least `floor`, smoothed geometrically toward (`smoothing.rs`);
 //!    then `normalize.rs`: mean 1, each weight within a factor `max_step` of its previous value,
 //!    never below `floor`.
