@@ -33,6 +33,6 @@ bench-hostile:
 	  --json bench/results/hostile.json --md bench/results/hostile.md
 
 # Bytes the weight book holds per unit, measured with a counting allocator (the figures
-# core/src/weights/memory.rs is built on; core/tests/memory.rs, an ignored test).
+# weights/src/memory.rs is built on; weights/tests/memory.rs, an ignored test).
 bench-memory:
-	nice $(CARGO) test --locked --release -p tailweight-core --test memory -- --ignored --nocapture measure_bytes_per_unit
+	nice $(CARGO) test --locked --release -p tailweight-weights --test memory -- --ignored --nocapture measure_bytes_per_unit

@@ -1,6 +1,6 @@
 //! One memory budget (`--memory-limit-mib`) from which the service's limits follow: what the
 //! process needs idle, what each open connection and each request in progress may hold at most,
-//! and the rest for the weight book, which counts its own bytes (`tailweight_core::weights`,
+//! and the rest for the weight book, which counts its own bytes (`tailweight_weights`,
 //! `memory.rs`) and refuses what would take it past its share. The count caps (reporters, clusters,
 //! observations) follow from the book's bytes and the least a unit of each costs.
 

@@ -6,7 +6,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::time::Duration;
-use tailweight_core::weights::{ViewInflight, WeightParams};
+use tailweight_weights::{ViewInflight, WeightParams};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -80,7 +80,7 @@ pub struct ServiceConfig {
     #[arg(long, env = "TAILWEIGHT_LOG", default_value = "info")]
     pub log: String,
 
-    // ---- weights (see tailweight_core::weights::WeightParams and docs/weights.md) ----
+    // ---- weights (see tailweight_weights::WeightParams and docs/weights.md) ----
     /// Largest factor a weight may move by per recompute (> 1).
     #[arg(long, env = "TAILWEIGHT_MAX_STEP", default_value_t = WeightParams::default().max_step)]
     pub max_step: f64,

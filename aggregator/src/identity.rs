@@ -5,7 +5,7 @@
 use axum::http::{HeaderMap, HeaderName};
 use std::fmt;
 use std::str::FromStr;
-use tailweight_core::wire::MAX_NAME_LEN;
+use tailweight_wire::protocol::MAX_NAME_LEN;
 
 /// The header Envoy writes the verified client certificate's details into.
 pub const XFCC: &str = "x-forwarded-client-cert";

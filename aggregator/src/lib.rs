@@ -1,6 +1,6 @@
 //! tailweight aggregator: sidecars POST reports, the reply carries the merged view (weights, global
 //! in-flight, latency, ejection) for the clusters they asked about. Weight logic lives in
-//! `tailweight_core::weights`; this crate is the thin service around it.
+//! `tailweight_weights`; this crate is the thin service around it.
 
 pub mod budget;
 pub mod config;
@@ -17,7 +17,7 @@ use hyper_util::service::TowerToHyperService;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tailweight_core::wire::Limits;
+use tailweight_wire::protocol::Limits;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
 
@@ -44,7 +44,8 @@ pub fn state_from(config: &ServiceConfig) -> Result<Arc<AppState>, String> {
         max_requests_per_principal: config.max_requests_per_principal as usize,
         body_timeout: config.body_timeout(),
     };
-    Ok(Arc::new(AppState::new(params, config.identity.clone(), limits)))
+    let state = AppState::new(params, config.identity.clone(), limits).map_err(|e| format!("metrics: {e}"))?;
+    Ok(Arc::new(state))
 }
 
 /// The connection settings: HTTP/1.1 (what sidecars, Envoy's Wasm calls and Prometheus speak; no

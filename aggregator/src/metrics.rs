@@ -1,9 +1,10 @@
 //! The service's own metrics, in Prometheus text format at `/metrics`.
 
+use prometheus::core::Collector;
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
-use tailweight_core::weights::{Counts, Rejection};
+use tailweight_weights::{Counts, Rejection};
 
 /// Why a report was refused (the label of `tailweight_reports_rejected_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,109 +75,100 @@ pub struct AggregatorMetrics {
     pub cpu_staleness: Gauge,
 }
 
+/// Makes each metric and registers it at once, so a metric cannot be made and left out.
+struct Registering {
+    registry: Registry,
+}
+
+impl Registering {
+    fn register<C: Collector + Clone + 'static>(&self, metric: C) -> prometheus::Result<C> {
+        self.registry.register(Box::new(metric.clone()))?;
+        Ok(metric)
+    }
+
+    fn counter(&self, name: &str, help: &str) -> prometheus::Result<IntCounter> {
+        self.register(IntCounter::new(name, help)?)
+    }
+
+    /// A counter by `label`, with each of `values` present from the start (at 0).
+    fn counters(&self, name: &str, help: &str, label: &str, values: &[&str]) -> prometheus::Result<IntCounterVec> {
+        let counters = IntCounterVec::new(Opts::new(name, help), &[label])?;
+        for value in values {
+            counters.with_label_values(&[value]);
+        }
+        self.register(counters)
+    }
+
+    fn gauge(&self, name: &str, help: &str) -> prometheus::Result<IntGauge> {
+        self.register(IntGauge::new(name, help)?)
+    }
+
+    fn histogram(&self, name: &str, help: &str, buckets: &[f64]) -> prometheus::Result<Histogram> {
+        self.register(Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))?)
+    }
+}
+
 impl AggregatorMetrics {
-    pub fn new() -> AggregatorMetrics {
-        let registry = Registry::new();
+    /// Every metric, registered (Err: a name or help text prometheus refuses, or a name twice).
+    pub fn new() -> prometheus::Result<AggregatorMetrics> {
+        let r = Registering { registry: Registry::new() };
+        let reasons: Vec<&str> = RejectReason::all().map(|reason| reason.as_str()).collect();
         let m = AggregatorMetrics {
-            reports_accepted: IntCounter::new("tailweight_reports_accepted_total", "Reports merged").unwrap(),
-            reports_rejected: IntCounterVec::new(
-                Opts::new("tailweight_reports_rejected_total", "Reports refused, by reason"),
-                &["reason"],
-            )
-            .unwrap(),
-            report_seconds: Histogram::with_opts(
-                HistogramOpts::new(
-                    "tailweight_report_handling_seconds",
-                    "Time to handle one report (parse, merge, reply)",
-                )
-                .buckets(vec![25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3]),
-            )
-            .unwrap(),
-            recompute_seconds: Histogram::with_opts(
-                HistogramOpts::new("tailweight_weight_compute_seconds", "Time to recompute all weights and expire")
-                    .buckets(vec![1e-4, 5e-4, 1e-3, 5e-3, 10e-3, 50e-3, 100e-3, 500e-3, 1.0]),
-            )
-            .unwrap(),
-            principals: IntGauge::new("tailweight_principals", "Identities holding something in the book").unwrap(),
-            reporters: IntGauge::new("tailweight_reporters_live", "Reporters not yet expired").unwrap(),
-            clusters: IntGauge::new("tailweight_clusters_tracked", "Clusters with at least one live report").unwrap(),
-            endpoints: IntGauge::new("tailweight_endpoints_tracked", "Endpoints with at least one live report")
-                .unwrap(),
-            observations: IntGauge::new("tailweight_observations", "Reporter x endpoint pairs held").unwrap(),
-            book_bytes: IntGauge::new(
+            reports_accepted: r.counter("tailweight_reports_accepted_total", "Reports merged")?,
+            reports_rejected: r.counters(
+                "tailweight_reports_rejected_total",
+                "Reports refused, by reason",
+                "reason",
+                &reasons,
+            )?,
+            report_seconds: r.histogram(
+                "tailweight_report_handling_seconds",
+                "Time to handle one report (parse, merge, reply)",
+                &[25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3],
+            )?,
+            recompute_seconds: r.histogram(
+                "tailweight_weight_compute_seconds",
+                "Time to recompute all weights and expire",
+                &[1e-4, 5e-4, 1e-3, 5e-3, 10e-3, 50e-3, 100e-3, 500e-3, 1.0],
+            )?,
+            principals: r.gauge("tailweight_principals", "Identities holding something in the book")?,
+            reporters: r.gauge("tailweight_reporters_live", "Reporters not yet expired")?,
+            clusters: r.gauge("tailweight_clusters_tracked", "Clusters with at least one live report")?,
+            endpoints: r.gauge("tailweight_endpoints_tracked", "Endpoints with at least one live report")?,
+            observations: r.gauge("tailweight_observations", "Reporter x endpoint pairs held")?,
+            book_bytes: r.gauge(
                 "tailweight_book_bytes",
                 "Bytes the weight book holds as it counts them (bounded by the memory budget)",
-            )
-            .unwrap(),
-            shed: IntCounterVec::new(
-                Opts::new("tailweight_requests_shed_total", "Requests refused before handling, by reason"),
-                &["reason"],
-            )
-            .unwrap(),
-            connections_open: IntGauge::new("tailweight_connections_open", "Connections open").unwrap(),
-            connections_refused: IntCounter::new(
+            )?,
+            shed: r.counters(
+                "tailweight_requests_shed_total",
+                "Requests refused before handling, by reason",
+                "reason",
+                &["overloaded", "timeout"],
+            )?,
+            connections_open: r.gauge("tailweight_connections_open", "Connections open")?,
+            connections_refused: r.counter(
                 "tailweight_connections_refused_total",
                 "Connections answered 503 and closed at --max-connections",
-            )
-            .unwrap(),
-            cpu_entries: IntGauge::new(
-                "tailweight_cpu_entries",
-                "Endpoint IPs with a CPU value from the metrics store",
-            )
-            .unwrap(),
-            cpu_polls: IntCounter::new("tailweight_cpu_source_polls_total", "Successful polls of the CPU source")
-                .unwrap(),
-            cpu_errors: IntCounterVec::new(
-                Opts::new("tailweight_cpu_source_errors_total", "Failed polls of the CPU source, by kind"),
-                &["kind"],
-            )
-            .unwrap(),
-            cpu_series: IntGauge::new(
-                "tailweight_cpu_source_series",
-                "Series with a usable IP and value in the last poll",
-            )
-            .unwrap(),
-            cpu_staleness: Gauge::new(
+            )?,
+            cpu_entries: r.gauge("tailweight_cpu_entries", "Endpoint IPs with a CPU value from the metrics store")?,
+            cpu_polls: r.counter("tailweight_cpu_source_polls_total", "Successful polls of the CPU source")?,
+            cpu_errors: r.counters(
+                "tailweight_cpu_source_errors_total",
+                "Failed polls of the CPU source, by kind",
+                "kind",
+                &["request", "status", "decode", "query"],
+            )?,
+            cpu_series: r
+                .gauge("tailweight_cpu_source_series", "Series with a usable IP and value in the last poll")?,
+            cpu_staleness: r.register(Gauge::new(
                 "tailweight_cpu_source_staleness_seconds",
                 "Seconds since the last successful poll (-1: none yet)",
-            )
-            .unwrap(),
-            registry,
+            )?)?,
+            registry: r.registry,
         };
-        for reason in RejectReason::all() {
-            m.reports_rejected.with_label_values(&[reason.as_str()]);
-        }
-        for reason in ["overloaded", "timeout"] {
-            m.shed.with_label_values(&[reason]);
-        }
-        for kind in ["request", "status", "decode", "query"] {
-            m.cpu_errors.with_label_values(&[kind]);
-        }
         m.cpu_staleness.set(-1.0);
-        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
-            Box::new(m.reports_accepted.clone()),
-            Box::new(m.reports_rejected.clone()),
-            Box::new(m.report_seconds.clone()),
-            Box::new(m.recompute_seconds.clone()),
-            Box::new(m.principals.clone()),
-            Box::new(m.reporters.clone()),
-            Box::new(m.clusters.clone()),
-            Box::new(m.endpoints.clone()),
-            Box::new(m.observations.clone()),
-            Box::new(m.book_bytes.clone()),
-            Box::new(m.shed.clone()),
-            Box::new(m.connections_open.clone()),
-            Box::new(m.connections_refused.clone()),
-            Box::new(m.cpu_entries.clone()),
-            Box::new(m.cpu_polls.clone()),
-            Box::new(m.cpu_errors.clone()),
-            Box::new(m.cpu_series.clone()),
-            Box::new(m.cpu_staleness.clone()),
-        ];
-        for c in collectors {
-            m.registry.register(c).expect("metric names are unique");
-        }
-        m
+        Ok(m)
     }
 
     pub fn rejected(&self, reason: RejectReason) {
@@ -209,11 +201,5 @@ impl AggregatorMetrics {
             buf.clear();
         }
         String::from_utf8(buf).unwrap_or_default()
-    }
-}
-
-impl Default for AggregatorMetrics {
-    fn default() -> Self {
-        AggregatorMetrics::new()
     }
 }

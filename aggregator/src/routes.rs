@@ -16,7 +16,9 @@ use http_body_util::BodyExt;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Instant;
-use tailweight_core::wire::{self, ReportError};
+use tailweight_wire::protocol::REPORT_PATH;
+use tailweight_wire::report::read::{parse_report, ReportError};
+use tailweight_wire::validate::Invalid;
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::{BoxError, ServiceBuilder};
 
@@ -33,7 +35,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .load_shed()
         .layer(GlobalConcurrencyLimitLayer::new(state.limits.max_concurrent_requests))
         .timeout(state.limits.body_timeout);
-    let limited = Router::new().route(wire::REPORT_PATH, post(report)).route("/v1/weights", get(weights)).layer(limits);
+    let limited = Router::new().route(REPORT_PATH, post(report)).route("/v1/weights", get(weights)).layer(limits);
     Router::new()
         .merge(limited)
         .route("/metrics", get(metrics))
@@ -132,17 +134,17 @@ async fn handle_report(state: &AppState, headers: &HeaderMap, body: Body) -> Res
     // do not wait the milliseconds it takes.
     let parsed = if bytes.len() > PARSE_ELSEWHERE_BYTES {
         let wire_limits = state.limits.wire;
-        tokio::task::spawn_blocking(move || wire::parse_report(&bytes, &wire_limits))
+        tokio::task::spawn_blocking(move || parse_report(&bytes, &wire_limits))
             .await
             .unwrap_or_else(|e| Err(ReportError::Malformed(format!("the parser failed: {e}"))))
     } else {
-        wire::parse_report(&bytes, &state.limits.wire)
+        parse_report(&bytes, &state.limits.wire)
     };
     let report = parsed.map_err(|e| {
         let reason = match e {
             ReportError::Malformed(_) => RejectReason::Malformed,
-            ReportError::UnsupportedVersion(_) => RejectReason::UnsupportedVersion,
-            ReportError::Invalid(_) => RejectReason::Invalid,
+            ReportError::Invalid(Invalid::UnsupportedVersion(_)) => RejectReason::UnsupportedVersion,
+            ReportError::Invalid(Invalid::Field { .. }) => RejectReason::Invalid,
         };
         (reason, StatusCode::BAD_REQUEST, e.to_string())
     })?;

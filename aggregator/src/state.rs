@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
-use tailweight_core::weights::{WeightBook, WeightParams};
-use tailweight_core::wire::Limits;
+use tailweight_weights::{WeightBook, WeightParams};
+use tailweight_wire::protocol::Limits;
 
 /// How requests are admitted and answered.
 #[derive(Debug, Clone)]
@@ -35,17 +35,18 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(params: WeightParams, identity: IdentitySource, limits: RequestLimits) -> AppState {
-        AppState {
+    /// Err: the metrics could not be registered (prometheus's reason).
+    pub fn new(params: WeightParams, identity: IdentitySource, limits: RequestLimits) -> prometheus::Result<AppState> {
+        Ok(AppState {
             book: Mutex::new(WeightBook::new(params)),
-            metrics: AggregatorMetrics::new(),
+            metrics: AggregatorMetrics::new()?,
             identity,
             in_progress: Arc::new(PrincipalSlots { limit: limits.max_requests_per_principal, held: Mutex::default() }),
             limits,
             started: Instant::now(),
             ready: AtomicBool::new(false),
             draining: AtomicBool::new(false),
-        }
+        })
     }
 
     /// Microseconds since start (monotonic).

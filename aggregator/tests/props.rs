@@ -3,8 +3,12 @@
 //! no weight is below the floor, and the reply passes the filter's own validation.
 
 use proptest::prelude::*;
-use tailweight_core::weights::{WeightBook, WeightParams};
-use tailweight_core::wire::{self, ClusterReport, EndpointReport, Limits, Report};
+use tailweight_weights::{WeightBook, WeightParams};
+use tailweight_wire::protocol::{Limits, VERSION};
+use tailweight_wire::reply::write::write_reply;
+use tailweight_wire::report::read::parse_report;
+use tailweight_wire::report::write::write_report;
+use tailweight_wire::report::{ClusterReport, EndpointReport, Report};
 
 fn endpoint() -> impl Strategy<Value = EndpointReport> {
     (
@@ -54,12 +58,12 @@ fn report() -> impl Strategy<Value = Report> {
                 .collect();
             clusters.sort_by(|a, b| a.name.cmp(&b.name));
             clusters.dedup_by(|a, b| a.name == b.name);
-            Report { version: wire::VERSION, reporter: format!("r{reporter}"), incarnation, interval_ms, clusters }
+            Report { version: VERSION, reporter: format!("r{reporter}"), incarnation, interval_ms, clusters }
         })
 }
 
 /// Who the reports come from: the trusted principal, or one of two others.
-const PRINCIPALS: [&str; 3] = [tailweight_core::weights::TRUSTED_PRINCIPAL, "p1", "p2"];
+const PRINCIPALS: [&str; 3] = [tailweight_weights::TRUSTED_PRINCIPAL, "p1", "p2"];
 
 fn check_invariants(book: &WeightBook, now: u64) -> Result<(), TestCaseError> {
     let floor = book.params().floor;
@@ -85,10 +89,10 @@ fn check_invariants(book: &WeightBook, now: u64) -> Result<(), TestCaseError> {
         let limits = Limits { max_clusters: 16, max_endpoints_per_cluster: 64 };
         prop_assert!(reply.validate(&limits).is_ok(), "{:?}", reply.validate(&limits));
         // The service's path, the plan taken under the lock and rendered after, writes exactly
-        // the serialised reply.
+        // the typed reply's JSON.
         let mut fast = Vec::new();
         book.reply_plan(principal, &format!("r{r}"), ["c0", "c1", "c2"], now, usize::MAX).render(&mut fast);
-        prop_assert_eq!(fast, serde_json::to_vec(&reply).unwrap());
+        prop_assert_eq!(fast, write_reply(&reply));
     }
     Ok(())
 }
@@ -99,20 +103,20 @@ proptest! {
 
     #[test]
     fn any_bytes_parse_without_panic(body in proptest::collection::vec(any::<u8>(), 0..512)) {
-        if let Err(e) = wire::parse_report(&body, &Limits::default()) {
+        if let Err(e) = parse_report(&body, &Limits::default()) {
             prop_assert!(!e.to_string().contains('\n'));
         }
     }
 
     #[test]
     fn mangled_reports_parse_without_panic(r in report(), cut in 0usize..2000, byte in any::<u8>(), at in 0usize..2000) {
-        let mut body = serde_json::to_vec(&r).unwrap();
+        let mut body = write_report(&r);
         if !body.is_empty() {
             let i = at % body.len();
             body[i] = byte;
         }
         body.truncate(cut.max(1));
-        let _ = wire::parse_report(&body, &Limits::default());
+        let _ = parse_report(&body, &Limits::default());
     }
 
     #[test]

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def parse_orca(header: str) -> dict:
-    """`TEXT k=v, k=v` -> {k: float}; core/src/orca.rs has the Rust parser the filter uses."""
+    """`TEXT k=v, k=v` -> {k: float}; wire/src/orca.rs has the Rust parser the filter uses."""
     kind, _, body = header.partition(" ")
     assert kind == "TEXT", header
     return {k.strip(): float(v) for k, v in (pair.split("=") for pair in body.split(","))}

@@ -10,7 +10,7 @@ use crate::window::{BusyMeter, SlidingWindow};
 use bytes::Bytes;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
-use tailweight_core::rng::Rng;
+use tailweight_math::rng::Rng;
 use tokio::sync::{watch, Semaphore};
 
 /// Meters look back one second in ten buckets.
@@ -341,6 +341,21 @@ impl<'a> Busy<'a> {
 impl Drop for Busy<'_> {
     fn drop(&mut self) {
         self.backend.state().busy.finish(now_us());
+    }
+}
+
+/// Resolves once the port that opened after `opened` closings closes: the presence is no longer
+/// Listening, or another stop happened (even if a recover followed before this looked). Never
+/// resolves if the sender is gone (it lives as long as the backend).
+pub async fn closed(port: &mut watch::Receiver<PortState>, opened: u64) {
+    loop {
+        let now = *port.borrow_and_update();
+        if now.presence != Presence::Listening || now.closings != opened {
+            return;
+        }
+        if port.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 }
 

@@ -10,9 +10,8 @@
 //! (`endpoint-load-metrics-bin`, see orca.rs) in whatever ends the call. When the port closes
 //! (stop), each connection gets a GOAWAY and is closed shortly after, cutting calls still running.
 
-use crate::backend::{Answer, Backend};
+use crate::backend::{closed, Answer, Backend};
 use crate::orca;
-use crate::server::closed;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper::header::HeaderValue;

@@ -2,9 +2,8 @@
 //! with the payload, 503 (fail) or 429 (shed), each with `x-served-by`, the ORCA TEXT header and,
 //! with `load_stamps=1`, the load stamp a server-role sidecar would write.
 
-use crate::backend::{Answer, Backend};
+use crate::backend::{closed, Answer, Backend};
 use crate::orca;
-use crate::server::closed;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -15,7 +14,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::sync::Arc;
-use tailweight_core::stamp::{LoadStamp, LOAD_STAMP_HEADER};
+use tailweight_wire::stamp::{LoadStamp, LOAD_STAMP_HEADER};
 use tokio::net::TcpStream;
 
 /// Request bodies are read (so keep-alive works) up to this size and dropped.
@@ -50,7 +49,7 @@ async fn handle(backend: Arc<Backend>, request: Request<Incoming>) -> Result<Res
         headers.insert("x-served-by", v);
     }
     if let Ok(v) = orca::text_header(backend.load()).parse() {
-        headers.insert(tailweight_core::orca::HEADER, v);
+        headers.insert(tailweight_wire::orca::HEADER, v);
     }
     if backend.spec.load_stamps {
         // This request has left the queue and its worker by now: the count is the others'.

@@ -61,10 +61,10 @@ mod tests {
     const LOAD: BackendLoad = BackendLoad { utilisation: 0.42, rps: 38.5, eps: 1.25 };
 
     #[test]
-    fn text_header_is_what_core_and_envoy_parse() {
+    fn text_header_is_what_the_filter_and_envoy_parse() {
         let h = text_header(BackendLoad { eps: 0.0, ..LOAD });
         assert_eq!(h, "TEXT cpu_utilization=0.4200, rps_fractional=38.50, eps=0.00");
-        let load = tailweight_core::orca::parse(&h).unwrap();
+        let load = tailweight_wire::orca::parse(&h).unwrap();
         assert_eq!(load.cpu_utilization, Some(0.42));
         assert_eq!(load.rps_fractional, Some(38.5));
         assert_eq!(load.eps, Some(0.0));

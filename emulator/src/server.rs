@@ -1,7 +1,7 @@
 //! Listeners: one per backend on 127.0.0.1 (closed while the backend is stopped or absent), each
 //! connection handed to the backend's front end (http.rs or grpc.rs), and the admin port.
 
-use crate::backend::{Backend, PortState, Presence};
+use crate::backend::{closed, Backend, Presence};
 use crate::metrics;
 use crate::spec::{parse_event, Protocol};
 use crate::{grpc, http};
@@ -17,7 +17,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket};
-use tokio::sync::watch;
 
 const BACKLOG: u32 = 1024;
 /// How long an event's reply waits for the backends' ports to open or close.
@@ -61,21 +60,6 @@ pub fn local_port(listener: &TcpListener) -> Result<u16, String> {
 pub enum StartPort {
     Listening(TcpListener),
     Reserved(TcpSocket),
-}
-
-/// Resolves once the port that opened after `opened` closings closes: the presence is no longer
-/// Listening, or another stop happened (even if a recover followed before this looked). Never
-/// resolves if the sender is gone (it lives as long as the backend).
-pub async fn closed(port: &mut watch::Receiver<PortState>, opened: u64) {
-    loop {
-        let now = *port.borrow_and_update();
-        if now.presence != Presence::Listening || now.closings != opened {
-            return;
-        }
-        if port.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
 }
 
 /// Accepts on the backend's port while it listens; otherwise the port is closed (connection refused).

@@ -1,7 +1,7 @@
 //! Service time of one request: base x speed x cold x J, J ~ LogNormal(-sigma^2/2, sigma) so E[J] = 1,
 //! cold = the warm-up multiplier of a backend that started serving recently (cold_multiplier).
 
-use tailweight_core::rng::Rng;
+use tailweight_math::rng::Rng;
 
 /// One draw of a standard normal (Box-Muller; u1 in (0, 1] so ln is finite).
 pub fn standard_normal(rng: &mut Rng) -> f64 {

@@ -1,6 +1,6 @@
-//! The proxy-wasm ABI 0.2.1 as this filter uses it: the callbacks Envoy calls (exports), the host
-//! functions the filter calls (imports), and the routing of each callback to the root or request
-//! context it is for.
+//! The proxy-wasm ABI 0.2.1 as this filter uses it, declarations only: the host functions the
+//! filter calls (imports, wrapped by `host`) and the types and status codes of their arguments. The
+//! callbacks Envoy calls (exports) and their routing to contexts are `dispatch`'s.
 //!
 //! Hand-written instead of the `proxy-wasm` crate: the SDK's dispatcher keeps every context as a
 //! `Box<dyn RootContext/HttpContext/StreamContext>` in hashbrown maps (with foldhash seeding), and
@@ -10,21 +10,9 @@
 //! start-up time fleet-wide. Measured against the SDK build (Envoy 1.40, `harness.overhead --only
 //! startup`, median of 5 starts): 178,748 -> 136,414 bytes; V8 compile 106 -> 87 ms; start to ready
 //! over the empty filter +59 -> +40 ms at --concurrency 2 (+59 -> +41 at 1), CPU +120 -> +80 ms.
-//!
-//! Contexts: a VM holds one root context per plugin that shares it (Envoy gives plugins with the same
-//! vm_config one VM per worker, e.g. a client and a server role) and one request context per HTTP
-//! stream; their types are known, so they live in vectors keyed by context id (an enum per stream,
-//! no boxes). Callbacks the filter does not implement are not exported: the host then skips the
-//! call and takes the ABI's default (continue, done, start accepted).
-
-use crate::root::{HttpStream, Root};
-use std::cell::RefCell;
 
 /// `proxy_result_t` success (for the other codes see `status_name`).
 pub const STATUS_OK: u32 = 0;
-
-/// `proxy_action_t` Continue: the filter never pauses a stream.
-const ACTION_CONTINUE: u32 = 0;
 
 #[derive(Clone, Copy)]
 #[repr(u32)]
@@ -71,25 +59,6 @@ pub fn status_name(status: u32) -> &'static str {
         12 => "Unimplemented",
         _ => "another status",
     }
-}
-
-/// A header map as the host reads it: the pair count, each pair's name and value lengths (all
-/// little-endian u32), then each name and value followed by a NUL.
-pub fn serialize_pairs(pairs: &[(&str, &str)]) -> Vec<u8> {
-    let size = 4 + pairs.iter().map(|(n, v)| 10 + n.len() + v.len()).sum::<usize>();
-    let mut bytes = Vec::with_capacity(size);
-    bytes.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
-    for (name, value) in pairs {
-        bytes.extend_from_slice(&(name.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(&(value.len() as u32).to_le_bytes());
-    }
-    for (name, value) in pairs {
-        for part in [name, value] {
-            bytes.extend_from_slice(part.as_bytes());
-            bytes.push(0);
-        }
-    }
-    bytes
 }
 
 // Host functions (proxy-wasm spec, ABI 0.2.1). Every call returns a status; the callers in `host`
@@ -152,128 +121,4 @@ extern "C" {
 #[link(wasm_import_module = "wasi_snapshot_preview1")]
 extern "C" {
     pub fn random_get(buf: *mut u8, buf_len: usize) -> u16;
-}
-
-/// The contexts of this VM (see the module comment), each beside its context id.
-struct Contexts {
-    roots: Vec<(u32, Root)>,
-    streams: Vec<(u32, HttpStream)>,
-}
-
-/// Where context `id` is in `contexts`, newest first (a callback is most often for one of the
-/// latest streams).
-fn index_of<T>(contexts: &[(u32, T)], id: u32) -> Option<usize> {
-    contexts.iter().rposition(|(c, _)| *c == id)
-}
-
-impl Contexts {
-    fn root(&mut self, id: u32) -> Option<&mut Root> {
-        index_of(&self.roots, id).map(|at| &mut self.roots[at].1)
-    }
-
-    fn stream(&mut self, id: u32) -> Option<&mut HttpStream> {
-        index_of(&self.streams, id).map(|at| &mut self.streams[at].1)
-    }
-}
-
-thread_local! {
-    static CONTEXTS: RefCell<Contexts> =
-        const { RefCell::new(Contexts { roots: Vec::new(), streams: Vec::new() }) };
-}
-
-/// Run `f` on the VM's contexts. A VM is single-threaded and no host call re-enters the module
-/// with a callback, so the borrow is always free; were it not, the callback is skipped (the ABI
-/// default) rather than trapping.
-fn with_contexts<T: Default>(f: impl FnOnce(&mut Contexts) -> T) -> T {
-    CONTEXTS.with(|c| c.try_borrow_mut().map(|mut c| f(&mut c)).unwrap_or_default())
-}
-
-extern "C" {
-    fn __wasm_call_ctors();
-}
-
-/// The reactor's initializer (the host calls it once, before anything else).
-#[no_mangle]
-pub extern "C" fn _initialize() {
-    // SAFETY: the linker's constructor list, run once as the WASI reactor ABI requires.
-    unsafe { __wasm_call_ctors() }
-}
-
-#[no_mangle]
-pub extern "C" fn proxy_abi_version_0_2_1() {}
-
-/// Memory for data the host passes in (header values, buffers, properties, shared data). It is
-/// a boxed slice of exactly `size` bytes, so `host` takes it back as a `Vec` of that capacity.
-#[no_mangle]
-pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
-    Box::into_raw(Box::<[u8]>::new_uninit_slice(size)).cast()
-}
-
-/// A root context (`root_id` 0: one per plugin) or a request context of root `root_id`.
-#[no_mangle]
-pub extern "C" fn proxy_on_context_create(context_id: u32, root_id: u32) {
-    with_contexts(|c| {
-        if root_id == 0 {
-            c.roots.push((context_id, Root::default()));
-        } else if let Some(stream) = c.root(root_id).map(|root| root.new_stream()) {
-            c.streams.push((context_id, stream));
-        }
-    })
-}
-
-/// Always accepted (see `Root::on_configure`): an unknown root has nothing to configure.
-#[no_mangle]
-pub extern "C" fn proxy_on_configure(root_id: u32, configuration_size: usize) -> u32 {
-    with_contexts(|c| {
-        if let Some(root) = c.root(root_id) {
-            root.on_configure(configuration_size);
-        }
-    });
-    1
-}
-
-#[no_mangle]
-pub extern "C" fn proxy_on_tick(root_id: u32) {
-    with_contexts(|c| c.root(root_id).map(Root::on_tick));
-}
-
-/// Calls are dispatched from a root context (the tick), and their replies come back to it.
-#[no_mangle]
-pub extern "C" fn proxy_on_http_call_response(
-    root_id: u32,
-    token: u32,
-    _headers: usize,
-    body_size: usize,
-    _trailers: usize,
-) {
-    with_contexts(|c| c.root(root_id).map(|root| root.on_http_call_response(token, body_size)));
-}
-
-#[no_mangle]
-pub extern "C" fn proxy_on_request_headers(context_id: u32, _headers: usize, _end_of_stream: u32) -> u32 {
-    with_contexts(|c| c.stream(context_id).map(HttpStream::on_request_headers));
-    ACTION_CONTINUE
-}
-
-#[no_mangle]
-pub extern "C" fn proxy_on_response_headers(context_id: u32, _headers: usize, _end_of_stream: u32) -> u32 {
-    with_contexts(|c| c.stream(context_id).map(HttpStream::on_response_headers));
-    ACTION_CONTINUE
-}
-
-/// Once per stream, after its last other callback (also on resets).
-#[no_mangle]
-pub extern "C" fn proxy_on_log(context_id: u32) {
-    with_contexts(|c| c.stream(context_id).map(HttpStream::on_log));
-}
-
-#[no_mangle]
-pub extern "C" fn proxy_on_delete(context_id: u32) {
-    with_contexts(|c| {
-        if let Some(at) = index_of(&c.streams, context_id) {
-            c.streams.swap_remove(at);
-        } else if let Some(at) = index_of(&c.roots, context_id) {
-            c.roots.swap_remove(at);
-        }
-    })
 }

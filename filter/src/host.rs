@@ -2,6 +2,7 @@
 //! reports becomes `None`/`false`/an empty value.
 
 use crate::abi::{self, BufferType, LogLevel, MapType, MetricType, STATUS_OK};
+use crate::pairs::serialize_pairs;
 use std::ptr::null_mut;
 
 /// Wall-clock microseconds (the host's clock; 0 if unavailable).
@@ -175,8 +176,8 @@ pub fn shared_set(key: &str, value: &[u8], cas: Option<u32>) -> bool {
 /// An HTTP call to `cluster`; its token, or the host's refusal as a word (see `abi::status_name`).
 /// The reply comes to the calling root context's `on_http_call_response`.
 pub fn http_call(cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout_ms: u64) -> Result<u32, &'static str> {
-    let headers = abi::serialize_pairs(headers);
-    let trailers = abi::serialize_pairs(&[]);
+    let headers = serialize_pairs(headers);
+    let trailers = serialize_pairs(&[]);
     let mut token = 0u32;
     // SAFETY: the host only reads the buffers, and writes one u32 into `token`.
     let status = unsafe {

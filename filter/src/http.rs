@@ -12,15 +12,16 @@
 //! requests pay nothing for gRPC.
 
 use crate::abi::LogLevel;
+use crate::direction::check_direction_once;
 use crate::host;
 use crate::metrics;
-use crate::root::{check_direction_once, PluginState, Shared};
+use crate::state::{PluginState, Shared};
 use crate::worker::Worker;
-use tailweight_core::config::is_override_value;
-use tailweight_core::orca::{self, OrcaLoad};
-use tailweight_core::outcome::classify;
-use tailweight_core::stamp::{LoadStamp, LOAD_STAMP_HEADER};
-use tailweight_core::{Completion, Pick, RequestOutcome};
+use tailweight_picker::config::is_override_value;
+use tailweight_picker::outcome::classify;
+use tailweight_picker::{Completion, Pick, RequestOutcome};
+use tailweight_wire::orca::{self, OrcaLoad};
+use tailweight_wire::stamp::{LoadStamp, LOAD_STAMP_HEADER};
 
 pub struct Request {
     state: Shared,
@@ -219,9 +220,9 @@ fn count(w: &Worker, outcome: &RequestOutcome, done: &Completion, cluster: &str)
         metrics::inc(m.refused);
     }
     match outcome.class {
-        tailweight_core::ResponseClass::Success => {}
-        tailweight_core::ResponseClass::Failure => metrics::inc(m.failures),
-        tailweight_core::ResponseClass::Overload => metrics::inc(m.overloads),
+        tailweight_picker::ResponseClass::Success => {}
+        tailweight_picker::ResponseClass::Failure => metrics::inc(m.failures),
+        tailweight_picker::ResponseClass::Overload => metrics::inc(m.overloads),
     }
     // Envoy tried our choice and retried elsewhere: that attempt failed too (charged to the choice).
     if done.honoured == Some(false) && !done.refused {

@@ -3,7 +3,7 @@
 //! cannot delete a metric once defined.
 
 use crate::host;
-use tailweight_core::hash::FastMap;
+use tailweight_math::hash::FastMap;
 
 pub struct Metrics {
     /// Requests steered with the override header.
@@ -13,7 +13,7 @@ pub struct Metrics {
     pub not_honoured: Option<u32>,
     /// Of those not honoured, the ones Envoy never tried (not in the cluster; not endpoint failures).
     pub refused: Option<u32>,
-    /// Requests of clusters whose steering is paused (Envoy refused most picks; see core::steering).
+    /// Requests of clusters whose steering is paused (Envoy refused most picks; see tailweight_picker::steering).
     pub paused: Option<u32>,
     pub steering_pauses: Option<u32>,
     /// Responses counted against their endpoint: failures (5xx, resets, failure gRPC statuses) and

@@ -7,9 +7,11 @@ use crate::abi::LogLevel;
 use crate::host;
 use crate::metrics::{self, Metrics};
 use crate::shared::{self, StoredView};
-use tailweight_core::config::AggregatorConfig;
-use tailweight_core::filter_wire;
-use tailweight_core::wire::{self, ClusterReport, Limits, Report};
+use tailweight_picker::config::AggregatorConfig;
+use tailweight_wire::protocol::{self, Limits};
+use tailweight_wire::reply::read::read_reply;
+use tailweight_wire::report::write::write_report;
+use tailweight_wire::report::{ClusterReport, Report};
 
 /// Largest reply body read (bigger ones are cut short and then fail to parse).
 const MAX_REPLY_BYTES: usize = 4 << 20;
@@ -44,15 +46,15 @@ impl Reporter {
         for cluster in clusters {
             let name = cluster.name.clone();
             let report = Report {
-                version: wire::VERSION,
+                version: protocol::VERSION,
                 reporter: self.id.clone(),
                 incarnation: self.incarnation,
                 interval_ms: u32::try_from(period_ms).unwrap_or(u32::MAX),
                 clusters: vec![cluster],
             };
-            let body = filter_wire::write_report(&report);
-            // Replicas behind consistent hashing each see whole clusters (see wire::shard_authority).
-            let authority = wire::shard_authority(&name, &aggregator.authority);
+            let body = write_report(&report);
+            // Replicas behind consistent hashing each see whole clusters (see protocol::shard_authority).
+            let authority = protocol::shard_authority(&name, &aggregator.authority);
             let headers = [
                 (":method", "POST"),
                 (":path", aggregator.path.as_str()),
@@ -69,7 +71,7 @@ impl Reporter {
                     metrics,
                     &format!(
                         "cannot call aggregator cluster {}: {} (is the cluster defined?)",
-                        tailweight_core::json::quoted(&aggregator.cluster),
+                        tailweight_wire::json::quoted(&aggregator.cluster),
                         status
                     ),
                 ),
@@ -91,7 +93,7 @@ impl Reporter {
             }
             None => return self.fail(metrics, &format!("aggregator call for {cluster} failed or timed out")),
         }
-        match filter_wire::read_reply(&body, &Limits::default()) {
+        match read_reply(&body, &Limits::default()) {
             Ok(reply) => {
                 for view in reply.clusters {
                     shared::store_view(&StoredView { received_us: now_us, ttl_ms: reply.ttl_ms, view });

@@ -1,31 +1,16 @@
 //! The root context of one VM: configuration (fail-open on errors), the tick, aggregator replies,
-//! and the HTTP contexts, which share the VM's state through `Shared`.
+//! and the HTTP contexts, which share the VM's state (`state`).
 
 use crate::abi::LogLevel;
 use crate::host;
 use crate::http::Request;
 use crate::metrics;
-use crate::server::{StampedRequest, Stamper};
+use crate::server::StampedRequest;
+use crate::stamper::Stamper;
+use crate::state::{PluginState, Shared};
 use crate::worker::Worker;
-use std::cell::RefCell;
-use std::rc::Rc;
-use tailweight_core::config::FilterRole;
-use tailweight_core::FilterConfig;
-
-#[derive(Default)]
-pub enum PluginState {
-    #[default]
-    Unconfigured,
-    /// Invalid configuration: every request passes untouched.
-    Disabled,
-    /// Client role: steers, reports, reads load stamps.
-    Active(Box<Worker>),
-    /// Server role: stamps responses (see `server`).
-    Stamping(Box<Stamper>),
-}
-
-/// One VM is single-threaded: the root and its HTTP contexts share state without locks.
-pub type Shared = Rc<RefCell<PluginState>>;
+use tailweight_picker::config::FilterRole;
+use tailweight_picker::FilterConfig;
 
 #[derive(Default)]
 pub struct Root {
@@ -112,29 +97,5 @@ impl Root {
             return HttpStream::Server(StampedRequest::new(self.state.clone()));
         }
         HttpStream::Client(Request::new(self.state.clone()))
-    }
-}
-
-/// On a VM's first request (`checked` false; then set): warn when Envoy's listener direction
-/// contradicts the configured role. The role stays as configured: a plain Envoy's listeners have no
-/// direction, and the configuration is the operator's word.
-pub fn check_direction_once(checked: &mut bool, role: FilterRole) {
-    if std::mem::replace(checked, true) {
-        return;
-    }
-    // Envoy 1.40 serves it as `xds.listener_direction`; older hosts as `listener_direction`.
-    let direction =
-        host::property_u64(b"xds\0listener_direction").or_else(|| host::property_u64(b"listener_direction"));
-    let Some(direction) = direction else { return };
-    if role.contradicted_by(direction) {
-        let listener = if direction == 1 { "an inbound" } else { "an outbound" };
-        host::log(
-            LogLevel::Warn,
-            &format!(
-                "role \"{}\" runs on {listener} listener (is the WasmPlugin's `match` mode right?); keeping the \
-                 configured role",
-                role.name()
-            ),
-        );
     }
 }

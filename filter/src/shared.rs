@@ -1,52 +1,23 @@
 //! Shared data between the VMs of one Envoy (one per worker thread plus the main thread; visible
-//! only with the same `vm_id`). Layout, all under `tailweight.`:
-//! - `vm_seq`: how many VMs took a slot number (CAS counter);
-//! - `beat.<n>`: VM n's heartbeat, written every tick: the version of its slot and when it ticked
-//!   (16 bytes; a VM reads the others' beats every tick and their slots only when the version moved);
-//! - `slot.<n>`: VM n's snapshot (cumulative counters, in flight, latency), rewritten only when its
-//!   own observations changed (`core::slot`, binary);
-//! - `report_epoch`: the start (ms) of the last report period someone claimed (CAS), so one
-//!   report goes out per period;
-//! - `reported`: the last report: a digest of the slot versions it was made of, so no VM reports
-//!   the same state twice (an idle Envoy goes quiet), the requests it counted and when it went out,
-//!   the rate its period follows (24 bytes);
-//! - `server_rif.<n>`: a server-role VM n's requests in flight and when it published them
-//!   (`core::server_inflight::PublishedCount`, 12 bytes), written at its tick when they changed;
-//! - `incarnation`: random id of this Envoy's counters (reports carry it; a restart changes it);
-//! - `view.<cluster>`: the aggregator's last view of a cluster, when it arrived and for how long it
-//!   holds (`core::slot`, binary); `views`: bumped after views are stored, so the others read
-//!   them only then.
+//! only with the same `vm_id`): reads and writes through the host (layout: `shared_layout`).
 //!
 //! Envoy's CAS only guards keys that exist, so `init` creates the counters first. It runs in
 //! `on_configure`, where the main-thread VM comes before the worker VMs are cloned from it.
 
 use crate::host;
-pub use tailweight_core::server_inflight::PublishedCount;
-pub use tailweight_core::slot::{Slot, StoredView};
+use crate::shared_layout::{key, numbered_key, pack_words, parse_counter, unpack_words, view_key, Beat, LastReport};
+pub use tailweight_picker::server_inflight::PublishedCount;
+pub use tailweight_picker::slot::{Slot, StoredView};
 
-const PREFIX: &str = "tailweight.";
 /// CAS retries before giving up for this tick (contention is between a handful of VMs).
 const CAS_RETRIES: usize = 16;
-
-fn key(name: &str) -> String {
-    format!("{PREFIX}{name}")
-}
-
-/// The key of VM `n`'s entry of a kind (`beat.3`), formatted once (not a name, then its key).
-fn numbered_key(kind: &str, n: u64) -> String {
-    format!("{PREFIX}{kind}.{n}")
-}
-
-fn view_key(cluster: &str) -> String {
-    format!("{PREFIX}view.{cluster}")
-}
 
 /// Read-modify-write of a decimal counter with CAS. `update` returns the new value, or None to leave it.
 fn update_counter(name: &str, mut update: impl FnMut(u64) -> Option<u64>) -> Option<u64> {
     let key = key(name);
     for _ in 0..CAS_RETRIES {
         let (bytes, cas) = host::shared_get(&key);
-        let current = parse_counter(bytes);
+        let current = parse_counter(bytes.as_deref());
         let next = update(current)?;
         if host::shared_set(&key, next.to_string().as_bytes(), cas) {
             return Some(next);
@@ -77,43 +48,25 @@ pub fn slots_claimed() -> u64 {
 }
 
 fn read_counter(name: &str) -> u64 {
-    parse_counter(host::shared_get(&key(name)).0)
-}
-
-fn parse_counter(bytes: Option<Vec<u8>>) -> u64 {
-    bytes.and_then(|b| std::str::from_utf8(&b).ok()?.parse().ok()).unwrap_or(0)
-}
-
-/// A VM's heartbeat: the version of its slot and when it last ticked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Beat {
-    pub version: u64,
-    pub at_us: u64,
+    parse_counter(host::shared_get(&key(name)).0.as_deref())
 }
 
 pub fn write_beat(slot: u64, beat: Beat) {
-    write_words(&numbered_key("beat", slot), [beat.version, beat.at_us]);
+    write_words(&numbered_key("beat", slot), beat.words());
 }
 
 pub fn read_beat(slot: u64) -> Option<Beat> {
-    let [version, at_us] = read_words(&numbered_key("beat", slot))?;
-    Some(Beat { version, at_us })
+    read_words(&numbered_key("beat", slot)).map(Beat::of_words)
 }
 
-/// `words` under `key` as consecutive little-endian u64s.
+/// `words` under `key` (see `shared_layout::pack_words`).
 fn write_words<const N: usize>(key: &str, words: [u64; N]) {
-    let bytes = words.map(u64::to_le_bytes);
-    host::shared_set(key, bytes.as_flattened(), None);
+    host::shared_set(key, pack_words(words).as_flattened(), None);
 }
 
-/// The first `N` little-endian u64s under `key`; None when absent or shorter.
+/// The first `N` words under `key`; None when absent or shorter.
 fn read_words<const N: usize>(key: &str) -> Option<[u64; N]> {
-    let bytes = host::shared_get(key).0?;
-    let mut words = [0u64; N];
-    for (i, word) in words.iter_mut().enumerate() {
-        *word = u64::from_le_bytes(bytes.get(i * 8..i * 8 + 8)?.try_into().ok()?);
-    }
-    Some(words)
+    unpack_words(&host::shared_get(key).0?)
 }
 
 pub fn publish_slot(slot: u64, snapshot: &Slot) {
@@ -126,28 +79,17 @@ pub fn read_slot(slot: u64) -> Option<Slot> {
 }
 
 /// Claim the report period starting at `start_ms`: true for exactly one caller per period (periods
-/// nest, see `core::tick::report_period_ms`, so a later period always starts later).
+/// nest, see `tailweight_picker::tick::report_period_ms`, so a later period always starts later).
 pub fn claim_report(start_ms: u64) -> bool {
     update_counter("report_epoch", |last| (start_ms > last).then_some(start_ms)).is_some()
 }
 
-/// What the last report was made of: the digest of its slot versions (0: none yet), the requests
-/// it counted (all endpoints, cumulative) and when it went out.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LastReport {
-    pub digest: u64,
-    pub requests: u64,
-    pub at_ms: u64,
-}
-
 pub fn last_report() -> LastReport {
-    read_words(&key("reported"))
-        .map(|[digest, requests, at_ms]| LastReport { digest, requests, at_ms })
-        .unwrap_or_default()
+    read_words(&key("reported")).map(LastReport::of_words).unwrap_or_default()
 }
 
 pub fn set_last_report(last: LastReport) {
-    write_words(&key("reported"), [last.digest, last.requests, last.at_ms]);
+    write_words(&key("reported"), last.words());
 }
 
 /// This Envoy's incarnation (set by `init`).
@@ -179,7 +121,7 @@ pub fn view_if_changed(cluster: &str, seen: Option<u32>) -> Option<(StoredView, 
     Some((view, cas))
 }
 
-/// A server-role VM's requests in flight (see `core::server_inflight`).
+/// A server-role VM's requests in flight (see `tailweight_picker::server_inflight`).
 pub fn publish_server_count(slot: u64, count: PublishedCount) {
     host::shared_set(&numbered_key("server_rif", slot), &count.encode(), None);
 }

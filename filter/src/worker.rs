@@ -4,15 +4,15 @@
 //! VM that reports this period (when there is something to report). An idle Envoy's ticks touch a
 //! few small shared-data keys and nothing else.
 
+use crate::digest::report_digest;
 use crate::host;
 use crate::metrics::{self, Metrics};
 use crate::reporter::Reporter;
-use crate::shared::{self, Beat, Slot};
-use tailweight_core::hash::fnv1a;
-use tailweight_core::rng::Rng;
-use tailweight_core::snapshot::{self, Part};
-use tailweight_core::tick;
-use tailweight_core::{Balancer, FilterConfig, Settings};
+use crate::shared::{self, Slot};
+use crate::shared_layout::{Beat, LastReport};
+use tailweight_picker::snapshot::{self, Part};
+use tailweight_picker::tick;
+use tailweight_picker::{Balancer, FilterConfig, Settings};
 
 /// A VM whose heartbeat is older than this many of the slowest ticks is gone: its counters still
 /// count, its in-flight requests do not.
@@ -198,19 +198,8 @@ impl Worker {
     fn maybe_report(&mut self, now_us: u64) {
         let Some(aggregator) = &self.config.aggregator else { return };
         let own_slot = self.slot.unwrap_or(u64::MAX);
-        // A multiset hash of the (slot, version) pairs, so the same set gives the same digest in
-        // any order (no sort): the wrapping sum of each pair's FNV-1a, mixed by SplitMix64's
-        // output function. Unmixed FNV-1a values of small numbers (zero high bytes: nearly
-        // linear) often sum to the same digest when two versions move at once. 0 is kept for
-        // "never reported".
-        let digest = self
-            .siblings
-            .iter()
-            .map(|s| (s.number, s.version))
-            .chain([(own_slot, self.own_version)])
-            .map(|(n, v)| Rng::new(fnv1a(n.to_le_bytes().into_iter().chain(v.to_le_bytes()))).next_u64())
-            .fold(0u64, u64::wrapping_add)
-            .max(1);
+        let digest =
+            report_digest(self.siblings.iter().map(|s| (s.number, s.version)).chain([(own_slot, self.own_version)]));
         let endpoints = || {
             self.siblings
                 .iter()
@@ -233,7 +222,7 @@ impl Worker {
         let mut parts: Vec<Part> = self.siblings.iter().map(SiblingSlot::part).collect();
         parts.push(Part { written_us: self.own.written_us, live: true, clusters: &self.own.clusters });
         let merged = snapshot::merge(&parts, now_us);
-        shared::set_last_report(shared::LastReport { digest, requests, at_ms: now_ms });
+        shared::set_last_report(LastReport { digest, requests, at_ms: now_ms });
         if let Some(reporter) = &mut self.reporter {
             reporter.send(aggregator, period_ms, merged, &self.metrics);
         }

@@ -5,7 +5,7 @@
 
 use crate::dist::{exp1, normal_pair};
 use crate::scenario::Service;
-use tailweight_core::rng::Rng;
+use tailweight_math::rng::Rng;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Arrival {

@@ -1,6 +1,6 @@
-//! Random draws on core's seedable generator.
+//! Random draws on tailweight-math's seedable generator.
 
-use tailweight_core::rng::Rng;
+use tailweight_math::rng::Rng;
 
 /// Exp(1): -ln(U) with U in (0, 1].
 pub fn exp1(rng: &mut Rng) -> f64 {

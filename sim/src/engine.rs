@@ -8,10 +8,11 @@
 
 use crate::arrivals::{Arrival, Arrivals};
 use crate::histogram::Histogram;
-use crate::policy::{Choice, Ctx, Outcome, Policy, Timer};
+use crate::policy::{Choice, Ctx, Outcome, Policy};
+use crate::queue::{timer_of, Queue, EV_DONE, EV_REJECT, EV_SCENARIO, EV_TIMER, EV_WINDOW};
 use crate::server::{Server, Status};
 use crate::setup::{EventAction, Setup};
-use std::collections::{BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
 /// How long a refused or failing endpoint takes to answer (a 503 or a connection refused).
 pub const FAIL_LATENCY_NS: u64 = 200_000;
@@ -19,52 +20,6 @@ pub const FAIL_LATENCY_NS: u64 = 200_000;
 pub const SERVER_WINDOW_NS: u64 = 1_000_000_000;
 /// Width of the time series windows used for reaction times.
 pub const SERIES_WINDOW_NS: u64 = 100_000_000;
-
-/// The event queue: (time, payload) pairs popped earliest first; equal times pop in payload order,
-/// so a run is a pure function of its inputs.
-#[derive(Debug, Default)]
-pub struct Queue {
-    heap: BinaryHeap<std::cmp::Reverse<(u64, u64)>>,
-}
-
-/// Payload kinds (top byte).
-pub const EV_DONE: u64 = 1;
-pub const EV_REJECT: u64 = 2;
-pub const EV_TIMER: u64 = 3;
-pub const EV_WINDOW: u64 = 4;
-pub const EV_SCENARIO: u64 = 5;
-
-impl Queue {
-    pub fn push(&mut self, at_ns: u64, kind: u64, value: u64) {
-        debug_assert!(value < 1 << 56);
-        self.heap.push(std::cmp::Reverse((at_ns, kind << 56 | value)));
-    }
-
-    pub fn timer(&mut self, at_ns: u64, timer: Timer) {
-        self.push(at_ns, EV_TIMER, (timer.kind as u64) << 32 | timer.arg as u64);
-    }
-
-    pub fn peek_time(&self) -> Option<u64> {
-        self.heap.peek().map(|r| r.0 .0)
-    }
-
-    /// (time, kind, value)
-    pub fn pop(&mut self) -> Option<(u64, u64, u64)> {
-        self.heap.pop().map(|std::cmp::Reverse((t, p))| (t, p >> 56, p & ((1 << 56) - 1)))
-    }
-
-    pub fn len(&self) -> usize {
-        self.heap.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
-    }
-}
-
-pub fn timer_of(value: u64) -> Timer {
-    Timer { kind: (value >> 32) as u8, arg: value as u32 }
-}
 
 /// 32 bytes: the slab is walked in random order, so its size is cache misses.
 #[derive(Debug, Clone, Copy, Default)]
@@ -455,67 +410,4 @@ impl<'s, P: Policy> Engine<'s, P> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::policy::round_robin::RoundRobin;
-    use crate::scenario::Scenario;
-    use crate::setup::Overrides;
-
-    #[test]
-    fn queue_pops_in_time_then_payload_order() {
-        let mut q = Queue::default();
-        q.push(5, EV_DONE, 9);
-        q.push(3, EV_REJECT, 1);
-        q.timer(5, Timer { kind: 2, arg: 7 });
-        q.push(5, EV_DONE, 4);
-        assert_eq!(q.pop(), Some((3, EV_REJECT, 1)));
-        assert_eq!(q.pop(), Some((5, EV_DONE, 4)));
-        assert_eq!(q.pop(), Some((5, EV_DONE, 9)));
-        let (t, kind, value) = q.pop().unwrap();
-        assert_eq!((t, kind, timer_of(value)), (5, EV_TIMER, Timer { kind: 2, arg: 7 }));
-        assert!(q.is_empty());
-    }
-
-    /// Six equal backends under round robin for 4 s, with `events` as a scenario file writes them.
-    fn run_six_backends(events: &str) -> (Setup, Vec<Server>) {
-        let text = format!(
-            "name: t\nseed: 3\nwarmup_s: 0\nduration_s: 4\n\
-             backends: [{{count: 6, workers: 2, base_ms: 10, speed: 1.0, jitter: 0.0}}]\n\
-             clients: {{count: 4, qps: 200, connections: 16}}\nevents: {events}\n"
-        );
-        let setup = Setup::resolve(&Scenario::parse(&text).unwrap(), &Overrides::default()).unwrap();
-        let arrivals = Arrivals::poisson(setup.qps, setup.clients, setup.service, setup.end_ns(), setup.seed);
-        let mut engine = Engine::new(&setup, RoundRobin::new(setup.clients, 6, 1), arrivals);
-        engine.run();
-        let servers = engine.servers;
-        (setup, servers)
-    }
-
-    #[test]
-    fn an_event_naming_several_backends_applies_to_each_of_them() {
-        let (setup, servers) = run_six_backends(
-            "[{at_s: 1, backends: [2, 5], action: stop}, {at_s: 2, backends: [1, 4], action: speed, value: 3}]",
-        );
-        assert_eq!(setup.events[0].endpoints, vec![2, 5]);
-        assert_eq!(setup.events[1].endpoints, vec![1, 4]);
-        let status: Vec<Status> = servers.iter().map(|s| s.status).collect();
-        use Status::{Stopped, Up};
-        assert_eq!(status, [Up, Up, Stopped, Up, Up, Stopped]);
-        let speed: Vec<f64> = servers.iter().map(|s| s.speed).collect();
-        assert_eq!(speed, [1.0, 3.0, 1.0, 1.0, 3.0, 1.0]);
-        // Round robin keeps sending to both stopped backends: each refuses its share (~100).
-        let errors: Vec<u64> = servers.iter().map(|s| s.errors).collect();
-        assert!(errors[2] > 20 && errors[5] > 20, "{errors:?}");
-        assert_eq!([errors[0], errors[1], errors[3], errors[4]], [0; 4], "{errors:?}");
-    }
-
-    #[test]
-    fn a_recovery_naming_several_backends_brings_each_back() {
-        let (_, servers) = run_six_backends(
-            "[{at_s: 1, backends: [0, 3], action: fail}, {at_s: 2, backends: [0, 3], action: recover}]",
-        );
-        assert!(servers.iter().all(|s| s.status == Status::Up));
-        assert!(servers[0].errors > 20 && servers[3].errors > 20, "both failed for a second");
-        assert!(servers.iter().enumerate().all(|(i, s)| s.errors == 0 || i == 0 || i == 3));
-    }
-}
+mod tests;

@@ -105,7 +105,7 @@ impl Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tailweight_core::rng::Rng;
+    use tailweight_math::rng::Rng;
 
     #[test]
     fn buckets_tile_the_range_without_gaps() {

@@ -2,7 +2,7 @@
 //! overrides into the flat list of endpoints and clients the run simulates, and refuses in one line
 //! what the file asks for that the simulator does not model (the mesh keys: docs/scenario.md).
 
-use crate::policy::cswrr::Periods;
+use crate::cswrr_periods::Periods;
 use crate::scenario::{
     action_name, positive, Action, BackendGroup, Protocol, Retries, Scenario, Service, HARNESS_ONLY, POLICIES, SIM_ONLY,
 };

@@ -2,7 +2,7 @@
 //! aggregator and the mesh would do differently, selected with `--variant a,b=c` or `sim.variant`.
 //! Load stamps and report intervals are the filter's own configuration (`--filter-config`).
 
-use tailweight_core::rng::Rng;
+use tailweight_math::rng::Rng;
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Variant {

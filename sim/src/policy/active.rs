@@ -1,7 +1,7 @@
 //! Each client proxy's own active requests per endpoint (Envoy's per-host `rq_active` as one
 //! worker sees it), and Envoy's unweighted LEAST_REQUEST pick on them.
 
-use tailweight_core::rng::Rng;
+use tailweight_math::rng::Rng;
 
 #[derive(Debug, Clone)]
 pub struct Active {

@@ -1,5 +1,5 @@
 //! Envoy client_side_weighted_round_robin fed by the servers' ORCA reports, per client proxy.
-//! Each response's report sets that host's weight (core's `cswrr_weight`; reports that give none
+//! Each response's report sets that host's weight (tailweight-weights' `cswrr_weight`; reports that give none
 //! are ignored). Every weight_update_period the proxy
 //! rebuilds its scheduler: a weight counts once its host has reported for blackout_period and only
 //! while its last report is younger than weight_expiration; hosts without a counted weight get the
@@ -7,15 +7,14 @@
 
 use super::edf::Edf;
 use super::{phase, Choice, Ctx, Outcome, Policy, Timer};
+use crate::cswrr_periods::Periods;
 use crate::server::Orca;
-use tailweight_core::rng::Rng;
-use tailweight_core::stats::median;
-use tailweight_core::weights::cswrr_weight;
+use tailweight_math::rng::Rng;
+use tailweight_math::stats::median;
+use tailweight_weights::cswrr_weight;
 
-/// Envoy's defaults (the benchmark harness sets 1 s and 0.5 s: see `Periods`).
-pub const BLACKOUT_NS: u64 = 10_000_000_000;
+/// Envoy's default weight expiration (its blackout and update periods: `cswrr_periods`).
 pub const EXPIRATION_NS: u64 = 180_000_000_000;
-pub const UPDATE_PERIOD_NS: u64 = 1_000_000_000;
 pub const ERROR_UTILIZATION_PENALTY: f64 = 1.0;
 const NEVER: u64 = u64::MAX;
 const UPDATE: u8 = 0;
@@ -25,18 +24,6 @@ struct HostWeight {
     weight: f64,
     non_empty_since: u64,
     last_update: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Periods {
-    pub blackout_ns: u64,
-    pub update_ns: u64,
-}
-
-impl Default for Periods {
-    fn default() -> Self {
-        Periods { blackout_ns: BLACKOUT_NS, update_ns: UPDATE_PERIOD_NS }
-    }
 }
 
 pub struct Cswrr {
@@ -130,7 +117,8 @@ impl Policy for Cswrr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::Queue;
+    use crate::cswrr_periods::BLACKOUT_NS;
+    use crate::queue::Queue;
 
     fn ok(orca: Orca) -> Outcome {
         Outcome { latency_ns: 1, failed: false, orca, rif: 0 }

@@ -6,7 +6,7 @@
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
-use tailweight_core::rng::Rng;
+use tailweight_math::rng::Rng;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {

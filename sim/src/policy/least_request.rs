@@ -3,7 +3,7 @@
 
 use super::active::Active;
 use super::{Choice, Ctx, Outcome, Policy};
-use tailweight_core::rng::Rng;
+use tailweight_math::rng::Rng;
 
 pub struct LeastRequest {
     active: Active,

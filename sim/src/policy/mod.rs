@@ -3,7 +3,8 @@
 //! ended, and wakes it on the timers it set (ticks, reports, weight updates).
 //!
 //! The peers are reference implementations of what Envoy, Linkerd, the seed operator and Prequal
-//! do (they are not in the filter); tailweight runs core's `Balancer` and `WeightBook` unchanged.
+//! do (they are not in the filter); tailweight runs the picker's `Balancer` and the aggregator's
+//! `WeightBook` unchanged.
 
 pub mod active;
 pub mod cswrr;
@@ -19,7 +20,7 @@ pub mod tailweight;
 use crate::server::{Orca, Server};
 
 /// Policies set their timers on the engine's event queue (through `Ctx`).
-pub use crate::engine::Queue;
+pub use crate::queue::{Queue, Timer};
 
 /// The endpoint chosen for one request, and a policy-private token handed back at completion.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,13 +39,6 @@ pub struct Outcome {
     /// The server's load stamp on the response: requests at the server (in service and queued)
     /// right after this one left, as the server's sidecar would write it into a response header.
     pub rif: u32,
-}
-
-/// A policy's own wake-up: `kind` is the policy's to define, `arg` usually a client index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timer {
-    pub kind: u8,
-    pub arg: u32,
 }
 
 /// What a policy may see and do besides its own state: the time, the servers (only what real

@@ -12,7 +12,7 @@ use super::active::Active;
 use super::edf::Edf;
 use super::operator_rule::{lb_weight, scale_to_median, update_weights, RULE};
 use super::{Choice, Ctx, Outcome, Policy, Timer};
-use tailweight_core::rng::Rng;
+use tailweight_math::rng::Rng;
 
 pub struct Operator {
     /// The operator's own (real-valued) weights.

@@ -7,8 +7,8 @@
 
 use super::active::Active;
 use super::{Choice, Ctx, Outcome, Policy};
-use tailweight_core::ewma::decay_weight;
-use tailweight_core::rng::Rng;
+use tailweight_math::ewma::decay_weight;
+use tailweight_math::rng::Rng;
 
 pub const DEFAULT_RTT_NS: f64 = 30e6;
 pub const DECAY_NS: f64 = 10e9;
@@ -98,7 +98,7 @@ mod tests {
 
     #[test]
     fn the_slower_endpoint_loses() {
-        use crate::engine::Queue;
+        use crate::queue::Queue;
         use crate::server::Orca;
         let mut p = PeakEwmaP2c::new(1, 2, 3);
         let mut queue = Queue::default();

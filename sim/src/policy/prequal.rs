@@ -7,7 +7,7 @@
 //! probe counts the request it sent (RIF + 1) and is dropped after `MAX_USES`.
 
 use super::{Choice, Ctx, Outcome, Policy};
-use tailweight_core::rng::Rng;
+use tailweight_math::rng::Rng;
 
 pub const POOL: usize = 16;
 pub const PROBES_PER_QUERY: usize = 2;

@@ -2,7 +2,7 @@
 //! random starting point.
 
 use super::{Choice, Ctx, Outcome, Policy};
-use tailweight_core::rng::Rng;
+use tailweight_math::rng::Rng;
 
 pub struct RoundRobin {
     next: Vec<u32>,
@@ -30,7 +30,7 @@ impl Policy for RoundRobin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::Queue;
+    use crate::queue::Queue;
 
     #[test]
     fn each_client_cycles_through_all_endpoints() {

@@ -1,4 +1,4 @@
-//! tailweight as the filter runs it, one core `Balancer` per client proxy (one worker each, so no
+//! tailweight as the filter runs it, one `tailweight_picker::Balancer` per client proxy (one worker each, so no
 //! siblings): `pick` per request (a steered pick names the endpoint; exploration and "no candidate"
 //! go to Envoy's fallback LEAST_REQUEST on the proxy's own active requests), `complete` per
 //! response with the served address, latency, failure and ORCA load, `tick` every sync interval.
@@ -6,7 +6,7 @@
 //! stamp (the server's requests in flight right after it) reaches `note_stamp` at its headers.
 //!
 //! With the aggregator (`tailweight`): on the first tick of each report interval the proxy sends
-//! `Report { clusters: balancer.snapshot(now) }`; it reaches the simulated aggregator (core's
+//! `Report { clusters: balancer.snapshot(now) }`; it reaches the simulated aggregator (tailweight-weights'
 //! `WeightBook`) after the network delay, which ingests it and answers at once with its current
 //! view; the reply arrives one delay later and, like the filter's shared-data hand-over, is applied
 //! on the proxy's next tick with `apply_view(view, received, ttl)`. The aggregator recomputes and
@@ -22,13 +22,17 @@ use super::{phase, Choice, Ctx, Outcome, Policy, Timer};
 use crate::variant::{deterministic_subsets, Variant};
 use serde::Serialize;
 use std::net::SocketAddrV4;
-use tailweight_core::orca::OrcaLoad;
-use tailweight_core::rng::Rng;
-use tailweight_core::stamp::LoadStamp;
-use tailweight_core::tick;
-use tailweight_core::weights::{ViewInflight, WeightBook, WeightParams};
-use tailweight_core::wire::{self, Reply, Report};
-use tailweight_core::{Balancer, FilterConfig, Pick, ResponseClass, Settings};
+use tailweight_math::rng::Rng;
+use tailweight_picker::tick;
+use tailweight_picker::{Balancer, FilterConfig, Pick, ResponseClass, Settings};
+use tailweight_weights::{ViewInflight, WeightBook, WeightParams};
+use tailweight_wire::orca::OrcaLoad;
+use tailweight_wire::protocol;
+use tailweight_wire::reply::write::write_reply;
+use tailweight_wire::reply::Reply;
+use tailweight_wire::report::write::write_report;
+use tailweight_wire::report::Report;
+use tailweight_wire::stamp::LoadStamp;
 
 /// The cluster every client sends to (Istio's naming).
 pub const CLUSTER: &str = "outbound|8080||backend.sim.svc.cluster.local";
@@ -250,7 +254,7 @@ impl Tailweight {
             let clusters = balancer.snapshot(now_us);
             if !clusters.is_empty() {
                 let report = Report {
-                    version: wire::VERSION,
+                    version: protocol::VERSION,
                     reporter: reporter_id(client),
                     incarnation: agg.incarnation ^ u64::from(client),
                     interval_ms: period_ms as u32,
@@ -297,7 +301,7 @@ impl Aggregator {
             *last = e.requests;
         }
         if c.reports % BYTES_SAMPLE_EVERY == 1 {
-            c.sampled_report_bytes += serde_json::to_vec(report).map_or(0, |b| b.len() as u64);
+            c.sampled_report_bytes += write_report(report).len() as u64;
             c.sampled_report_entries += report.clusters.iter().map(|cl| cl.endpoints.len() as u64).sum::<u64>();
         }
     }
@@ -307,7 +311,7 @@ impl Aggregator {
         let entries: u64 = reply.clusters.iter().map(|cl| cl.endpoints.len() as u64).sum();
         c.reply_entries += entries;
         if c.reports % BYTES_SAMPLE_EVERY == 1 {
-            c.sampled_reply_bytes += serde_json::to_vec(reply).map_or(0, |b| b.len() as u64);
+            c.sampled_reply_bytes += write_reply(reply).len() as u64;
             c.sampled_reply_entries += entries;
         }
     }
@@ -369,7 +373,7 @@ impl Policy for Tailweight {
             eps: Some(outcome.orca.eps),
         };
         let class = if outcome.failed { ResponseClass::Failure } else { ResponseClass::Success };
-        let result = tailweight_core::RequestOutcome {
+        let result = tailweight_picker::RequestOutcome {
             served: Some(served),
             attempts: 1,
             latency_us: outcome.latency_ns / 1_000,
@@ -424,10 +428,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn addresses_round_trip_and_are_valid_for_core() {
+    fn addresses_round_trip_and_are_valid_endpoint_addresses() {
         for e in [0u32, 1, 255, 256, 70_000, (1 << 24) - 2] {
             let a = address(e);
-            assert!(wire::is_endpoint_address(&a), "{a}");
+            assert!(tailweight_wire::address::is_endpoint_address(&a), "{a}");
             assert_eq!(endpoint_of(&a), Some(e), "{a}");
         }
         assert_eq!(address(0), "10.0.0.1:8080");

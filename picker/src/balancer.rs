@@ -1,0 +1,499 @@
+//! The per-worker balancer: one decision per request, accounting when it completes, and the tick
+//! that folds in what siblings and the aggregator know. Everything the filter glue calls is here.
+//!
+//! The pick (weighted power of two choices scored by expected wait):
+//! 1. A cluster whose picks Envoy mostly refuses is not steered for a while (see `steering`).
+//! 2. With probability max(explore_ratio, novelty / 2) explore: try an endpoint a fresh view lists
+//!    but we do not know yet (drawn by weight; see `cluster`), else leave the request to the
+//!    fallback LB: it discovers endpoints and refreshes the samples of those we avoid.
+//! 3. A suspended endpoint whose probe is due gets this request (see `health`).
+//! 4. Else draw two distinct candidates, each with probability proportional to its sampling weight
+//!    (the aggregator's weight while the view is fresh, times its health's factor: suspended and
+//!    absent endpoints never, ramping ones less; a fresh view's suggestions by their view weight),
+//!    and keep the one with the lower score (in flight + 1) x (latency + failure cost) x (1 + penalty
+//!    x failures), from this proxy's own counts and samples only (see `endpoint`; a suggestion has
+//!    none: the cluster's prior latency). Retry choices are drawn among the known endpoints.
+//!
+//! Accounting: a request counts as in flight to the chosen endpoint until its first response
+//! headers (`release`, see `inflight`); when it ends (`complete`) the endpoint that served it is
+//! learned (a good answer) or charged (a failure). If Envoy used another endpoint than the first
+//! choice, it either never tried ours (one attempt: a refused pick, counted apart, and the endpoint
+//! is absent from the cluster) or tried it and retried elsewhere (more attempts: a failure of ours).
+
+use crate::cluster::{Candidate, Cluster};
+use crate::config::{FilterConfig, PickParams};
+use crate::endpoint::SiblingStats;
+use crate::health::HealthChange;
+use crate::outcome::RequestOutcome;
+use crate::snapshot::Part;
+use tailweight_math::hash::FastMap;
+use tailweight_math::rng::Rng;
+use tailweight_wire::reply::ClusterView;
+use tailweight_wire::report::ClusterReport;
+use tailweight_wire::stamp::LoadStamp;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub pick: PickParams,
+    pub retry_choices: usize,
+    pub endpoint_ttl_us: u64,
+    pub max_clusters: usize,
+    pub max_endpoints_per_cluster: usize,
+    /// Half the in-flight bound: the length of an in-flight epoch (see `inflight`).
+    pub inflight_epoch_us: u64,
+}
+
+impl From<&FilterConfig> for Settings {
+    fn from(c: &FilterConfig) -> Self {
+        Settings {
+            pick: c.pick.clone(),
+            retry_choices: c.retry_choices,
+            endpoint_ttl_us: c.endpoint_ttl_ms * 1_000,
+            max_clusters: c.max_clusters,
+            max_endpoints_per_cluster: c.max_endpoints_per_cluster,
+            inflight_epoch_us: (c.inflight_bound_ms * 1_000 / 2).max(1),
+        }
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings::from(&FilterConfig::default())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Pick {
+    /// Write `header` (first choice, then retry choices, comma-separated). The first choice is
+    /// `header[..first_len]`; it counts as in flight in `epoch` until `release`.
+    Steer { header: String, first_len: usize, epoch: u64 },
+    /// Left to the fallback LB on purpose (exploration).
+    Explore,
+    /// Nothing to choose from yet (no endpoint known, or none pickable): the fallback LB decides.
+    NoCandidate,
+    /// The cluster is not tracked: the cluster limit is reached.
+    Untracked,
+    /// Envoy refused most recent picks of this cluster: left to it for a while (see `steering`).
+    Paused,
+}
+
+impl Pick {
+    pub fn first_choice(&self) -> Option<&str> {
+        match self {
+            Pick::Steer { header, first_len, .. } => header.get(..*first_len),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Completion {
+    /// Did the endpoint we chose serve? None when we chose none or no upstream was reached.
+    pub honoured: Option<bool>,
+    /// Envoy never tried the endpoint we chose (not a failure of it; see the module docs).
+    pub refused: bool,
+    /// The serving endpoint was new to this worker.
+    pub learned: bool,
+    /// This request suspended an endpoint (a run of failures) or ended a suspension (a good probe).
+    pub suspended: bool,
+    pub recovered: bool,
+    /// This request paused steering of its cluster for this long (refused picks).
+    pub paused_for_us: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Balancer {
+    settings: Settings,
+    clusters: Clusters,
+    rng: Rng,
+    /// The in-flight epoch, moved by `tick` (None before the first pick or tick).
+    epoch: Option<u64>,
+    /// Bumped whenever this worker's own observations change (a steered pick, a release, a
+    /// completion, an endpoint forgotten, an in-flight epoch dropped): an unchanged revision means
+    /// an unchanged snapshot, which need not be published again.
+    revision: u64,
+    /// Slots drawn for the current pick (kept to reuse its allocation).
+    chosen: Vec<usize>,
+}
+
+impl Balancer {
+    pub fn new(settings: Settings, seed: u64) -> Self {
+        Balancer {
+            settings,
+            clusters: Clusters::default(),
+            rng: Rng::new(seed),
+            epoch: None,
+            revision: 0,
+            chosen: Vec::new(),
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn cluster(&self, name: &str) -> Option<&Cluster> {
+        self.clusters.get(name)
+    }
+
+    pub fn cluster_names(&self) -> impl Iterator<Item = &str> {
+        self.clusters.list.iter().map(|(name, _)| name.as_str())
+    }
+
+    pub fn endpoints_tracked(&self) -> usize {
+        self.clusters.list.iter().map(|(_, c)| c.len()).sum()
+    }
+
+    /// See the field: compare two revisions to know whether anything of this worker's changed.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Clusters whose steering is paused now.
+    pub fn clusters_paused(&self, now_us: u64) -> usize {
+        self.clusters.list.iter().filter(|(_, c)| c.steering.paused(now_us)).count()
+    }
+
+    pub fn pick(&mut self, cluster_name: &str, now_us: u64) -> Pick {
+        let epoch = *self.epoch.get_or_insert(now_us / self.settings.inflight_epoch_us);
+        let Balancer { settings, clusters, rng, chosen, .. } = self;
+        let (p, retry_choices) = (&settings.pick, settings.retry_choices);
+        let Some(cluster) = cluster_entry(clusters, settings, cluster_name, now_us) else {
+            return Pick::Untracked;
+        };
+        cluster.last_used_us = now_us;
+        if cluster.is_empty() {
+            return Pick::NoCandidate;
+        }
+        if cluster.steering.paused(now_us) {
+            return Pick::Paused;
+        }
+        let stamps = p.load_stamp_max_age_us > 0 && cluster.own_fresh_share() <= p.load_stamp_max_fresh_share;
+        let first = if rng.chance(p.explore_ratio.max(cluster.novelty() / 2.0)) {
+            // A trial of an endpoint the view suggests, else Envoy's own choice (see `cluster`).
+            // With load stamps the trial, too, yields to an endpoint freshly known to be less loaded.
+            match cluster.sample_suggestion(rng, now_us) {
+                Some(at) if stamps => stamped_choice(cluster, Candidate::Suggested(at), now_us, p),
+                Some(at) => Candidate::Suggested(at),
+                None => return Pick::Explore,
+            }
+        } else if let Some(probe) = cluster.take_due_probe(now_us, p) {
+            Candidate::Known(probe)
+        } else {
+            let Some(a) = cluster.sample_candidate(rng, now_us, true) else {
+                return Pick::NoCandidate;
+            };
+            if stamps {
+                stamped_choice(cluster, a, now_us, p)
+            } else {
+                let b = (0..8).filter_map(|_| cluster.sample_candidate(rng, now_us, true)).find(|c| *c != a);
+                let prior = cluster.prior_latency_us();
+                // A suggestion has no requests here and no samples: the prior is all there is.
+                let score = |c: Candidate| match c {
+                    Candidate::Known(slot) => cluster.endpoints()[slot].score(now_us, p, prior),
+                    Candidate::Suggested(_) => prior,
+                };
+                match b {
+                    Some(b) if score(b) < score(a) => b,
+                    _ => a,
+                }
+            }
+        };
+        // The header: the first choice, then retry choices among the endpoints known here.
+        chosen.clear();
+        let mut header = String::with_capacity((retry_choices + 1) * 22);
+        match first {
+            Candidate::Known(slot) => {
+                chosen.push(slot);
+                header.push_str(&cluster.endpoints()[slot].address);
+            }
+            Candidate::Suggested(at) => header.push_str(cluster.suggestion(at)),
+        }
+        let first_len = header.len();
+        let known_first = usize::from(matches!(first, Candidate::Known(_)));
+        while chosen.len() < retry_choices + known_first {
+            match draw_distinct(cluster, rng, now_us, chosen) {
+                Some(slot) => chosen.push(slot),
+                None => break,
+            }
+        }
+        for slot in &chosen[known_first..] {
+            header.push(',');
+            header.push_str(&cluster.endpoints()[*slot].address);
+        }
+        if let Candidate::Known(slot) = first {
+            let endpoint = cluster.endpoint_mut(slot);
+            endpoint.local.inflight.add(epoch);
+            if let Some(stamp) = endpoint.stamp.as_mut() {
+                stamp.sent();
+            }
+        }
+        self.revision += 1;
+        Pick::Steer { header, first_len, epoch }
+    }
+
+    /// The request steered to `chosen` in `epoch` got its first response headers (or ended without):
+    /// it no longer counts as in flight there.
+    pub fn release(&mut self, cluster_name: &str, chosen: &str, epoch: u64) {
+        let current = self.epoch.unwrap_or(epoch);
+        if let Some(e) = self.clusters.get_mut(cluster_name).and_then(|c| c.get_mut(chosen)) {
+            e.local.inflight.release(epoch, current);
+            self.revision += 1;
+        }
+    }
+
+    /// The response from `served` carried a load stamp (see `stamp`), received at `now_us`: the
+    /// endpoint's latest, among this worker's freshest (only for an endpoint known here).
+    pub fn note_stamp(&mut self, cluster_name: &str, served: &str, stamp: LoadStamp, now_us: u64) {
+        let pool = self.settings.pick.load_stamp_pool;
+        if let Some(cluster) = self.clusters.get_mut(cluster_name) {
+            if let Some(slot) = cluster.slot_of(served) {
+                cluster.note_stamp(slot, stamp, now_us, pool);
+            }
+        }
+    }
+
+    /// Account a finished request. `chosen` is the first choice the pick returned (if it steered);
+    /// its in-flight count is `release`d separately.
+    pub fn complete(
+        &mut self,
+        cluster_name: &str,
+        chosen: Option<&str>,
+        outcome: &RequestOutcome,
+        now_us: u64,
+    ) -> Completion {
+        let Balancer { settings, clusters, revision, .. } = self;
+        let (p, max_endpoints) = (&settings.pick, settings.max_endpoints_per_cluster);
+        let Some(cluster) = cluster_entry(clusters, settings, cluster_name, now_us) else {
+            return Completion::default();
+        };
+        cluster.last_used_us = now_us;
+        *revision += 1;
+        let mut done = Completion::default();
+        let mut changes = [HealthChange::None; 2];
+        // A steered pick of an endpoint not known here was a trial of a view's suggestion.
+        let trial = chosen.filter(|c| cluster.slot_of(c).is_none());
+        if let Some(served) = outcome.served {
+            // Only a good answer teaches an endpoint; a failure is charged to one already known.
+            let slot = if outcome.class.is_success() {
+                cluster.learn(served, now_us, max_endpoints, p.slow_start_us).map(|(slot, new)| {
+                    done.learned = new;
+                    slot
+                })
+            } else {
+                cluster.slot_of(served)
+            };
+            if let Some(slot) = slot {
+                changes[0] =
+                    cluster.endpoint_mut(slot).record(outcome.class, outcome.latency_us, outcome.load, now_us, p);
+            }
+        }
+        done.honoured = match (chosen, outcome.served) {
+            (Some(c), Some(s)) => Some(c == s),
+            _ => None,
+        };
+        if let (Some(false), Some(slot)) = (done.honoured, chosen.and_then(|c| cluster.slot_of(c))) {
+            if outcome.attempts > 1 {
+                // Envoy tried our choice, it failed, and a retry went elsewhere.
+                let failure = crate::outcome::ResponseClass::Failure;
+                changes[1] = cluster.endpoint_mut(slot).record(failure, 0, None, now_us, p);
+            } else {
+                done.refused = true;
+                cluster.mark_absent(slot);
+            }
+        }
+        if let (Some(false), Some(address)) = (done.honoured, trial) {
+            if outcome.attempts <= 1 {
+                done.refused = true;
+                cluster.refuse_suggestion(address, now_us.saturating_add(settings.endpoint_ttl_us));
+            }
+        }
+        if done.honoured.is_some() {
+            done.paused_for_us = cluster.steering.note(done.refused, now_us);
+        }
+        for change in changes {
+            done.suspended |= change == HealthChange::Suspended;
+            done.recovered |= change == HealthChange::Recovered;
+            cluster.health_changed(change);
+        }
+        // What exploration finds beyond what the view tells: a trial of its suggestion finds nothing new.
+        if chosen.is_none() {
+            cluster.note_discovery(done.learned);
+        } else if trial.is_some() {
+            cluster.note_discovery(false);
+        }
+        done
+    }
+
+    /// Once per tick: forget what is unseen, move ramps and in-flight epochs, refresh priors.
+    /// Returns the number of endpoints forgotten.
+    pub fn tick(&mut self, now_us: u64) -> usize {
+        let (ttl, p) = (self.settings.endpoint_ttl_us, &self.settings.pick);
+        let epoch = now_us / self.settings.inflight_epoch_us;
+        let old_epoch = self.epoch.unwrap_or(epoch);
+        let (mut forgotten, mut dropped) = (0, false);
+        for (_, cluster) in &mut self.clusters.list {
+            forgotten += cluster.expire(now_us, ttl);
+            dropped |= cluster.tick(now_us, old_epoch, epoch);
+            cluster.refresh_prior(now_us, p);
+        }
+        // An epoch that dropped no in-flight request changed nothing: an idle worker stays quiet.
+        if forgotten > 0 || dropped {
+            self.revision += 1;
+        }
+        self.epoch = Some(epoch);
+        self.clusters.retain(|c| !c.is_empty() || now_us.saturating_sub(c.last_used_us) < ttl);
+        forgotten
+    }
+
+    /// Use the aggregator's view of one cluster until `received_us + ttl_us` (unless the global
+    /// view is switched off: then it is reported to, never listened to). Only clusters and
+    /// endpoints known here take it (see `cluster`).
+    pub fn apply_view(&mut self, view: &ClusterView, received_us: u64, ttl_us: u64) {
+        if !self.settings.pick.use_global_view {
+            return;
+        }
+        if let Some(cluster) = self.clusters.get_mut(&view.name) {
+            cluster.apply_view(view, received_us.saturating_add(ttl_us), received_us);
+        }
+    }
+
+    /// Replace what we know of the other workers with their latest snapshots. A sibling's recent
+    /// good answer from an endpoint is a sighting (it teaches or keeps the endpoint here too).
+    pub fn apply_siblings(&mut self, siblings: &[Part], now_us: u64) {
+        let Balancer { settings, clusters, .. } = self;
+        let (max_endpoints, ttl, slow_start) =
+            (settings.max_endpoints_per_cluster, settings.endpoint_ttl_us, settings.pick.slow_start_us);
+        for (_, cluster) in &mut clusters.list {
+            for slot in 0..cluster.len() {
+                cluster.endpoint_mut(slot).siblings = SiblingStats::default();
+            }
+        }
+        for sibling in siblings {
+            for report in sibling.clusters {
+                let Some(cluster) = cluster_entry(clusters, settings, &report.name, now_us) else { continue };
+                for e in &report.endpoints {
+                    let age_us = |age_ms: u64| sibling.written_us.saturating_sub(age_ms.saturating_mul(1_000));
+                    let seen_us = e.seen_age_ms.map(age_us).filter(|t| now_us.saturating_sub(*t) < ttl);
+                    let slot = match seen_us {
+                        Some(seen) => cluster.learn(&e.address, seen, max_endpoints, slow_start).map(|(slot, _)| slot),
+                        None => cluster.slot_of(&e.address),
+                    };
+                    let Some(slot) = slot else { continue };
+                    let endpoint = cluster.endpoint_mut(slot);
+                    if sibling.live {
+                        endpoint.siblings.inflight = endpoint.siblings.inflight.saturating_add(e.inflight);
+                    }
+                    if e.latency_ewma_us > 0 {
+                        let sampled_us = age_us(e.latency_age_ms);
+                        if endpoint.siblings.latency.is_none_or(|(_, known)| sampled_us > known) {
+                            endpoint.siblings.latency = Some((e.latency_ewma_us as f64, sampled_us));
+                        }
+                    }
+                    if let Some(seen) = seen_us {
+                        endpoint.last_success_us = endpoint.last_success_us.max(seen);
+                    }
+                }
+            }
+        }
+    }
+
+    /// This worker's recent observations, for its siblings and for the report (see `snapshot`).
+    pub fn snapshot(&self, now_us: u64) -> Vec<ClusterReport> {
+        crate::snapshot::of_clusters(
+            self.clusters.list.iter().map(|(name, c)| (name, c)),
+            now_us,
+            self.settings.endpoint_ttl_us,
+        )
+    }
+}
+
+/// The clusters in the order they were first seen, and each one's position by name. The index is
+/// the map type `Cluster` indexes its endpoints with: the filter's module then carries one hash
+/// table instance, not a second one of whole clusters (its insert, rehash and lookups: ~4 KB).
+#[derive(Debug, Clone, Default)]
+struct Clusters {
+    list: Vec<(String, Cluster)>,
+    at: FastMap<usize>,
+}
+
+impl Clusters {
+    fn get(&self, name: &str) -> Option<&Cluster> {
+        self.at.get(name).map(|&at| &self.list[at].1)
+    }
+
+    fn get_mut(&mut self, name: &str) -> Option<&mut Cluster> {
+        self.at.get(name).map(|&at| &mut self.list[at].1)
+    }
+
+    /// Keep the clusters `keep` says (rare: an idle cluster is forgotten); the index is rebuilt
+    /// when any went.
+    fn retain(&mut self, mut keep: impl FnMut(&Cluster) -> bool) {
+        let before = self.list.len();
+        self.list.retain(|(_, c)| keep(c));
+        if self.list.len() != before {
+            self.at = self.list.iter().enumerate().map(|(at, (name, _))| (name.clone(), at)).collect();
+        }
+    }
+}
+
+/// The cluster, created if new and there is room under the cluster limit.
+fn cluster_entry<'a>(
+    clusters: &'a mut Clusters,
+    settings: &Settings,
+    name: &str,
+    now_us: u64,
+) -> Option<&'a mut Cluster> {
+    let at = match clusters.at.get(name) {
+        Some(&at) => at,
+        None if clusters.list.len() >= settings.max_clusters => return None,
+        None => {
+            clusters.list.push((name.to_string(), Cluster::new(now_us, settings.pick.default_latency_us)));
+            clusters.at.insert(name.to_string(), clusters.list.len() - 1);
+            clusters.list.len() - 1
+        }
+    };
+    Some(&mut clusters.list[at].1)
+}
+
+/// Step 4 with load stamps: the weighted draw `drawn` against the endpoints of this worker's
+/// freshest stamps that may be drawn at all (sampling weight > 0), the lowest
+/// `Endpoint::stamped_score` wins (the draw on ties). A suggestion scores as a known endpoint
+/// without a stamp would: by its view in-flight and weight.
+fn stamped_choice(cluster: &Cluster, drawn: Candidate, now_us: u64, p: &PickParams) -> Candidate {
+    let fresh = cluster.view_fresh(now_us);
+    let prior = cluster.prior_latency_us();
+    let score = |c: Candidate| match c {
+        Candidate::Known(slot) => cluster.endpoints()[slot].stamped_score(now_us, p, fresh, prior),
+        Candidate::Suggested(at) => {
+            let (weight, inflight) = cluster.suggestion_view(at);
+            (inflight.max(0.0) + 1.0) / weight.max(1e-3)
+        }
+    };
+    let mut best = (score(drawn), drawn);
+    for &slot in cluster.stamped() {
+        let e = &cluster.endpoints()[slot];
+        if Candidate::Known(slot) == drawn
+            || !e.stamp.is_some_and(|s| s.fresh(now_us, p.load_stamp_max_age_us))
+            || e.sampling_weight(fresh, now_us) <= 0.0
+        {
+            continue;
+        }
+        let s = score(Candidate::Known(slot));
+        if s < best.0 {
+            best = (s, Candidate::Known(slot));
+        }
+    }
+    best.1
+}
+
+/// A slot not in `taken`, drawn by weight; None when no such slot turns up in a few draws.
+fn draw_distinct(cluster: &mut Cluster, rng: &mut Rng, now_us: u64, taken: &[usize]) -> Option<usize> {
+    if cluster.len() <= taken.len() {
+        return None;
+    }
+    (0..8).filter_map(|_| cluster.sample(rng, now_us)).find(|slot| !taken.contains(slot))
+}
+
+#[cfg(test)]
+mod tests;

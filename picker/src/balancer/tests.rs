@@ -1,0 +1,604 @@
+use super::*;
+use crate::health::Availability;
+use crate::outcome::{RequestOutcome, ResponseClass};
+use tailweight_wire::reply::EndpointView;
+use tailweight_wire::report::EndpointReport;
+
+const C: &str = "outbound|80||svc";
+const A: &str = "10.0.0.1:80";
+const B: &str = "10.0.0.2:80";
+const MS: u64 = 1_000;
+
+fn balancer() -> Balancer {
+    Balancer::new(Settings::default(), 7)
+}
+
+fn ok(served: &str, latency_us: u64) -> RequestOutcome<'_> {
+    RequestOutcome { served: Some(served), attempts: 1, latency_us, class: ResponseClass::Success, load: None }
+}
+
+fn failed(served: &str, latency_us: u64) -> RequestOutcome<'_> {
+    RequestOutcome { class: ResponseClass::Failure, ..ok(served, latency_us) }
+}
+
+/// A steered request answered by `outcome`: released at its response, then completed.
+fn answer(b: &mut Balancer, pick: &Pick, outcome: &RequestOutcome, now: u64) -> Completion {
+    if let Pick::Steer { header, first_len, epoch } = pick {
+        b.release(C, &header[..*first_len], *epoch);
+    }
+    b.complete(C, pick.first_choice(), outcome, now)
+}
+
+/// Teach the balancer `addresses` through fallback responses, as Envoy would.
+fn learn(b: &mut Balancer, addresses: &[&str], now: u64) {
+    for a in addresses {
+        b.complete(C, None, &ok(a, 5 * MS), now);
+    }
+}
+
+/// Sequential requests (one at a time): the chosen endpoint answers after its latency; a
+/// fallback (no steering) is served by a uniformly drawn endpoint, like an LB with no signal.
+/// Returns the share of requests each endpoint served.
+fn run(b: &mut Balancer, backends: &[(&'static str, u64, bool)], n: usize, start: u64) -> Vec<f64> {
+    let mut now = start;
+    run_until(b, n, &mut now, |_| backends.to_vec())
+}
+
+/// `run` with backends that may change with time (`at(now)`); advances `now`.
+fn run_until(
+    b: &mut Balancer,
+    n: usize,
+    now: &mut u64,
+    at: impl Fn(u64) -> Vec<(&'static str, u64, bool)>,
+) -> Vec<f64> {
+    let mut rng = Rng::new(99);
+    let mut served = vec![0usize; at(*now).len()];
+    for _ in 0..n {
+        let backends = at(*now);
+        let pick = b.pick(C, *now);
+        let i = match pick.first_choice() {
+            Some(first) => backends.iter().position(|(a, _, _)| *a == first).unwrap(),
+            None => rng.below(backends.len()),
+        };
+        let (address, latency, fails) = backends[i];
+        let before = *now;
+        *now += latency;
+        let outcome = if fails { failed(address, latency) } else { ok(address, latency) };
+        answer(b, &pick, &outcome, *now);
+        served[i] += 1;
+        if *now / (200 * MS) != before / (200 * MS) {
+            b.tick(*now);
+        }
+    }
+    served.iter().map(|&s| s as f64 / n as f64).collect()
+}
+
+#[test]
+fn unknown_cluster_is_left_to_the_fallback_until_an_endpoint_is_seen() {
+    let mut b = balancer();
+    assert_eq!(b.pick(C, 0), Pick::NoCandidate);
+    let done = b.complete(C, None, &ok(A, 5 * MS), 1);
+    assert_eq!(done, Completion { learned: true, ..Default::default() });
+    assert_eq!(b.endpoints_tracked(), 1);
+}
+
+#[test]
+fn steering_raises_inflight_until_the_first_response_headers() {
+    let mut b = Balancer::new(
+        Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() },
+        1,
+    );
+    learn(&mut b, &[A, B], 0);
+    let pick = loop {
+        // Novelty keeps exploring at first; steered picks come once it fades.
+        if let p @ Pick::Steer { .. } = b.pick(C, 1) {
+            break p;
+        }
+        b.complete(C, None, &ok(A, 5 * MS), 1);
+    };
+    let Pick::Steer { header, first_len, epoch } = &pick else { unreachable!() };
+    let first = &header[..*first_len];
+    assert!(header == &format!("{A},{B}") || header == &format!("{B},{A}"), "{header}");
+    let inflight = |b: &Balancer| b.cluster(C).unwrap().get(first).unwrap().local.inflight.count();
+    assert_eq!(inflight(&b), 1);
+    // Response headers: no longer in flight, though the stream may go on.
+    b.release(C, first, *epoch);
+    assert_eq!(inflight(&b), 0);
+    let done = b.complete(C, Some(first), &ok(first, 5 * MS), 2);
+    assert_eq!(done.honoured, Some(true));
+    assert_eq!(inflight(&b), 0);
+}
+
+#[test]
+fn a_request_without_response_headers_stops_counting_after_the_inflight_bound() {
+    let settings = Settings {
+        pick: PickParams { explore_ratio: 0.0, ..Default::default() },
+        inflight_epoch_us: 10_000 * MS,
+        ..Default::default()
+    };
+    let mut b = Balancer::new(settings, 1);
+    learn(&mut b, &[A, B], 0);
+    b.tick(0);
+    let steered: Vec<Pick> = (0..200).map(|_| b.pick(C, 1)).filter(|p| p.first_choice().is_some()).collect();
+    let waiting =
+        |b: &Balancer| b.cluster(C).unwrap().endpoints().iter().map(|e| e.local.inflight.count()).sum::<u32>();
+    assert_eq!(waiting(&b) as usize, steered.len());
+    b.tick(19_999 * MS);
+    assert_eq!(waiting(&b) as usize, steered.len(), "within the bound they count");
+    let revision = b.revision();
+    b.tick(20_000 * MS);
+    assert_eq!(waiting(&b), 0, "a stream that never answered no longer looks busy");
+    assert!(b.revision() > revision, "dropping in-flight requests changes the snapshot");
+    for pick in &steered {
+        answer(&mut b, pick, &ok(A, 5 * MS), 20_001 * MS);
+    }
+    assert_eq!(waiting(&b), 0);
+    let revision = b.revision();
+    b.tick(30_000 * MS);
+    b.tick(50_000 * MS);
+    assert_eq!(b.revision(), revision, "epochs that drop nothing leave an idle worker unchanged");
+}
+
+#[test]
+fn retry_choices_bound_the_header() {
+    for (retry_choices, expected) in [(0, 1), (1, 2), (3, 3)] {
+        let settings = Settings {
+            retry_choices,
+            pick: PickParams { explore_ratio: 0.0, ..Default::default() },
+            ..Default::default()
+        };
+        let mut b = Balancer::new(settings, 3);
+        learn(&mut b, &[A, B, "10.0.0.3:80"], 0);
+        for _ in 0..50 {
+            b.complete(C, None, &ok(A, 5 * MS), 0);
+        }
+        let pick = (0..100).map(|_| b.pick(C, 0)).find(|p| matches!(p, Pick::Steer { .. })).unwrap();
+        let Pick::Steer { header, .. } = pick else { unreachable!() };
+        assert_eq!(header.split(',').count(), expected, "retry_choices={retry_choices}: {header}");
+    }
+}
+
+#[test]
+fn five_times_slower_endpoint_gets_a_small_but_nonzero_share() {
+    let mut b = balancer();
+    let backends = [(A, 5 * MS, false), (B, 25 * MS, false), ("10.0.0.3:80", 5 * MS, false)];
+    let shares = run(&mut b, &backends, 20_000, 0);
+    assert!(shares[1] < 0.05, "slow share {shares:?}");
+    assert!(shares[1] > 0.0, "the slow endpoint still gets probes: {shares:?}");
+    assert!((shares[0] - shares[2]).abs() < 0.1, "fast ones share evenly: {shares:?}");
+}
+
+#[test]
+fn fast_failing_endpoint_is_never_preferred() {
+    let mut b = balancer();
+    // B answers 503 in 0.1 ms; A succeeds in 10 ms.
+    let backends = [(A, 10 * MS, false), (B, 100, true), ("10.0.0.3:80", 10 * MS, false)];
+    let shares = run(&mut b, &backends, 20_000, 0);
+    assert!(shares[1] < 0.05, "failing share {shares:?}");
+}
+
+#[test]
+fn a_refused_pick_is_not_a_failure_and_the_endpoint_is_absent_until_it_serves_again() {
+    let mut b = Balancer::new(
+        Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() },
+        5,
+    );
+    learn(&mut b, &[A, B], 0);
+    // Envoy never tried A (one attempt, served by B): A is not in the cluster now.
+    let done = b.complete(C, Some(A), &ok(B, 5 * MS), 1);
+    assert_eq!((done.honoured, done.refused), (Some(false), true));
+    let a = b.cluster(C).unwrap().get(A).unwrap();
+    assert_eq!(a.local.errors, 0, "not counted against the endpoint");
+    assert_eq!(a.health.availability(), Availability::Absent);
+    assert!((0..500).filter_map(|_| b.pick(C, 2).first_choice().map(str::to_string)).all(|f| f == B));
+    // The fallback load balancer finds it in the cluster again: pickable.
+    b.complete(C, None, &ok(A, 5 * MS), 3);
+    assert!((0..500).filter_map(|_| b.pick(C, 4).first_choice().map(str::to_string)).any(|f| f == A));
+}
+
+#[test]
+fn a_pick_envoy_tried_and_retried_elsewhere_is_a_failure_of_the_choice() {
+    let mut b = Balancer::new(
+        Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() },
+        5,
+    );
+    learn(&mut b, &[A, B], 0);
+    let done = b.complete(C, Some(A), &RequestOutcome { attempts: 2, ..ok(B, 5 * MS) }, 1);
+    assert_eq!((done.honoured, done.refused), (Some(false), false));
+    let a = b.cluster(C).unwrap().get(A).unwrap();
+    assert_eq!(a.local.errors, 1);
+    assert!(a.health.failure_ratio(1, &PickParams::default().health_times()) > 0.0);
+}
+
+#[test]
+fn steering_pauses_when_most_picks_are_refused_and_comes_back() {
+    let mut b = Balancer::new(
+        Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() },
+        5,
+    );
+    learn(&mut b, &[A, B, "10.0.0.3:80"], 0);
+    // A cluster that does not read the header: Envoy's own LB serves every request.
+    let mut now = MS;
+    let mut paused = None;
+    for i in 0..200 {
+        let pick = b.pick(C, now);
+        let served = [A, B, "10.0.0.3:80"][i % 3];
+        if let Some(pause) = answer(&mut b, &pick, &ok(served, 5 * MS), now).paused_for_us {
+            paused = Some(pause);
+            break;
+        }
+        now += MS;
+    }
+    let pause = paused.expect("steering paused");
+    assert_eq!(pause, crate::steering::FIRST_PAUSE_US);
+    assert_eq!(b.clusters_paused(now), 1);
+    assert_eq!(b.pick(C, now + pause - 1), Pick::Paused);
+    assert_ne!(b.pick(C, now + pause), Pick::Paused, "tried again after the pause");
+}
+
+#[test]
+fn no_upstream_reached_is_neither_honoured_nor_a_failure() {
+    let mut b = balancer();
+    learn(&mut b, &[A], 0);
+    let done = b.complete(C, Some(A), &RequestOutcome { served: None, ..failed(A, 0) }, 1);
+    assert_eq!(done.honoured, None);
+    assert_eq!(b.cluster(C).unwrap().get(A).unwrap().local.errors, 0);
+}
+
+#[test]
+fn a_failure_never_teaches_an_endpoint() {
+    let mut b = balancer();
+    let done = b.complete(C, None, &failed(A, 1), 1);
+    assert!(!done.learned);
+    assert_eq!(b.endpoints_tracked(), 0);
+}
+
+#[test]
+fn stopped_endpoints_get_their_share_back_within_two_seconds_of_answering_again() {
+    let mut b = balancer();
+    const D: &str = "10.0.0.3:80";
+    let fast_then_down = |down: (u64, u64)| {
+        move |now: u64| {
+            let dead = now >= down.0 && now < down.1;
+            vec![(A, 5 * MS, dead), (B, 10 * MS, false), (D, 10 * MS, false)]
+        }
+    };
+    let window = (20_000 * MS, 30_000 * MS);
+    let mut now = 0;
+    // Warm up, then A (twice as fast) fails for 10 s, then answers again.
+    run_until(&mut b, 1_000, &mut now, fast_then_down(window));
+    assert!(now < window.0);
+    let healthy = run_until(&mut b, 300, &mut now, fast_then_down(window))[0];
+    now = now.max(window.0);
+    let during = run_until(&mut b, 300, &mut now, fast_then_down(window))[0];
+    assert!(during < 0.1, "A is avoided while it fails: {during}");
+    now = now.max(window.1);
+    // Within 2 s of answering well it is back at its share.
+    let back_by = now + 2_000 * MS;
+    while now < back_by {
+        run_until(&mut b, 1, &mut now, fast_then_down(window));
+    }
+    let after = run_until(&mut b, 300, &mut now, fast_then_down(window))[0];
+    assert!(after > 0.8 * healthy, "share {after} vs {healthy} before the outage");
+}
+
+#[test]
+fn cluster_limit_leaves_further_clusters_untracked() {
+    let mut b = Balancer::new(Settings { max_clusters: 1, ..Default::default() }, 1);
+    assert_eq!(b.pick("one", 0), Pick::NoCandidate);
+    assert_eq!(b.pick("two", 0), Pick::Untracked);
+    assert_eq!(b.complete("two", None, &ok(A, 1), 0), Completion::default());
+}
+
+#[test]
+fn exploration_settles_at_explore_ratio_once_nothing_new_turns_up() {
+    let mut b = Balancer::new(
+        Settings { pick: PickParams { explore_ratio: 0.05, ..Default::default() }, ..Default::default() },
+        11,
+    );
+    let backends = [(A, 5 * MS, false), (B, 5 * MS, false)];
+    run(&mut b, &backends, 2_000, 0); // all discovered, novelty faded
+    let explored = (0..20_000).filter(|_| b.pick(C, 10_000 * MS) == Pick::Explore).count();
+    let rate = explored as f64 / 20_000.0;
+    assert!((rate - 0.05).abs() < 0.01, "rate {rate}");
+}
+
+#[test]
+fn aggregator_weights_bias_sampling_and_ejection_excludes() {
+    let settings = Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() };
+    let mut b = Balancer::new(settings, 13);
+    let view = |wa: f64, ejected_b: bool| ClusterView {
+        name: C.into(),
+        endpoints: vec![
+            EndpointView { address: A.into(), weight: wa, latency_us: 5_000, ..Default::default() },
+            EndpointView {
+                address: B.into(),
+                weight: 1.0,
+                latency_us: 5_000,
+                ejected: ejected_b,
+                ..Default::default()
+            },
+            EndpointView { address: "10.0.0.3:80".into(), weight: 1.0, latency_us: 5_000, ..Default::default() },
+        ],
+    };
+    b.apply_view(&view(1.0, true), 0, 10_000 * MS);
+    for _ in 0..40 {
+        b.complete(C, None, &ok(A, 5 * MS), 0); // fade novelty
+    }
+    for _ in 0..2_000 {
+        if let Some(first) = b.pick(C, 1).first_choice().map(str::to_string) {
+            assert_ne!(first, B, "ejected endpoint chosen");
+            b.complete(C, Some(&first), &ok(&first, 5 * MS), 1);
+        }
+    }
+}
+
+#[test]
+fn views_never_teach_endpoints_nor_clusters() {
+    let mut b = balancer();
+    let view = ClusterView {
+        name: C.into(),
+        endpoints: vec![EndpointView { address: A.into(), weight: 1.0, ..Default::default() }],
+    };
+    b.apply_view(&view, 0, 10_000 * MS);
+    assert_eq!((b.endpoints_tracked(), b.cluster_names().count()), (0, 0));
+    learn(&mut b, &[B], 0);
+    b.apply_view(&view, 0, 10_000 * MS);
+    assert_eq!(b.endpoints_tracked(), 1, "only B, which answered here");
+}
+
+#[test]
+fn a_views_suggestions_are_tried_and_only_envoys_answer_decides() {
+    let mut b = Balancer::new(
+        Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() },
+        21,
+    );
+    const D: &str = "10.0.0.4:80";
+    learn(&mut b, &[A], 0);
+    let view = |listed: &[(&str, f64)]| ClusterView {
+        name: C.into(),
+        endpoints: listed
+            .iter()
+            .map(|(a, w)| EndpointView { address: a.to_string(), weight: *w, latency_us: 5_000, ..Default::default() })
+            .collect(),
+    };
+    b.apply_view(&view(&[(A, 1.0), (B, 3.0)]), 0, 10_000 * MS);
+    assert_eq!(b.endpoints_tracked(), 1, "a suggestion is not tracked");
+    // B is drawn as a candidate by its view weight (three times A's) and tried.
+    let pick = (0..100).map(|_| b.pick(C, 1)).find(|p| p.first_choice() == Some(B)).expect("B tried");
+    assert_eq!(pick.first_choice(), Some(B));
+    assert!(matches!(&pick, Pick::Steer { header, .. } if header == &format!("{B},{A}")), "{pick:?}");
+    answer(&mut b, &pick, &ok(B, 5 * MS), 2);
+    assert!(b.cluster(C).unwrap().get(B).is_some(), "Envoy's good answer teaches it");
+    // D is suggested but Envoy does not have it (it served A on the one attempt): refused, not
+    // suggested again within the ttl, never learned.
+    b.apply_view(&view(&[(A, 1.0), (B, 1.0), (D, 10.0)]), 3, 10_000 * MS);
+    let pick = (0..100).map(|_| b.pick(C, 4)).find(|p| p.first_choice() == Some(D)).expect("D tried");
+    let done = answer(&mut b, &pick, &ok(A, 5 * MS), 5);
+    assert_eq!((done.honoured, done.refused), (Some(false), true));
+    assert!(b.cluster(C).unwrap().get(D).is_none());
+    b.apply_view(&view(&[(A, 1.0), (B, 1.0), (D, 10.0)]), 6, 10_000 * MS);
+    assert!((0..1_000).all(|_| b.pick(C, 7).first_choice() != Some(D)), "refused suggestions wait");
+}
+
+#[test]
+fn with_the_global_view_off_views_are_ignored() {
+    let pick = PickParams { explore_ratio: 0.0, use_global_view: false, ..Default::default() };
+    let mut b = Balancer::new(Settings { pick, ..Default::default() }, 13);
+    learn(&mut b, &[A, B], 0);
+    let view = ClusterView {
+        name: C.into(),
+        endpoints: vec![
+            EndpointView { address: A.into(), weight: 1.0, ejected: true, ..Default::default() },
+            EndpointView { address: "10.0.0.3:80".into(), weight: 1.0, ..Default::default() },
+        ],
+    };
+    b.apply_view(&view, 0, 10_000 * MS);
+    let cluster = b.cluster(C).unwrap();
+    assert_eq!(cluster.len(), 2, "the view taught nothing");
+    assert!(!cluster.view_fresh(1) && cluster.get(A).unwrap().global.is_none());
+    let chose_a = (0..200).filter_map(|_| b.pick(C, 1).first_choice().map(str::to_string)).any(|f| f == A);
+    assert!(chose_a, "A is not ejected here");
+}
+
+#[test]
+fn sibling_inflight_counts_and_dead_siblings_do_not() {
+    let settings = Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() };
+    let mut b = Balancer::new(settings, 17);
+    learn(&mut b, &[A, B], 0);
+    let busy_a = vec![ClusterReport {
+        name: C.into(),
+        endpoints: vec![EndpointReport {
+            address: A.into(),
+            requests: 1,
+            inflight: 50,
+            seen_age_ms: Some(0),
+            ..Default::default()
+        }],
+    }];
+    b.apply_siblings(&[Part { written_us: 0, live: true, clusters: &busy_a }], 0);
+    assert_eq!(b.cluster(C).unwrap().get(A).unwrap().siblings.inflight, 50);
+    for _ in 0..40 {
+        b.complete(C, None, &ok(B, 5 * MS), 0);
+    }
+    let mut picks = Vec::new();
+    for _ in 0..200 {
+        let pick = b.pick(C, 0);
+        if let Some(first) = pick.first_choice().map(str::to_string) {
+            answer(&mut b, &pick, &ok(&first, 5 * MS), 0);
+            picks.push(first);
+        }
+    }
+    let to_a = picks.iter().filter(|p| *p == A).count();
+    assert!(to_a * 20 < picks.len(), "A is busy through its siblings: {to_a}/{}", picks.len());
+    b.apply_siblings(&[Part { written_us: 0, live: false, clusters: &busy_a }], 0);
+    assert_eq!(b.cluster(C).unwrap().get(A).unwrap().siblings.inflight, 0);
+}
+
+#[test]
+fn siblings_share_discoveries_and_latency() {
+    let mut b = balancer();
+    let seen = vec![ClusterReport {
+        name: C.into(),
+        endpoints: vec![EndpointReport {
+            address: A.into(),
+            requests: 3,
+            latency_ewma_us: 4_000,
+            latency_age_ms: 10,
+            seen_age_ms: Some(20),
+            ..Default::default()
+        }],
+    }];
+    b.apply_siblings(&[Part { written_us: 100 * MS, live: true, clusters: &seen }], 100 * MS);
+    let a = b.cluster(C).unwrap().get(A).unwrap();
+    assert_eq!(a.siblings.latency, Some((4_000.0, 90 * MS)));
+    assert_eq!(a.last_success_us, 80 * MS, "seen when the sibling got its good answer, not now");
+    // Knowledge older than the ttl teaches nothing.
+    let ttl_ms = b.settings().endpoint_ttl_us / MS;
+    let old = vec![ClusterReport {
+        name: C.into(),
+        endpoints: vec![EndpointReport {
+            address: B.into(),
+            requests: 3,
+            latency_ewma_us: 4_000,
+            latency_age_ms: 1,
+            seen_age_ms: Some(ttl_ms),
+            ..Default::default()
+        }],
+    }];
+    let later = 2 * ttl_ms * MS;
+    b.apply_siblings(&[Part { written_us: later, live: true, clusters: &old }], later);
+    assert!(b.cluster(C).unwrap().get(B).is_none());
+    // Nor does a sibling's failures-only report (no good answer to go by).
+    let failing = vec![ClusterReport {
+        name: C.into(),
+        endpoints: vec![EndpointReport { address: B.into(), requests: 3, errors: 3, ..Default::default() }],
+    }];
+    b.apply_siblings(&[Part { written_us: later, live: true, clusters: &failing }], later);
+    assert!(b.cluster(C).unwrap().get(B).is_none());
+}
+
+#[test]
+fn tick_forgets_unseen_endpoints_and_idle_clusters() {
+    let mut b = balancer();
+    learn(&mut b, &[A], 0);
+    let ttl = b.settings().endpoint_ttl_us;
+    assert_eq!(b.tick(ttl - 1), 0);
+    assert_eq!(b.tick(ttl), 1);
+    assert_eq!(b.endpoints_tracked(), 0);
+    b.tick(2 * ttl);
+    assert_eq!(b.cluster_names().count(), 0);
+}
+
+#[test]
+fn clusters_left_after_one_is_forgotten_keep_their_endpoints() {
+    let mut b = balancer();
+    const D: &str = "outbound|80||other";
+    const E: &str = "outbound|80||third";
+    learn(&mut b, &[A], 0);
+    let ttl = b.settings().endpoint_ttl_us;
+    for (cluster, address) in [(D, B), (E, A)] {
+        b.complete(cluster, None, &ok(address, 5 * MS), ttl);
+    }
+    b.tick(ttl + 1);
+    assert!(b.cluster(C).is_none(), "the idle first cluster is forgotten");
+    assert_eq!(b.cluster(D).and_then(|c| c.get(B)).map(|e| e.address.as_str()), Some(B));
+    assert_eq!(b.cluster(E).and_then(|c| c.get(A)).map(|e| e.address.as_str()), Some(A));
+    let done = b.complete(D, None, &ok(B, 5 * MS), ttl + 2);
+    assert!(!done.learned, "B is still known in D");
+    assert_eq!(b.cluster_names().count(), 2);
+}
+
+#[test]
+fn snapshot_reports_cumulative_counts() {
+    let mut b = balancer();
+    b.complete(C, None, &ok(A, 2 * MS), 0);
+    b.complete(C, None, &failed(A, 50), 0);
+    let snap = b.snapshot(5 * MS);
+    let e = &snap[0].endpoints[0];
+    assert_eq!((e.requests, e.errors, e.latency_sum_us), (2, 1, 2 * MS));
+    assert_eq!(e.latency_age_ms, 5);
+}
+
+#[test]
+fn same_seed_same_decisions() {
+    let decisions = |seed| {
+        let mut b = Balancer::new(Settings::default(), seed);
+        learn(&mut b, &[A, B, "10.0.0.3:80"], 0);
+        (0..200).map(|i| b.pick(C, i)).collect::<Vec<_>>()
+    };
+    assert_eq!(decisions(5), decisions(5));
+}
+
+/// The first choices of the next `n` steered picks at `now` (nothing answers in between).
+fn steered_firsts(b: &mut Balancer, n: usize, now: u64) -> Vec<String> {
+    let mut firsts = Vec::new();
+    for _ in 0..n * 10 {
+        if let Some(first) = b.pick(C, now).first_choice() {
+            firsts.push(first.to_string());
+            if firsts.len() == n {
+                break;
+            }
+        }
+    }
+    firsts
+}
+
+#[test]
+fn fresh_load_stamps_steer_to_the_shortest_queue_counting_own_sends() {
+    const X: &str = "10.0.0.3:80";
+    let mut settings = Settings::default();
+    settings.pick.load_stamp_max_age_us = 50 * MS;
+    let mut b = Balancer::new(settings, 7);
+    learn(&mut b, &[A, B, X], 0);
+    b.note_stamp(C, A, LoadStamp { rif: 9 }, MS);
+    b.note_stamp(C, B, LoadStamp { rif: 0 }, MS);
+    b.note_stamp(C, X, LoadStamp { rif: 5 }, MS);
+    // B's queue as this worker knows it: 0, 1, .. 4 after each send, below X's 5 and A's 9.
+    assert_eq!(steered_firsts(&mut b, 5, 2 * MS), vec![B; 5]);
+    // A newer stamp of B says its queue grew: X has the shortest now.
+    b.note_stamp(C, B, LoadStamp { rif: 20 }, 3 * MS);
+    assert_eq!(steered_firsts(&mut b, 3, 4 * MS), vec![X; 3]);
+    // Once every stamp is older than the maximum age, the picks spread again.
+    let later = steered_firsts(&mut b, 60, 60 * MS);
+    assert!([A, B, X].iter().all(|e| later.iter().any(|f| f == e)), "{later:?}");
+}
+
+#[test]
+fn stamps_decide_only_while_own_fresh_estimates_are_thin() {
+    const X: &str = "10.0.0.3:80";
+    let mut settings = Settings::default();
+    settings.pick.load_stamp_max_age_us = 50 * MS;
+    settings.pick.load_stamp_max_fresh_share = 0.5;
+    let stamp_all = |b: &mut Balancer, at: u64| {
+        for (e, rif) in [(A, 9), (B, 0), (X, 5)] {
+            b.note_stamp(C, e, LoadStamp { rif }, at);
+        }
+    };
+    let mut b = Balancer::new(settings, 7);
+    learn(&mut b, &[A, B, X], 0);
+    // Every endpoint has a fresh sample of this proxy's own (share 1 > 0.5): the two-choice pick on
+    // its own counts spreads the picks, A included, though its stamp says 9 queued. (Stamps would
+    // send the first 15 to B and X: B's queue reaches A's 9 after ten sends, X's after four.)
+    b.tick(MS);
+    assert_eq!(b.cluster(C).unwrap().own_fresh_share(), 1.0);
+    stamp_all(&mut b, MS);
+    let rich = steered_firsts(&mut b, 12, 2 * MS);
+    assert!(rich.iter().filter(|f| *f == A).count() >= 2, "{rich:?}");
+    // Once its own samples are stale (share 0), fresh stamps decide: B's is the shortest queue.
+    let later = 6_000 * MS;
+    b.tick(later);
+    assert_eq!(b.cluster(C).unwrap().own_fresh_share(), 0.0);
+    stamp_all(&mut b, later);
+    assert_eq!(steered_firsts(&mut b, 5, later + MS), vec![B; 5]);
+}
+
+#[test]
+fn stamps_are_ignored_when_off() {
+    let mut b = balancer();
+    learn(&mut b, &[A, B], 0);
+    b.note_stamp(C, A, LoadStamp { rif: 50 }, MS);
+    b.note_stamp(C, B, LoadStamp { rif: 0 }, MS);
+    let firsts = steered_firsts(&mut b, 40, 2 * MS);
+    assert!(firsts.iter().filter(|f| *f == A).count() >= 10, "{firsts:?}");
+}

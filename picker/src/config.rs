@@ -1,0 +1,374 @@
+//! The filter's plugin configuration (JSON), parsed and checked field by field so that a mistake is
+//! reported as `field \`x\`: expected ..., got ...`. Every field is optional; see README for the list.
+
+use crate::health::HealthTimes;
+use tailweight_wire::address::is_endpoint_address;
+use tailweight_wire::fields::{FieldError, Fields};
+use tailweight_wire::json::{self, Value};
+use tailweight_wire::protocol::{REPORT_PATH, SHARD_HEADER};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FilterConfig {
+    /// Which side of a call this filter serves (see `FilterRole`).
+    pub role: FilterRole,
+    /// Request header the override_host LB policy reads.
+    pub header: String,
+    /// Keep an override header the request already carries (only for trusted callers, e.g. a gateway).
+    pub trust_incoming_header: bool,
+    /// Further addresses after the first choice in the header, used by Envoy for retries.
+    pub retry_choices: usize,
+    /// Clusters to steer; empty means every cluster.
+    pub clusters: Vec<String>,
+    pub pick: PickParams,
+    /// Endpoints not seen for this long are forgotten.
+    pub endpoint_ttl_ms: u64,
+    pub max_clusters: usize,
+    pub max_endpoints_per_cluster: usize,
+    /// Tick: workers publish their counts and read the shared view this often.
+    pub sync_interval_ms: u64,
+    pub aggregator: Option<AggregatorConfig>,
+    /// Overrides the reporter id (default: POD_NAME.POD_NAMESPACE from the VM env, else the node id).
+    pub reporter_id: Option<String>,
+    /// gRPC statuses that count against the endpoint (see `outcome::classify`).
+    pub grpc_failure_codes: Vec<u32>,
+    /// A request without response headers stops counting as in flight after at most this long.
+    pub inflight_bound_ms: u64,
+    /// One counter per endpoint (cardinality grows with endpoints; Envoy cannot delete metrics).
+    pub per_endpoint_metrics: bool,
+}
+
+/// Knobs of the per-request pick (see `balancer`). Times in microseconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PickParams {
+    /// Share of requests left to the fallback LB so that every endpoint keeps fresh samples.
+    pub explore_ratio: f64,
+    pub latency_decay_us: f64,
+    /// Latency assumed for an endpoint nobody has measured yet when no other estimate exists.
+    pub default_latency_us: f64,
+    /// A latency sample older than this yields to the cluster's prior (see `Cluster::refresh_prior`).
+    pub stale_after_us: u64,
+    /// Score multiplier per unit of recent failure ratio: score x (1 + error_penalty x ratio).
+    pub error_penalty: f64,
+    /// Expected wait one unit of recent failure ratio adds (see `Endpoint::score`): failing fast never
+    /// looks fast.
+    pub failure_latency_us: f64,
+    /// Time constant over which failure evidence fades (see `health`).
+    pub failure_decay_us: f64,
+    /// A suspended endpoint's first probe comes this long after the suspension (then backs off).
+    pub probe_interval_us: u64,
+    /// After a successful probe its share ramps up over this long (longer when it flaps).
+    pub recovery_ramp_us: u64,
+    /// An endpoint joining a cluster known for longer than this ramps up over this long (0: off).
+    pub slow_start_us: u64,
+    /// Use the aggregator's view; when false it is reported to but not used (for comparisons).
+    pub use_global_view: bool,
+    /// Server-side load stamps (see `stamp`): a stamp younger than this scores its endpoint, and a
+    /// pick compares one weighted draw with the endpoints of the freshest stamps (0: off, the
+    /// default: stamps are not read and the pick is the two-choice one).
+    pub load_stamp_max_age_us: u64,
+    /// Endpoints of this worker's most recent stamps a pick considers (per cluster).
+    pub load_stamp_pool: usize,
+    /// Stamps decide a pick only while at most this share of the cluster's endpoints known here
+    /// have a fresh latency estimate of this proxy's own (`Cluster::own_fresh_share`); above it the
+    /// proxy's own counts are rich enough for the two-choice pick (1: stamps always decide).
+    pub load_stamp_max_fresh_share: f64,
+}
+
+/// The side of a call the filter sits on, chosen by the `role` key (default `client`). The same
+/// module serves both so that one image is deployed; the role is explicit rather than taken from
+/// Envoy's `listener_direction` because that property is unset outside Istio (a plain Envoy's
+/// listeners have no direction) and is per request, while the role decides the VM's whole state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FilterRole {
+    /// The caller's sidecar (outbound): picks each request's endpoint, reports to the aggregator,
+    /// reads load stamps when `load_stamp_max_age_ms` is set.
+    #[default]
+    Client,
+    /// The destination's own sidecar (inbound): never steers, never reports; writes the endpoint's
+    /// requests in flight into each response (see `stamp` and `server_inflight`).
+    Server,
+}
+
+impl FilterRole {
+    pub fn name(self) -> &'static str {
+        match self {
+            FilterRole::Client => "client",
+            FilterRole::Server => "server",
+        }
+    }
+
+    /// Does Envoy's `listener_direction` (`TrafficDirection`: 0 unspecified, 1 inbound, 2
+    /// outbound) contradict this role? A server-role filter on an outbound listener, or a
+    /// client-role one on an inbound listener, is most likely a WasmPlugin with the wrong `match`.
+    pub fn contradicted_by(self, listener_direction: u64) -> bool {
+        matches!((self, listener_direction), (FilterRole::Server, 2) | (FilterRole::Client, 1))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AggregatorConfig {
+    /// Envoy cluster of the aggregator, e.g. `outbound|8080||tailweight-aggregator.tailweight.svc.cluster.local`.
+    pub cluster: String,
+    pub authority: String,
+    pub path: String,
+    pub timeout_ms: u64,
+    pub report_interval_ms: u64,
+    pub shard_header: String,
+}
+
+impl Default for PickParams {
+    fn default() -> Self {
+        PickParams {
+            explore_ratio: 0.01,
+            latency_decay_us: 2_000_000.0,
+            default_latency_us: 30_000.0,
+            stale_after_us: 5_000_000,
+            error_penalty: 8.0,
+            failure_latency_us: 1_000_000.0,
+            failure_decay_us: 1_000_000.0,
+            probe_interval_us: 250_000,
+            recovery_ramp_us: 1_000_000,
+            slow_start_us: 10_000_000,
+            use_global_view: true,
+            load_stamp_max_age_us: 0,
+            load_stamp_pool: 8,
+            load_stamp_max_fresh_share: 1.0,
+        }
+    }
+}
+
+impl Default for FilterConfig {
+    fn default() -> Self {
+        FilterConfig {
+            role: FilterRole::Client,
+            header: "x-gateway-destination-endpoint".into(),
+            trust_incoming_header: false,
+            retry_choices: 1,
+            clusters: vec![],
+            pick: PickParams::default(),
+            endpoint_ttl_ms: 60_000,
+            max_clusters: 64,
+            max_endpoints_per_cluster: 2048,
+            sync_interval_ms: 200,
+            aggregator: None,
+            reporter_id: None,
+            per_endpoint_metrics: false,
+            grpc_failure_codes: DEFAULT_GRPC_FAILURE_CODES.to_vec(),
+            inflight_bound_ms: 30_000,
+        }
+    }
+}
+
+/// UNKNOWN (2), DEADLINE_EXCEEDED (4), RESOURCE_EXHAUSTED (8, overload), INTERNAL (13),
+/// UNAVAILABLE (14): what a broken or overloaded server answers. Others (NOT_FOUND,
+/// INVALID_ARGUMENT, PERMISSION_DENIED...) are the application's answers, not the endpoint's health.
+pub const DEFAULT_GRPC_FAILURE_CODES: [u32; 5] = [2, 4, 8, 13, 14];
+
+impl PickParams {
+    /// The time constants of endpoint health (see `health`).
+    pub fn health_times(&self) -> HealthTimes {
+        HealthTimes {
+            failure_decay_us: self.failure_decay_us,
+            probe_interval_us: self.probe_interval_us,
+            recovery_ramp_us: self.recovery_ramp_us,
+        }
+    }
+}
+
+impl FilterConfig {
+    /// Parse the plugin configuration. Empty input means all defaults (local-only).
+    pub fn parse(bytes: &[u8]) -> Result<FilterConfig, ConfigError> {
+        let text = std::str::from_utf8(bytes).map_err(|_| ConfigError::NotUtf8)?;
+        if text.trim().is_empty() {
+            return Ok(FilterConfig::default());
+        }
+        let value = json::parse(text).map_err(|e| ConfigError::NotJson(e.to_string()))?;
+        let members = match &value {
+            Value::Object(members) => members,
+            Value::Null => return Ok(FilterConfig::default()),
+            other => return Err(ConfigError::NotAnObject(other.kind())),
+        };
+        Ok(fields(members)?)
+    }
+
+    /// Should this cluster be steered at all?
+    pub fn steers(&self, cluster: &str) -> bool {
+        self.clusters.is_empty() || self.clusters.iter().any(|c| c == cluster)
+    }
+}
+
+/// The configuration object's fields (see `Fields` for how a bad one is reported). Errors stay
+/// `FieldError` until `parse`: one conversion, not one per field.
+fn fields(members: &[(String, Value)]) -> Result<FilterConfig, FieldError> {
+    let mut f = Fields::new("", members);
+    let d = FilterConfig::default();
+    let p = PickParams::default();
+    let config = FilterConfig {
+        role: role(&mut f),
+        header: header_name(&mut f, "header", &d.header),
+        trust_incoming_header: f.boolean("trust_incoming_header", d.trust_incoming_header),
+        retry_choices: f.integer("retry_choices", d.retry_choices as u64, 0..=4) as usize,
+        clusters: f.string_list("clusters", 256),
+        pick: PickParams {
+            explore_ratio: f.number("explore_ratio", p.explore_ratio, 0.0, 0.5),
+            latency_decay_us: f.integer("latency_decay_ms", (p.latency_decay_us / 1e3) as u64, 10..=600_000) as f64
+                * 1e3,
+            default_latency_us: f.number("default_latency_ms", p.default_latency_us / 1e3, 0.01, 600_000.0) * 1e3,
+            stale_after_us: f.integer("stale_after_ms", p.stale_after_us / 1_000, 100..=3_600_000) * 1_000,
+            error_penalty: f.number("error_penalty", p.error_penalty, 0.0, 1_000.0),
+            failure_latency_us: f.number("failure_latency_ms", p.failure_latency_us / 1e3, 0.0, 600_000.0) * 1e3,
+            failure_decay_us: f.integer("failure_decay_ms", (p.failure_decay_us / 1e3) as u64, 10..=600_000) as f64
+                * 1e3,
+            probe_interval_us: f.integer("probe_interval_ms", p.probe_interval_us / 1_000, 10..=600_000) * 1_000,
+            recovery_ramp_us: f.integer("recovery_ramp_ms", p.recovery_ramp_us / 1_000, 0..=600_000) * 1_000,
+            slow_start_us: f.integer("slow_start_ms", p.slow_start_us / 1_000, 0..=3_600_000) * 1_000,
+            use_global_view: f.boolean("use_global_view", p.use_global_view),
+            load_stamp_max_age_us: f.integer("load_stamp_max_age_ms", p.load_stamp_max_age_us / 1_000, 0..=10_000)
+                * 1_000,
+            load_stamp_pool: f.integer("load_stamp_pool", p.load_stamp_pool as u64, 1..=64) as usize,
+            load_stamp_max_fresh_share: f.number("load_stamp_max_fresh_share", p.load_stamp_max_fresh_share, 0.0, 1.0),
+        },
+        endpoint_ttl_ms: f.integer("endpoint_ttl_ms", d.endpoint_ttl_ms, 1_000..=86_400_000),
+        max_clusters: f.integer("max_clusters", d.max_clusters as u64, 1..=10_000) as usize,
+        max_endpoints_per_cluster: f.integer(
+            "max_endpoints_per_cluster",
+            d.max_endpoints_per_cluster as u64,
+            1..=100_000,
+        ) as usize,
+        sync_interval_ms: f.integer("sync_interval_ms", d.sync_interval_ms, 10..=10_000),
+        aggregator: match f.object("aggregator") {
+            None => None,
+            Some(agg) => {
+                let aggregator = parse_aggregator(agg);
+                f.kept(aggregator)
+            }
+        },
+        reporter_id: f.optional_string("reporter_id", 253),
+        per_endpoint_metrics: f.boolean("per_endpoint_metrics", d.per_endpoint_metrics),
+        grpc_failure_codes: code_list(&mut f, "grpc_failure_codes", &d.grpc_failure_codes),
+        inflight_bound_ms: f.integer("inflight_bound_ms", d.inflight_bound_ms, 1_000..=86_400_000),
+    };
+    f.reject_unknown()?;
+    if config.role == FilterRole::Server && config.aggregator.is_some() {
+        return Err(f.error(
+            "aggregator",
+            "not used with role \"server\" (a server-role filter never reports); remove it".into(),
+        ));
+    }
+    Ok(config)
+}
+
+fn parse_aggregator(members: &[(String, Value)]) -> Result<AggregatorConfig, FieldError> {
+    let mut f = Fields::new("aggregator.", members);
+    let cluster = f.required_string("cluster", 512);
+    let config = AggregatorConfig {
+        authority: f.string("authority", "tailweight-aggregator", 253),
+        path: f.string("path", REPORT_PATH, 256),
+        timeout_ms: f.integer("timeout_ms", 500, 10..=60_000),
+        report_interval_ms: f.integer("report_interval_ms", 1_000, 100..=10_000),
+        shard_header: header_name(&mut f, "shard_header", SHARD_HEADER),
+        cluster,
+    };
+    f.finish()?;
+    if !config.path.starts_with('/') {
+        return Err(f.error("path", format!("expected a path starting with '/', got {}", json::quoted(&config.path))));
+    }
+    f.reject_unknown()?;
+    Ok(config)
+}
+
+/// Why a plugin configuration was refused; displays as one line naming the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    NotUtf8,
+    /// The JSON parser's reason.
+    NotJson(String),
+    /// What the configuration is instead ("an array", ...).
+    NotAnObject(&'static str),
+    /// A field (`aggregator.` before the aggregator's) and what is wrong with it.
+    Field {
+        field: String,
+        problem: String,
+    },
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigError::NotUtf8 => f.write_str("configuration is not UTF-8"),
+            ConfigError::NotJson(reason) => write!(f, "configuration is not valid JSON: {reason}"),
+            ConfigError::NotAnObject(got) => write!(f, "configuration: expected a JSON object, got {got}"),
+            ConfigError::Field { field, problem } => write!(f, "field `{field}`: {problem}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl From<FieldError> for ConfigError {
+    fn from(e: FieldError) -> Self {
+        ConfigError::Field { field: e.field, problem: e.problem }
+    }
+}
+
+/// `role`: "client" or "server" (a bad one is noted in `f` and reads as "client").
+fn role(f: &mut Fields) -> FilterRole {
+    match f.string("role", "client", 16).as_str() {
+        "client" => FilterRole::Client,
+        "server" => FilterRole::Server,
+        other => {
+            f.fail(f.unexpected("role", "\"client\" or \"server\"", &Value::String(other.to_string())));
+            FilterRole::Client
+        }
+    }
+}
+
+/// An HTTP header name: lower case token characters (Envoy's header maps are lower case). A bad one
+/// is noted in `f` and reads as `default`.
+fn header_name(f: &mut Fields, key: &'static str, default: &str) -> String {
+    let name = f.string(key, default, 128);
+    let valid = name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && !name.starts_with(':');
+    if valid {
+        return name;
+    }
+    f.fail(f.unexpected(key, "a lower-case header name (a-z, 0-9, '-', '_')", &Value::String(name)));
+    default.to_string()
+}
+
+/// A list of gRPC status codes (0..=16), each at most once. A bad one is noted in `f` and reads as
+/// `default`.
+fn code_list(f: &mut Fields, key: &'static str, default: &[u32]) -> Vec<u32> {
+    let expected = "a list of distinct gRPC status codes (integers 0..=16)";
+    let bad = match f.get(key) {
+        None => return default.to_vec(),
+        Some(Value::Array(items)) => {
+            let mut codes = Vec::with_capacity(items.len());
+            let mut bad = None;
+            for item in items {
+                match item.as_u64() {
+                    Some(c) if c <= 16 && !codes.contains(&(c as u32)) => codes.push(c as u32),
+                    _ => {
+                        bad = Some(item);
+                        break;
+                    }
+                }
+            }
+            match bad {
+                None => return codes,
+                Some(item) => item,
+            }
+        }
+        Some(other) => other,
+    };
+    f.fail(f.unexpected(key, expected, bad));
+    default.to_vec()
+}
+
+/// Is `s` acceptable as an override header value we did not write ourselves? (`ip:port[,ip:port...]`)
+pub fn is_override_value(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 1024 && s.split(',').all(|a| is_endpoint_address(a.trim()))
+}
+
+#[cfg(test)]
+mod tests;

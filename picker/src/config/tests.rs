@@ -1,0 +1,166 @@
+use super::*;
+
+#[test]
+fn empty_or_null_is_all_defaults() {
+    assert_eq!(FilterConfig::parse(b"").unwrap(), FilterConfig::default());
+    assert_eq!(FilterConfig::parse(b"  \n").unwrap(), FilterConfig::default());
+    assert_eq!(FilterConfig::parse(b"null").unwrap(), FilterConfig::default());
+    assert_eq!(FilterConfig::parse(b"{}").unwrap(), FilterConfig::default());
+}
+
+#[test]
+fn full_configuration() {
+    let c = FilterConfig::parse(
+        br#"{
+          "header": "x-pick", "trust_incoming_header": true, "retry_choices": 2,
+          "clusters": ["a", "b"], "explore_ratio": 0.05, "latency_decay_ms": 500,
+          "default_latency_ms": 10, "stale_after_ms": 2000, "error_penalty": 4,
+          "failure_latency_ms": 250, "use_global_view": false, "endpoint_ttl_ms": 30000,
+          "max_clusters": 8, "max_endpoints_per_cluster": 100, "sync_interval_ms": 100,
+          "reporter_id": "pod-1.ns", "per_endpoint_metrics": true,
+          "grpc_failure_codes": [14, 13], "inflight_bound_ms": 5000, "failure_decay_ms": 500,
+          "probe_interval_ms": 100, "recovery_ramp_ms": 2000, "slow_start_ms": 0,
+          "load_stamp_max_age_ms": 40, "load_stamp_pool": 4, "load_stamp_max_fresh_share": 0.5,
+          "role": "client",
+          "aggregator": {"cluster": "agg", "authority": "agg.local", "path": "/r",
+                         "timeout_ms": 200, "report_interval_ms": 500, "shard_header": "x-s"}
+        }"#,
+    )
+    .unwrap();
+    assert_eq!((c.role, c.header.as_str()), (FilterRole::Client, "x-pick"));
+    assert!(c.trust_incoming_header);
+    assert_eq!(c.retry_choices, 2);
+    assert!(c.steers("a") && !c.steers("c"));
+    assert_eq!(c.pick.explore_ratio, 0.05);
+    assert_eq!(c.pick.latency_decay_us, 500_000.0);
+    assert_eq!(c.pick.default_latency_us, 10_000.0);
+    assert_eq!(c.pick.stale_after_us, 2_000_000);
+    assert_eq!(c.pick.failure_latency_us, 250_000.0);
+    assert!(!c.pick.use_global_view);
+    assert_eq!(c.sync_interval_ms, 100);
+    assert_eq!((c.grpc_failure_codes.as_slice(), c.inflight_bound_ms), (&[14, 13][..], 5_000));
+    assert_eq!((c.pick.failure_decay_us, c.pick.probe_interval_us), (500_000.0, 100_000));
+    assert_eq!((c.pick.recovery_ramp_us, c.pick.slow_start_us), (2_000_000, 0));
+    assert_eq!((c.pick.load_stamp_max_age_us, c.pick.load_stamp_pool), (40_000, 4));
+    assert_eq!(c.pick.load_stamp_max_fresh_share, 0.5);
+    let a = c.aggregator.unwrap();
+    assert_eq!((a.cluster.as_str(), a.authority.as_str(), a.path.as_str()), ("agg", "agg.local", "/r"));
+    assert_eq!((a.timeout_ms, a.report_interval_ms, a.shard_header.as_str()), (200, 500, "x-s"));
+}
+
+#[test]
+fn the_server_role_is_chosen_by_name() {
+    let c = FilterConfig::parse(br#"{"role": "server", "sync_interval_ms": 50}"#).unwrap();
+    assert_eq!((c.role, c.sync_interval_ms), (FilterRole::Server, 50));
+    assert_eq!(FilterConfig::default().role, FilterRole::Client);
+    assert!(FilterRole::Server.contradicted_by(2) && FilterRole::Client.contradicted_by(1));
+    for direction in [0, 1, 3] {
+        assert!(!FilterRole::Server.contradicted_by(direction), "{direction}");
+    }
+    for direction in [0, 2, 3] {
+        assert!(!FilterRole::Client.contradicted_by(direction), "{direction}");
+    }
+}
+
+#[test]
+fn aggregator_defaults() {
+    let c = FilterConfig::parse(br#"{"aggregator": {"cluster": "outbound|8080||agg"}}"#).unwrap();
+    let a = c.aggregator.unwrap();
+    assert_eq!(a.path, "/v1/report");
+    assert_eq!(a.report_interval_ms, 1000);
+    assert_eq!(a.shard_header, "x-tailweight-shard");
+}
+
+#[test]
+fn every_error_names_the_field() {
+    for (input, message) in [
+        ("[1]", "configuration: expected a JSON object, got an array"),
+        ("{", "configuration is not valid JSON"),
+        (r#"{"explore_ratio": 2}"#, "field `explore_ratio`: expected a number in 0..=0.5, got 2"),
+        (r#"{"explore_ratio": "0.1"}"#, "field `explore_ratio`: expected a number in 0..=0.5, got \"0.1\""),
+        (r#"{"retry_choices": -1}"#, "field `retry_choices`: expected an integer in 0..=4, got -1"),
+        (r#"{"retry_choices": 1.5}"#, "field `retry_choices`: expected an integer in 0..=4, got 1.5"),
+        (r#"{"header": "X-Bad Header"}"#, "field `header`: expected a lower-case header name"),
+        (r#"{"header": ""}"#, "field `header`: expected a non-empty string"),
+        (r#"{"trust_incoming_header": "yes"}"#, "field `trust_incoming_header`: expected true or false"),
+        (r#"{"clusters": "a"}"#, "field `clusters`: expected a list"),
+        (r#"{"clusters": [1]}"#, "field `clusters`: expected a list of at most 256 non-empty strings, got 1"),
+        (r#"{"sync_interval_ms": 1}"#, "field `sync_interval_ms`: expected an integer in 10..=10000, got 1"),
+        (r#"{"aggregator": 5}"#, "field `aggregator`: expected an object, got 5"),
+        (r#"{"aggregator": {}}"#, "field `aggregator.cluster`: required"),
+        (r#"{"aggregator": {"cluster": "a", "report_interval_ms": 50}}"#, "field `aggregator.report_interval_ms`"),
+        (
+            r#"{"aggregator": {"cluster": "a", "path": "v1"}}"#,
+            "field `aggregator.path`: expected a path starting with '/'",
+        ),
+        (r#"{"aggregator": {"cluster": "a", "clutser": 1}}"#, "field `aggregator.clutser`: unknown field"),
+        (r#"{"explore_ration": 0.1}"#, "field `explore_ration`: unknown field (known: "),
+        (
+            r#"{"grpc_failure_codes": [14, 17]}"#,
+            "field `grpc_failure_codes`: expected a list of distinct gRPC status codes (integers 0..=16), got 17",
+        ),
+        (
+            r#"{"grpc_failure_codes": [14, 14]}"#,
+            "field `grpc_failure_codes`: expected a list of distinct gRPC status codes",
+        ),
+        (r#"{"grpc_failure_codes": "14"}"#, "field `grpc_failure_codes`: expected a list"),
+        (r#"{"inflight_bound_ms": 10}"#, "field `inflight_bound_ms`: expected an integer in 1000..=86400000"),
+        (r#"{"role": "severs"}"#, "field `role`: expected \"client\" or \"server\", got \"severs\""),
+        (r#"{"role": 1}"#, "field `role`: expected a non-empty string of at most 16 bytes, got 1"),
+        (r#"{"role": "server", "aggregator": {"cluster": "a"}}"#, "field `aggregator`: not used with role \"server\""),
+        (r#"{"load_stamp_pool": 0}"#, "field `load_stamp_pool`: expected an integer in 1..=64, got 0"),
+        (r#"{"load_stamp_max_fresh_share": 2}"#, "field `load_stamp_max_fresh_share`: expected a number in 0..=1"),
+        (r#"{"load_stamp_max_age_ms": 1e9}"#, "field `load_stamp_max_age_ms`: expected an integer in 0..=10000"),
+        // Several bad fields: the first read is reported, before any unknown one.
+        (r#"{"explore_ratio": 2, "retry_choices": 9, "typo": 1}"#, "field `retry_choices`: expected an integer"),
+        (r#"{"typo": 1, "header": "X", "role": "x"}"#, "field `role`: expected \"client\" or \"server\""),
+        (r#"{"aggregator": {"path": "v1", "timeout_ms": 1}}"#, "field `aggregator.cluster`: required"),
+        (r#"{"aggregator": {"cluster": "a", "path": "v1", "timeout_ms": 1}}"#, "field `aggregator.timeout_ms`"),
+        (r#"{"aggregator": {"cluster": "a", "path": "v1", "x": 1}}"#, "field `aggregator.path`: expected a path"),
+        (r#"{"aggregator": {"cluster": 1}, "inflight_bound_ms": 1}"#, "field `aggregator.cluster`: expected a"),
+    ] {
+        let err = FilterConfig::parse(input.as_bytes()).unwrap_err().to_string();
+        assert!(err.contains(message), "{input}: expected {message:?} in {err:?}");
+    }
+}
+
+#[test]
+fn long_strings_are_summarised_in_errors() {
+    let input = format!(r#"{{"header": "{}"}}"#, "A".repeat(500));
+    let err = FilterConfig::parse(input.as_bytes()).unwrap_err().to_string();
+    assert!(err.contains("a string of 500 bytes"), "{err}");
+}
+
+#[test]
+fn an_unknown_field_with_a_newline_is_named_on_one_line() {
+    // Found by fuzzing.
+    let err = FilterConfig::parse(b"{\"e\\nrror\": 1}").unwrap_err().to_string();
+    assert!(err.starts_with("field `e\\nrror`: unknown field") && !err.contains('\n'), "{err}");
+}
+
+#[test]
+fn non_utf8_is_rejected() {
+    assert_eq!(FilterConfig::parse(b"\xff").unwrap_err().to_string(), "configuration is not UTF-8");
+}
+
+#[test]
+fn errors_name_their_field_as_data_too() {
+    let err = FilterConfig::parse(br#"{"aggregator": {"cluster": "a", "timeout_ms": 1}}"#).unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::Field {
+            field: "aggregator.timeout_ms".into(),
+            problem: "expected an integer in 10..=60000, got 1".into()
+        }
+    );
+    assert_eq!(FilterConfig::parse(b"true").unwrap_err(), ConfigError::NotAnObject("a boolean"));
+}
+
+#[test]
+fn override_values() {
+    assert!(is_override_value("10.0.0.1:80"));
+    assert!(is_override_value("10.0.0.1:80, 10.0.0.2:80"));
+    assert!(!is_override_value("10.0.0.1:80,"));
+    assert!(!is_override_value("evil.example.com:80"));
+    assert!(!is_override_value(""));
+}

@@ -1,0 +1,316 @@
+//! What one worker knows about one upstream endpoint: its own observations, what the other workers
+//! of the same proxy saw (shared data), and the aggregator's view of all proxies.
+//!
+//! The per-request score uses only this proxy's own knowledge (its workers' in-flight counts and
+//! latency samples). The aggregator's view is up to a report interval old and the same for every
+//! proxy: scoring requests with its instantaneous in-flight counts or queueing latencies sends all
+//! proxies to the same "idle" endpoints until the next view (the herd effect of stale shared load
+//! information; measured in sim/README.md). It steers through the sampling weights instead.
+
+use crate::config::PickParams;
+use crate::health::{Health, HealthChange};
+use crate::inflight::Inflight;
+use crate::outcome::ResponseClass;
+use crate::stamp_record::StampRecord;
+use tailweight_math::ewma::PeakEwma;
+use tailweight_wire::orca::OrcaLoad;
+
+/// Weight given to an endpoint whose aggregator weight is zero or missing in sampling.
+const MIN_SAMPLING_WEIGHT: f64 = 1e-3;
+
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub address: String,
+    pub local: LocalStats,
+    pub siblings: SiblingStats,
+    /// From the aggregator; only used while the cluster's view is fresh.
+    pub global: Option<GlobalStats>,
+    /// Whether it answers (failures, suspension, absence, ramps): see `health`.
+    pub health: Health,
+    /// Last time it answered a request well here (or a sibling worker saw it do so): the only
+    /// evidence that keeps it tracked. A view from the aggregator never refreshes it.
+    pub last_success_us: u64,
+    /// Last time any response here was attributed to it: reports carry endpoints with recent ones.
+    pub last_response_us: u64,
+    /// The latest server-side load stamp this worker got from it (see `stamp`).
+    pub stamp: Option<StampRecord>,
+}
+
+/// Observations of this worker. Counters are cumulative (reports carry them as they are).
+#[derive(Debug, Clone, Default)]
+pub struct LocalStats {
+    /// Requests waiting for their first response headers (see `inflight`).
+    pub inflight: Inflight,
+    pub requests: u64,
+    pub errors: u64,
+    pub latency_sum_us: u64,
+    /// Peak-EWMA of the time to first response headers of successful requests.
+    pub latency: Option<PeakEwma>,
+    /// ORCA utilisation and when it was received.
+    pub cpu: Option<(f64, u64)>,
+}
+
+/// The other workers of this proxy, as of their last publication.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SiblingStats {
+    pub inflight: u32,
+    /// Freshest sibling latency estimate and the time of its last sample.
+    pub latency: Option<(f64, u64)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GlobalStats {
+    pub weight: f64,
+    /// Requests in flight to it from all proxies as they last reported (with load stamps only:
+    /// what a pick expects there when it has no fresh stamp; see `Endpoint::stamped_score`).
+    pub inflight: f64,
+    /// All proxies' mean latency: only a cluster-wide prior (see `Cluster::refresh_prior`).
+    pub latency_us: f64,
+    pub ejected: bool,
+}
+
+impl Endpoint {
+    /// An endpoint that just served a request well (the only way one is learned).
+    pub fn new(address: &str, now_us: u64) -> Self {
+        Endpoint {
+            address: address.to_string(),
+            local: LocalStats::default(),
+            siblings: SiblingStats::default(),
+            global: None,
+            health: Health::default(),
+            last_success_us: now_us,
+            last_response_us: now_us,
+            stamp: None,
+        }
+    }
+
+    /// Record a response this endpoint gave (or a failed attempt on it). Failures never enter the
+    /// latency estimate: they count through the failure ratio (see `score`).
+    pub fn record(
+        &mut self,
+        class: ResponseClass,
+        latency_us: u64,
+        load: Option<OrcaLoad>,
+        now_us: u64,
+        p: &PickParams,
+    ) -> HealthChange {
+        let l = &mut self.local;
+        l.requests += 1;
+        if class.is_success() {
+            l.latency_sum_us = l.latency_sum_us.saturating_add(latency_us);
+            match &mut l.latency {
+                Some(ewma) => ewma.observe(latency_us as f64, now_us, p.latency_decay_us),
+                None => l.latency = Some(PeakEwma::new(latency_us as f64, now_us)),
+            }
+            self.last_success_us = self.last_success_us.max(now_us);
+        } else {
+            l.errors += 1;
+        }
+        if let Some(cpu) = load.and_then(|o| o.utilization()) {
+            l.cpu = Some((cpu, now_us));
+        }
+        self.last_response_us = self.last_response_us.max(now_us);
+        self.health.record(class, now_us, &p.health_times())
+    }
+
+    /// Latency to expect: the freshest of this worker's and its siblings' estimates while fresh,
+    /// else the cluster's prior.
+    pub fn expected_latency_us(&self, now_us: u64, p: &PickParams, prior_us: f64) -> f64 {
+        self.fresh_latency_us(now_us, p).unwrap_or(prior_us)
+    }
+
+    /// Requests in flight from this proxy: this worker's and its siblings'.
+    pub fn load(&self) -> f64 {
+        f64::from(self.local.inflight.count()) + f64::from(self.siblings.inflight)
+    }
+
+    /// Expected cost of sending one more request here, lower is better:
+    /// `(in flight + 1) x (latency + failure_latency x f) x (1 + error_penalty x f)`, with `f` the
+    /// recent failure ratio (see `health`). A failure costs at least `failure_latency` of expected
+    /// wait, so failing fast never looks fast, and the cost fades as the failures do.
+    pub fn score(&self, now_us: u64, p: &PickParams, prior_us: f64) -> f64 {
+        let f = self.health.failure_ratio(now_us, &p.health_times());
+        (self.load() + 1.0)
+            * (self.expected_latency_us(now_us, p, prior_us) + p.failure_latency_us * f)
+            * (1.0 + p.error_penalty * f)
+    }
+
+    /// With load stamps, the expected cost of one more request here, lower is better:
+    /// `(q + 1) x u x (1 + error_penalty x f)` with `f` the recent failure ratio; `q` the requests at
+    /// the endpoint: a fresh stamp's plus what this worker sent since, else (fresh view) the view's
+    /// in-flight from all proxies, else this proxy's own; `u` the time one request holds it: 1 / its
+    /// view weight (the weight is capacity relative to the cluster's mean) while the view is fresh,
+    /// else its expected latency. A shared, second-old in-flight count only sets the bar a fresh
+    /// stamp must beat: two endpoints are never ranked by it (that herds; see the module docs).
+    pub fn stamped_score(&self, now_us: u64, p: &PickParams, view_fresh: bool, prior_us: f64) -> f64 {
+        let f = self.health.failure_ratio(now_us, &p.health_times());
+        let global = self.global.filter(|_| view_fresh);
+        let stamped = self.stamp.filter(|s| s.fresh(now_us, p.load_stamp_max_age_us));
+        let prior_q = match global {
+            Some(g) => g.inflight.max(0.0),
+            None => self.load(),
+        };
+        let q = stamped.map_or(prior_q, |s| f64::from(s.queue()));
+        let u = match global {
+            Some(g) => 1.0 / g.weight.max(MIN_SAMPLING_WEIGHT),
+            None if view_fresh => 1.0,
+            None => self.expected_latency_us(now_us, p, prior_us),
+        };
+        (q + 1.0) * u * (1.0 + p.error_penalty * f)
+    }
+
+    /// Its weight in the draw of candidates: the aggregator's while the view is fresh (an ejected
+    /// endpoint 0, unless its last answer here was a good one: this worker's own evidence is newer
+    /// than the view's), else 1; times its health's factor (0 while suspended or absent, a ramp's
+    /// share).
+    pub fn sampling_weight(&self, global_fresh: bool, now_us: u64) -> f64 {
+        let base = match self.global {
+            Some(g) if global_fresh => {
+                if g.ejected && self.last_success_us < self.last_response_us {
+                    0.0
+                } else {
+                    g.weight.max(MIN_SAMPLING_WEIGHT)
+                }
+            }
+            _ => 1.0,
+        };
+        base * self.health.weight_factor(now_us)
+    }
+
+    /// The freshest of this worker's and its siblings' latency estimates, if sampled within
+    /// `stale_after`.
+    pub fn fresh_latency_us(&self, now_us: u64, p: &PickParams) -> Option<f64> {
+        let local = self.local.latency.map(|e| (e.value_us(), e.stamp_us()));
+        let freshest = match (local, self.siblings.latency) {
+            (Some(a), Some(b)) => Some(if b.1 > a.1 { b } else { a }),
+            (a, b) => a.or(b),
+        };
+        freshest.filter(|(_, stamp)| now_us.saturating_sub(*stamp) < p.stale_after_us).map(|(v, _)| v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::Availability;
+
+    const OK: ResponseClass = ResponseClass::Success;
+    const FAIL: ResponseClass = ResponseClass::Failure;
+
+    fn params() -> PickParams {
+        PickParams { failure_latency_us: 100_000.0, stale_after_us: 1_000_000, ..PickParams::default() }
+    }
+
+    #[test]
+    fn success_updates_counters_latency_and_last_success() {
+        let mut e = Endpoint::new("10.0.0.1:80", 0);
+        e.record(OK, 2_000, None, 10, &params());
+        e.record(OK, 4_000, None, 20, &params());
+        assert_eq!((e.local.requests, e.local.errors, e.local.latency_sum_us), (2, 0, 6_000));
+        assert_eq!(e.local.latency.unwrap().value_us(), 4_000.0, "peak rises at once");
+        assert_eq!((e.last_success_us, e.last_response_us), (20, 20));
+    }
+
+    #[test]
+    fn a_failure_is_counted_but_stays_out_of_the_latency_estimate_and_keeps_nothing_alive() {
+        let mut e = Endpoint::new("10.0.0.1:80", 0);
+        e.record(OK, 2_000, None, 5, &params());
+        e.record(FAIL, 50, None, 10, &params());
+        assert_eq!((e.local.requests, e.local.errors, e.local.latency_sum_us), (2, 1, 2_000));
+        assert_eq!(e.local.latency.unwrap().value_us(), 2_000.0);
+        assert!(e.health.failure_ratio(10, &params().health_times()) > 0.0);
+        assert_eq!(e.last_success_us, 5, "a failure does not keep an endpoint alive");
+        assert_eq!(e.last_response_us, 10, "but it is reported");
+    }
+
+    #[test]
+    fn score_is_inflight_plus_one_times_latency() {
+        let p = params();
+        let mut e = Endpoint::new("10.0.0.1:80", 0);
+        e.record(OK, 1_000, None, 0, &p);
+        for _ in 0..3 {
+            e.local.inflight.add(0);
+        }
+        assert_eq!(e.score(0, &p, 5_000.0), 4.0 * 1_000.0);
+        e.siblings.inflight = 2;
+        assert_eq!(e.score(0, &p, 5_000.0), 6.0 * 1_000.0);
+    }
+
+    #[test]
+    fn the_aggregators_counts_and_latency_never_enter_the_score() {
+        let p = params();
+        let mut e = Endpoint::new("10.0.0.1:80", 0);
+        e.record(OK, 1_000, None, 0, &p);
+        let own = e.score(0, &p, 5_000.0);
+        e.global = Some(GlobalStats { weight: 3.0, inflight: 9.0, latency_us: 70_000.0, ejected: false });
+        assert_eq!(e.score(0, &p, 5_000.0), own);
+        assert_eq!(own, 1_000.0);
+    }
+
+    #[test]
+    fn stale_local_latency_yields_to_the_prior() {
+        let p = params();
+        let mut e = Endpoint::new("10.0.0.1:80", 0);
+        e.record(OK, 1_000, None, 0, &p);
+        e.global = Some(GlobalStats { weight: 1.0, inflight: 0.0, latency_us: 7_000.0, ejected: false });
+        let later = p.stale_after_us + 1;
+        assert_eq!(e.expected_latency_us(later, &p, 5_000.0), 5_000.0);
+        assert_eq!(e.expected_latency_us(later - 2, &p, 5_000.0), 1_000.0, "fresh local wins");
+    }
+
+    #[test]
+    fn fresher_sibling_estimate_wins() {
+        let p = params();
+        let mut e = Endpoint::new("10.0.0.1:80", 0);
+        e.record(OK, 1_000, None, 0, &p);
+        e.siblings.latency = Some((3_000.0, 500));
+        assert_eq!(e.expected_latency_us(600, &p, 0.0), 3_000.0);
+        assert_eq!(e.fresh_latency_us(600, &p), Some(3_000.0));
+    }
+
+    #[test]
+    fn failures_add_their_cost_and_fade_when_idle() {
+        let p = params();
+        let mut e = Endpoint::new("10.0.0.1:80", 0);
+        e.record(OK, 1_000, None, 0, &p);
+        let healthy = e.score(0, &p, 0.0);
+        let mut bad = e.clone();
+        bad.record(ResponseClass::Overload, 10, None, 0, &p);
+        let f = bad.health.failure_ratio(0, &p.health_times());
+        assert!((f - crate::health::FAILURE_MIN_STEP).abs() < 1e-12);
+        assert_eq!(bad.score(0, &p, 0.0), (1_000.0 + p.failure_latency_us * f) * (1.0 + p.error_penalty * f));
+        assert!(bad.score(0, &p, 0.0) > 10.0 * healthy, "a fast failure is expensive");
+        // Ten failure time constants later the cost is all but gone.
+        let later = 10 * p.failure_decay_us as u64;
+        assert!(bad.score(later, &p, 1_000.0) < 1.01 * 1_000.0);
+    }
+
+    #[test]
+    fn orca_cpu_is_kept_with_its_time() {
+        let mut e = Endpoint::new("10.0.0.1:80", 0);
+        let load = OrcaLoad { cpu_utilization: Some(0.7), ..Default::default() };
+        e.record(OK, 1_000, Some(load), 42, &params());
+        assert_eq!(e.local.cpu, Some((0.7, 42)));
+    }
+
+    #[test]
+    fn sampling_weight_is_the_fresh_view_times_health() {
+        let p = params();
+        let mut e = Endpoint::new("10.0.0.1:80", 0);
+        assert_eq!(e.sampling_weight(true, 0), 1.0);
+        e.global = Some(GlobalStats { weight: 2.0, inflight: 0.0, latency_us: 0.0, ejected: false });
+        assert_eq!(e.sampling_weight(true, 0), 2.0);
+        assert_eq!(e.sampling_weight(false, 0), 1.0);
+        e.global.as_mut().unwrap().ejected = true;
+        assert_eq!(e.sampling_weight(true, 0), 2.0, "its last answer here was good: trusted over the view");
+        e.record(FAIL, 0, None, 1, &p);
+        assert_eq!(e.sampling_weight(true, 1), 0.0, "ejected, and it failed here last");
+        e.global.as_mut().unwrap().weight = 0.0;
+        e.global.as_mut().unwrap().ejected = false;
+        assert_eq!(e.sampling_weight(true, 1), 1e-3);
+        // Suspended after a run of failures: not drawn at all.
+        e.record(FAIL, 0, None, 2, &p);
+        assert!(matches!(e.health.availability(), Availability::Suspended { .. }));
+        assert_eq!(e.sampling_weight(false, 2), 0.0);
+    }
+}

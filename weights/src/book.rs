@@ -1,0 +1,448 @@
+//! The weight book: takes reports in (within the caps), recomputes weights, expires what went
+//! silent, and tells what it decided. The formulas live beside the steps that use them (see the
+//! crate docs); this is the book's state and the order of the steps, each in its own module:
+//! `admission`, `ingest`, `recompute`, `expiry`, `reply_plan`.
+
+use crate::admission::{Holdings, Sender};
+use crate::decision::{ClusterDecision, EndpointDecision};
+use crate::expiry;
+use crate::ingest::{self, Entering};
+use crate::memory::{PRINCIPAL, REPORTER, ROUTE};
+use crate::params::WeightParams;
+use crate::recompute::{self, Scratch};
+use crate::record::{ClusterRecord, PrincipalRecord, ReporterRecord, Totals};
+use crate::rejection::Rejection;
+use crate::reply_plan::{self, ReplyPlan};
+use crate::route::Route;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use tailweight_wire::protocol;
+use tailweight_wire::reply::Reply;
+use tailweight_wire::report::Report;
+
+/// Sizes of the book, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub principals: usize,
+    pub reporters: usize,
+    pub clusters: usize,
+    pub endpoints: usize,
+    pub observations: usize,
+    pub cpu_entries: usize,
+    /// What the book holds, as `memory.rs` counts it.
+    pub bytes: usize,
+}
+
+/// A report's reporter as `WeightBook::enter_incarnation` found or entered it.
+struct Entered {
+    id: u64,
+    /// The name's other incarnations (of the same principal), by id, with their cut expiry times.
+    superseded: Option<Vec<(u64, u64)>>,
+    routes: Vec<Route>,
+}
+
+/// The principal every report of [`WeightBook::ingest`] comes from.
+pub const TRUSTED_PRINCIPAL: &str = "";
+
+#[derive(Debug)]
+pub struct WeightBook {
+    params: WeightParams,
+    clusters: HashMap<String, ClusterRecord>,
+    /// By name; each name's live incarnations, of any principal, the one that reported last first
+    /// (usually just one: more when a reporter restarted within its ttl, when several processes
+    /// share a name, or when several principals use it).
+    reporters: HashMap<String, Vec<ReporterRecord>>,
+    /// Live incarnations in all (what `max_reporters` bounds).
+    reporter_count: usize,
+    next_reporter_id: u64,
+    next_layout: u64,
+    /// By the book's id, and the ids by name.
+    principals: HashMap<u32, PrincipalRecord>,
+    principal_ids: HashMap<String, u32>,
+    next_principal: u32,
+    external_cpu: HashMap<IpAddr, (f64, u64)>,
+    observations: usize,
+    /// See `memory.rs`.
+    bytes: usize,
+    scratch: Scratch,
+}
+
+impl WeightBook {
+    pub fn new(params: WeightParams) -> Self {
+        WeightBook {
+            params,
+            clusters: HashMap::new(),
+            reporters: HashMap::new(),
+            reporter_count: 0,
+            next_reporter_id: 0,
+            next_layout: 1,
+            principals: HashMap::new(),
+            principal_ids: HashMap::new(),
+            next_principal: 0,
+            external_cpu: HashMap::new(),
+            observations: 0,
+            bytes: 0,
+            scratch: Scratch::default(),
+        }
+    }
+
+    pub fn params(&self) -> &WeightParams {
+        &self.params
+    }
+
+    pub fn counts(&self) -> Counts {
+        Counts {
+            principals: self.principals.len(),
+            reporters: self.reporter_count,
+            clusters: self.clusters.len(),
+            endpoints: self.clusters.values().map(|c| c.endpoints.len()).sum(),
+            observations: self.observations,
+            cpu_entries: self.external_cpu.len(),
+            bytes: self.bytes,
+        }
+    }
+
+    /// [`WeightBook::ingest_as`] with every report from one trusted principal (the simulator, and
+    /// setups that trust report bodies wholesale): reporters then bound each other only as
+    /// reporters (`merge.rs`).
+    pub fn ingest(&mut self, report: &Report, now_us: u64) -> Result<(), Rejection> {
+        self.ingest_as(report, TRUSTED_PRINCIPAL, now_us)
+    }
+
+    /// Merge one already-validated report received at `now_us` from `principal`, the identity the
+    /// caller vouches for (a mesh identity; the report's own `reporter` where bodies are trusted).
+    /// A principal is one voice however many reporter names and incarnations it uses
+    /// (`consensus.rs`), and holds at most `principal_share` of each cap. Err = refused by a cap or
+    /// quota (`admission.rs`); a refused report changes nothing. O(endpoints in the report).
+    pub fn ingest_as(&mut self, report: &Report, principal: &str, now_us: u64) -> Result<(), Rejection> {
+        let known_principal = self.principal_ids.get(principal).copied();
+        self.admit(report, known_principal, principal)?;
+        let principal = match known_principal {
+            Some(id) => id,
+            None => self.enter_principal(principal),
+        };
+        let p = &self.params;
+        let interval_us = p.interval_us(report.interval_ms);
+        let ttl_us = ((interval_us as f64 * p.reporter_ttl_intervals) as u64).max(p.min_reporter_ttl_us);
+        let expires_us = now_us.saturating_add(ttl_us);
+        let Entered { id, superseded, mut routes } =
+            self.enter_incarnation(report, principal, interval_us, expires_us, now_us);
+        let WeightBook { clusters, principals, observations, next_layout, bytes, .. } = self;
+        let Some(record) = principals.get_mut(&principal) else { return Ok(()) };
+        let (route_bytes, now_route_bytes) = (ROUTE.of(0) * routes.len(), ROUTE.of(0) * report.clusters.len());
+        *bytes = (*bytes + now_route_bytes).saturating_sub(route_bytes);
+        record.bytes = (record.bytes + now_route_bytes).saturating_sub(route_bytes);
+        routes.resize_with(report.clusters.len(), Route::default);
+        let who = Entering {
+            id,
+            principal,
+            incarnation: report.incarnation,
+            superseded: superseded.as_deref(),
+            interval_us,
+            expires_us,
+            now_us,
+        };
+        let mut totals = Totals { observations, bytes, next_layout };
+        for (c, route) in report.clusters.iter().zip(routes.iter_mut()) {
+            ingest::enter_cluster(clusters, c, route, record, &mut totals, &who);
+        }
+        if let Some(r) = self.reporters.get_mut(&report.reporter).and_then(|list| list.first_mut()) {
+            r.routes = routes;
+        }
+        Ok(())
+    }
+
+    /// Check the caps and the principal's quotas before touching anything (`admission.rs`).
+    fn admit(&self, report: &Report, principal: Option<u32>, principal_name: &str) -> Result<(), Rejection> {
+        let holdings = Holdings {
+            params: &self.params,
+            clusters: &self.clusters,
+            reporters: self.reporter_count,
+            observations: self.observations,
+            bytes: self.bytes,
+        };
+        let sender = Sender {
+            principal,
+            record: principal.and_then(|id| self.principals.get(&id)),
+            principal_name,
+            known: principal.and_then(|id| self.reporter(&report.reporter, id, Some(report.incarnation))),
+        };
+        holdings.admit(report, &sender)
+    }
+
+    /// A new principal's id (ids are reused only once nothing in the book refers to them).
+    fn enter_principal(&mut self, name: &str) -> u32 {
+        while self.principals.contains_key(&self.next_principal) {
+            self.next_principal = self.next_principal.wrapping_add(1);
+        }
+        let id = self.next_principal;
+        self.next_principal = self.next_principal.wrapping_add(1);
+        self.principals.insert(id, PrincipalRecord::default());
+        self.principal_ids.insert(name.to_string(), id);
+        self.bytes += PRINCIPAL.of(name.len());
+        id
+    }
+
+    /// The book's id of the report's (principal, name, incarnation), entered if new and made the
+    /// name's first (the one that reported last), with `interval_us` and `expires_us` as of this
+    /// report; for a new incarnation of a name the principal already uses, those other
+    /// incarnations' ids and their cut ttls; and its routes, taken out (`ingest_as` puts them back).
+    ///
+    /// A reporter is a (principal, name, incarnation): a new incarnation is a restart, or another
+    /// process under the same name. Its counters are its own either way (taking differences across
+    /// processes would reset every window). The principal's other incarnations of the name stop
+    /// counting after one more of their intervals unless they report again: a restarted reporter's
+    /// old self fades once its successor has a window, while a live twin renews itself with its
+    /// next report. Another principal using the name changes nothing for this one.
+    fn enter_incarnation(
+        &mut self,
+        report: &Report,
+        principal: u32,
+        interval_us: u64,
+        expires_us: u64,
+        now_us: u64,
+    ) -> Entered {
+        let incarnations = match self.reporters.get_mut(&report.reporter) {
+            Some(list) => list,
+            None => self.reporters.entry(report.reporter.clone()).or_default(),
+        };
+        let mut superseded = None;
+        let mine = |r: &ReporterRecord| r.principal == principal;
+        let id = match incarnations.iter().position(|r| mine(r) && r.incarnation == report.incarnation) {
+            Some(i) => {
+                incarnations.swap(0, i);
+                let r = &mut incarnations[0];
+                (r.interval_us, r.expires_us) = (interval_us, expires_us);
+                r.id
+            }
+            None => {
+                let id = self.next_reporter_id;
+                self.next_reporter_id += 1;
+                if incarnations.iter().any(mine) {
+                    for r in incarnations.iter_mut().filter(|r| mine(r)) {
+                        r.expires_us = r.expires_us.min(now_us.saturating_add(r.interval_us));
+                    }
+                    superseded =
+                        Some(incarnations.iter().filter(|r| mine(r)).map(|r| (r.id, r.expires_us)).collect::<Vec<_>>());
+                }
+                incarnations.push(ReporterRecord {
+                    id,
+                    principal,
+                    incarnation: report.incarnation,
+                    interval_us,
+                    expires_us,
+                    routes: Vec::new(),
+                });
+                let last = incarnations.len() - 1;
+                incarnations.swap(0, last);
+                self.reporter_count += 1;
+                let bytes = REPORTER.of(report.reporter.len());
+                self.bytes += bytes;
+                if let Some(record) = self.principals.get_mut(&principal) {
+                    record.reporters += 1;
+                    record.bytes += bytes;
+                }
+                id
+            }
+        };
+        Entered { id, superseded, routes: std::mem::take(&mut incarnations[0].routes) }
+    }
+
+    /// CPU utilisation of an endpoint IP from the metrics store (applies to every port of that IP).
+    /// Non-finite or negative values are ignored; new IPs beyond `max_cpu_entries` are ignored.
+    pub fn set_external_cpu(&mut self, ip: IpAddr, cpu: f64, now_us: u64) {
+        if !cpu.is_finite() || !(0.0..=protocol::MAX_CPU).contains(&cpu) {
+            return;
+        }
+        if self.external_cpu.len() >= self.params.max_cpu_entries && !self.external_cpu.contains_key(&ip) {
+            return;
+        }
+        self.external_cpu.insert(ip, (cpu, now_us));
+    }
+
+    /// The external CPU of an IP and when it was set.
+    pub fn external_cpu(&self, ip: IpAddr) -> Option<(f64, u64)> {
+        self.external_cpu.get(&ip).copied()
+    }
+
+    /// Names of the clusters, so a caller may recompute them one at a time (and yield between).
+    pub fn cluster_names(&self) -> Vec<String> {
+        self.clusters.keys().cloned().collect()
+    }
+
+    /// Recompute weights of every cluster.
+    pub fn recompute(&mut self, now_us: u64) {
+        let names: Vec<String> = self.cluster_names();
+        for name in names {
+            self.recompute_cluster(&name, now_us);
+        }
+    }
+
+    /// Recompute the weights of one cluster (no-op if unknown), in the steps of the crate docs
+    /// (`recompute.rs`), and publish its reply view. O(observations of the cluster).
+    pub fn recompute_cluster(&mut self, name: &str, now_us: u64) {
+        let WeightBook { params, clusters, external_cpu, scratch, .. } = self;
+        if let Some(cluster) = clusters.get_mut(name) {
+            recompute::recompute_cluster(params, cluster, name, external_cpu, scratch, now_us);
+        }
+    }
+
+    /// A live incarnation of `name` reporting as `principal`: `incarnation`'s, or (None) the one
+    /// that reported last.
+    fn reporter(&self, name: &str, principal: u32, incarnation: Option<u64>) -> Option<&ReporterRecord> {
+        let mut mine = self.reporters.get(name)?.iter().filter(|r| r.principal == principal);
+        match incarnation {
+            Some(i) => mine.find(|r| r.incarnation == i),
+            None => mine.next(),
+        }
+    }
+
+    /// The book's id of a principal, if it holds anything.
+    fn principal_id(&self, principal: &str) -> Option<u32> {
+        self.principal_ids.get(principal).copied()
+    }
+
+    /// What the last recompute decided, for all clusters or one (sorted by name).
+    pub fn decisions(&self, cluster: Option<&str>) -> Vec<ClusterDecision> {
+        let mut out: Vec<ClusterDecision> = match cluster {
+            Some(name) => self.decisions_of([name]),
+            None => self.clusters.keys().filter_map(|name| self.decision_of(name)).collect(),
+        };
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// What the last recompute decided for the named clusters that are tracked, in the order given.
+    pub fn decisions_of<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Vec<ClusterDecision> {
+        names.into_iter().filter_map(|name| self.decision_of(name)).collect()
+    }
+
+    fn decision_of(&self, name: &str) -> Option<ClusterDecision> {
+        let c = self.clusters.get(name)?;
+        let mut endpoints: Vec<EndpointDecision> = c.endpoints.iter().filter_map(|e| e.decision.clone()).collect();
+        endpoints.sort_by(|a, b| a.address.cmp(&b.address));
+        Some(ClusterDecision {
+            name: name.to_string(),
+            generation: c.generation,
+            computed_at_us: c.computed_at_us.unwrap_or(0),
+            endpoints,
+        })
+    }
+
+    /// Drop reporters silent for longer than their ttl, what they said, endpoints nobody reports,
+    /// empty clusters, principals holding nothing, and CPU values too old to be used.
+    pub fn expire(&mut self, now_us: u64) {
+        for name in self.cluster_names() {
+            self.expire_cluster(&name, now_us);
+        }
+        self.expire_reporters(now_us);
+    }
+
+    /// Expire what was said about one cluster (and the cluster if nothing is left), so a caller can
+    /// spread the work of `expire` like that of `recompute` (`expiry.rs`).
+    pub fn expire_cluster(&mut self, name: &str, now_us: u64) {
+        let WeightBook { clusters, principals, observations, next_layout, bytes, .. } = self;
+        expiry::expire_cluster(clusters, principals, &mut Totals { observations, bytes, next_layout }, name, now_us);
+    }
+
+    /// The rest of `expire`: silent reporters, principals holding nothing, and old CPU values
+    /// (O(reporters + principals + CPU entries)).
+    pub fn expire_reporters(&mut self, now_us: u64) {
+        let mut count = 0usize;
+        for r in self.principals.values_mut() {
+            r.reporters = 0;
+        }
+        let WeightBook { principals, principal_ids, bytes, .. } = self;
+        self.reporters.retain(|name, list| {
+            list.retain(|r| {
+                let keep = r.expires_us > now_us;
+                if !keep {
+                    let freed = REPORTER.of(name.len()) + ROUTE.of(0) * r.routes.len();
+                    *bytes = bytes.saturating_sub(freed);
+                    if let Some(p) = principals.get_mut(&r.principal) {
+                        p.bytes = p.bytes.saturating_sub(freed);
+                    }
+                }
+                keep
+            });
+            for r in list.iter() {
+                if let Some(p) = principals.get_mut(&r.principal) {
+                    p.reporters += 1;
+                }
+            }
+            count += list.len();
+            !list.is_empty()
+        });
+        self.reporter_count = count;
+        // Until what it entered expires, a principal stays (its id is not reused meanwhile).
+        principals.retain(|_, r| r.reporters > 0 || r.observations > 0 || r.clusters > 0 || r.bytes > 0);
+        principal_ids.retain(|name, id| {
+            let keep = principals.contains_key(id);
+            if !keep {
+                *bytes = bytes.saturating_sub(PRINCIPAL.of(name.len()));
+            }
+            keep
+        });
+        let endpoints = self.clusters.values().map(|c| c.endpoints.len()).sum();
+        self.scratch.shrink(self.observations, endpoints);
+        let max_age = self.params.cpu_max_age_us;
+        self.external_cpu.retain(|_, (_, at)| now_us.saturating_sub(*at) <= max_age);
+        if self.reporters.capacity() > 4 * self.reporters.len().max(64) {
+            self.reporters.shrink_to_fit();
+        }
+        if self.clusters.capacity() > 4 * self.clusters.len().max(64) {
+            self.clusters.shrink_to_fit();
+        }
+        if self.external_cpu.capacity() > 4 * self.external_cpu.len().max(64) {
+            self.external_cpu.shrink_to_fit();
+        }
+        if self.principals.capacity() > 4 * self.principals.len().max(64) {
+            self.principals.shrink_to_fit();
+            self.principal_ids.shrink_to_fit();
+        }
+    }
+
+    /// The view of `clusters` as seen by `reporter` of the trusted principal (see `ingest`).
+    pub fn reply<'a>(&self, reporter: &str, clusters: impl IntoIterator<Item = &'a str>, now_us: u64) -> Reply {
+        self.reply_as(TRUSTED_PRINCIPAL, reporter, clusters, now_us)
+    }
+
+    /// The view of `clusters` as seen by `reporter` of `principal`, i.e. its incarnation that
+    /// reported last (call right after `ingest_as`; peer_inflight excludes that incarnation's own
+    /// in-flight); unknown clusters are omitted, and so are endpoints not yet recomputed.
+    pub fn reply_as<'a>(
+        &self,
+        principal: &str,
+        reporter: &str,
+        clusters: impl IntoIterator<Item = &'a str>,
+        now_us: u64,
+    ) -> Reply {
+        let asking = self.asking(principal, reporter);
+        let ttl_ms = reply_plan::view_ttl_ms(&self.params, asking);
+        reply_plan::typed(&self.clusters, asking, ttl_ms, clusters, now_us)
+    }
+
+    /// What a reply to `reporter` of `principal` about `clusters` needs (call right after
+    /// `ingest_as`, under the same lock): each known cluster's view as of its last recompute, in
+    /// the order given, as long as the reply carries at most `max_endpoints` endpoints (a cluster
+    /// that would take it past is left out), and the asker's own in-flight counts
+    /// (`reply_plan.rs`).
+    pub fn reply_plan<'a>(
+        &self,
+        principal: &str,
+        reporter: &str,
+        clusters: impl IntoIterator<Item = &'a str>,
+        now_us: u64,
+        max_endpoints: usize,
+    ) -> ReplyPlan {
+        let asking = self.asking(principal, reporter);
+        let ttl_ms = reply_plan::view_ttl_ms(&self.params, asking);
+        reply_plan::plan(&self.clusters, asking, ttl_ms, clusters, now_us, max_endpoints)
+    }
+
+    /// The incarnation of `reporter` of `principal` that reported last.
+    fn asking(&self, principal: &str, reporter: &str) -> Option<&ReporterRecord> {
+        self.principal_id(principal).and_then(|id| self.reporter(reporter, id, None))
+    }
+}

@@ -1,0 +1,115 @@
+//! Entering one cluster of an admitted report into the book: the cluster and its endpoints if new,
+//! the reporter's observation of each endpoint, the reporter's route through the cluster's list,
+//! and the counts and bytes that grow with them (`memory.rs`).
+
+use crate::memory::{CLUSTER, ENDPOINT, OBSERVATION};
+use crate::observation::Observation;
+use crate::record::{ClusterRecord, EndpointRecord, PrincipalRecord, Totals};
+use crate::route::Route;
+use std::collections::HashMap;
+use tailweight_wire::report::{ClusterReport, EndpointReport};
+
+/// The reporter incarnation a report comes from, as the book entered it.
+pub(crate) struct Entering<'a> {
+    /// The book's id of the incarnation, its principal's, and the incarnation.
+    pub id: u64,
+    pub principal: u32,
+    pub incarnation: u64,
+    /// The principal's other incarnations of the name, with their cut expiry times.
+    pub superseded: Option<&'a [(u64, u64)]>,
+    pub interval_us: u64,
+    pub expires_us: u64,
+    pub now_us: u64,
+}
+
+/// Enter cluster report `c` from `who` (of principal `record`), found through `route` when the
+/// cluster's list has not moved since the reporter's last report (the route is rebuilt otherwise).
+pub(crate) fn enter_cluster(
+    clusters: &mut HashMap<String, ClusterRecord>,
+    c: &ClusterReport,
+    route: &mut Route,
+    record: &mut PrincipalRecord,
+    totals: &mut Totals,
+    who: &Entering,
+) {
+    let cluster = match clusters.get_mut(&c.name) {
+        Some(cluster) => cluster,
+        None => {
+            let layout = *totals.next_layout;
+            *totals.next_layout += 1;
+            *totals.bytes += CLUSTER.of(c.name.len());
+            record.bytes += CLUSTER.of(c.name.len());
+            clusters.entry(c.name.clone()).or_insert(ClusterRecord {
+                layout,
+                created_us: who.now_us,
+                creator: who.principal,
+                ..ClusterRecord::default()
+            })
+        }
+    };
+    let mut stale = route.index.len() != c.endpoints.len();
+    if !stale && route.layout == cluster.layout {
+        cluster.endpoints.warm(&route.index, who.id);
+    }
+    let (mut added, mut new_endpoints, mut added_bytes) = (0usize, 0usize, 0usize);
+    for (i, e) in c.endpoints.iter().enumerate() {
+        let endpoint = match route.lookup(cluster.layout, i, &e.address).filter(|at| *at < cluster.endpoints.len()) {
+            Some(at) => {
+                let endpoint = cluster.endpoints.at(at);
+                debug_assert_eq!(endpoint.address, e.address, "a route outlived its layout");
+                endpoint
+            }
+            None => {
+                stale = true;
+                if cluster.endpoints.get(&e.address).is_none() {
+                    *totals.bytes += ENDPOINT.of(e.address.len());
+                    record.bytes += ENDPOINT.of(e.address.len());
+                }
+                cluster.endpoints.get_or_insert(&e.address, who.principal, who.now_us)
+            }
+        };
+        if observe(endpoint, e, who) {
+            added += 1;
+            added_bytes += OBSERVATION.of(e.address.len());
+            if endpoint.add_principal(who.principal) {
+                new_endpoints += 1;
+            }
+        }
+    }
+    if added > 0 {
+        let held = cluster.principals.entry(who.principal).or_default();
+        if held.observations == 0 {
+            record.clusters += 1;
+        }
+        held.observations += added;
+        held.endpoints += new_endpoints;
+        record.observations += added;
+        record.bytes += added_bytes;
+        *totals.observations += added;
+        *totals.bytes += added_bytes;
+    }
+    if stale {
+        route.rebuild(cluster.layout, &cluster.endpoints.index, c.endpoints.iter().map(|e| e.address.as_str()));
+    }
+}
+
+/// Enter `who`'s report `e` of `endpoint` (and cut its superseded incarnations' observations to
+/// their new expiry); true if it is the incarnation's first observation there.
+fn observe(endpoint: &mut EndpointRecord, e: &EndpointReport, who: &Entering) -> bool {
+    for (other, until) in who.superseded.iter().copied().flatten() {
+        if let Some(o) = endpoint.obs.get_mut(other) {
+            o.expires_us = o.expires_us.min(*until);
+        }
+    }
+    match endpoint.obs.get_mut(&who.id) {
+        Some(o) => {
+            o.update(e, who.incarnation, who.interval_us, who.expires_us, who.now_us);
+            false
+        }
+        None => {
+            let first = Observation::first(e, who.incarnation, who.principal, who.expires_us, who.now_us);
+            endpoint.obs.insert(who.id, first);
+            true
+        }
+    }
+}

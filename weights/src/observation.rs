@@ -1,0 +1,121 @@
+//! What one reporter last said about one endpoint, and the rates over its last window: reports
+//! carry cumulative counters, so a window's rates are the differences between two reports at
+//! least half an interval apart.
+
+use tailweight_wire::protocol;
+use tailweight_wire::report::EndpointReport;
+
+/// What one reporter last said about one endpoint.
+#[derive(Debug, Clone)]
+pub(crate) struct Observation {
+    pub incarnation: u64,
+    /// The book's id of the principal whose reporter said it (see `WeightBook::ingest_as`).
+    pub principal: u32,
+    /// Cumulative counters at the start of the current window.
+    pub requests: u64,
+    errors: u64,
+    latency_sum_us: u64,
+    window_start_us: u64,
+    /// Over the last completed window, which counts until `window_until_us` (two of the reporter's
+    /// intervals after it closed): without a new window since (resets, or no report), the rates
+    /// are unknown, never an old value paired with fresh CPU or in-flight numbers.
+    pub window_until_us: u64,
+    pub qps: f64,
+    pub eps: f64,
+    pub successes: u64,
+    pub mean_latency_us: Option<f64>,
+    pub inflight: u32,
+    /// Its peak-EWMA latency and when it was sampled (fallback when the window has no success).
+    pub ewma: Option<(f64, u64)>,
+    /// ORCA utilisation and when it was measured.
+    pub cpu: Option<(f64, u64)>,
+    pub expires_us: u64,
+    /// Its clipped in-flight contribution at the last recompute (subtracted for peer_inflight).
+    pub counted_inflight: f64,
+}
+
+impl Observation {
+    pub fn first(e: &EndpointReport, incarnation: u64, principal: u32, expires_us: u64, now_us: u64) -> Self {
+        let mut o = Observation {
+            incarnation,
+            principal,
+            requests: e.requests,
+            errors: e.errors,
+            latency_sum_us: e.latency_sum_us,
+            window_start_us: now_us,
+            window_until_us: 0,
+            qps: 0.0,
+            eps: 0.0,
+            successes: 0,
+            mean_latency_us: None,
+            inflight: 0,
+            ewma: None,
+            cpu: None,
+            expires_us,
+            counted_inflight: 0.0,
+        };
+        o.instant(e, expires_us, now_us);
+        o
+    }
+
+    /// Take the differences since the window started (if it is long enough), or start again after
+    /// a reset (new incarnation, or a counter that went down).
+    pub fn update(&mut self, e: &EndpointReport, incarnation: u64, interval_us: u64, expires_us: u64, now_us: u64) {
+        let reset = incarnation != self.incarnation
+            || e.requests < self.requests
+            || e.errors < self.errors
+            || e.latency_sum_us < self.latency_sum_us;
+        let elapsed = now_us.saturating_sub(self.window_start_us);
+        if reset {
+            self.incarnation = incarnation;
+            self.restart(e, now_us);
+        } else if elapsed >= interval_us / 2 && elapsed > 0 {
+            let dt_s = elapsed as f64 / 1e6;
+            let d_requests = e.requests - self.requests;
+            let d_errors = e.errors - self.errors;
+            let d_successes = d_requests.saturating_sub(d_errors);
+            let d_latency = e.latency_sum_us - self.latency_sum_us;
+            self.qps = d_requests as f64 / dt_s;
+            self.eps = d_errors as f64 / dt_s;
+            self.successes = d_successes;
+            self.mean_latency_us =
+                (d_successes > 0).then(|| (d_latency as f64 / d_successes as f64).min(protocol::MAX_LATENCY_US as f64));
+            self.window_until_us = now_us.saturating_add(interval_us.saturating_mul(2));
+            self.restart(e, now_us);
+        }
+        // else: too soon after the last window (a duplicate or a burst): keep accumulating.
+        self.instant(e, expires_us, now_us);
+    }
+
+    /// Its rates over the last window while they count (else unknown: zero).
+    pub fn rates(&self, now_us: u64) -> (f64, f64) {
+        if self.window_until_us > now_us {
+            (self.qps, self.eps)
+        } else {
+            (0.0, 0.0)
+        }
+    }
+
+    pub fn live(&self, now_us: u64) -> bool {
+        self.expires_us > now_us
+    }
+
+    fn restart(&mut self, e: &EndpointReport, now_us: u64) {
+        (self.requests, self.errors, self.latency_sum_us, self.window_start_us) =
+            (e.requests, e.errors, e.latency_sum_us, now_us);
+    }
+
+    /// The values that are not counters: in flight now, latency estimate, ORCA CPU.
+    fn instant(&mut self, e: &EndpointReport, expires_us: u64, now_us: u64) {
+        self.inflight = e.inflight;
+        self.expires_us = expires_us;
+        self.ewma = (e.latency_ewma_us > 0)
+            .then(|| (e.latency_ewma_us as f64, now_us.saturating_sub(e.latency_age_ms.saturating_mul(1_000))));
+        self.cpu = match (e.cpu, e.cpu_age_ms) {
+            (Some(cpu), age) if cpu.is_finite() && cpu >= 0.0 => {
+                Some((cpu, now_us.saturating_sub(age.unwrap_or(0).saturating_mul(1_000))))
+            }
+            _ => None,
+        };
+    }
+}

@@ -1,0 +1,73 @@
+//! A cluster's reply view, rendered at recompute (step 5) into one shared buffer, so that answering
+//! a report takes the buffer (a reference count) under the book's lock and writes the reply outside
+//! it: a copy plus one number per endpoint (`reply_plan`).
+
+use crate::decision::EndpointDecision;
+use tailweight_wire::reply::write;
+
+/// Where one endpoint's JSON is in a [`PublishedCluster`]'s buffer: `start..split` goes before
+/// `peer_inflight` (the only per-asker value), `split..end` after; `address` is the address.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: u32,
+    split: u32,
+    end: u32,
+    address: (u32, u32),
+}
+
+/// A cluster's reply view as of its last recompute, shared by every reply until the next one:
+/// every endpoint's JSON in `EndpointView`'s field order except `peer_inflight`, back to back.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PublishedCluster {
+    pub name: String,
+    /// The cluster's layout when it was published: while it is the same, the i-th endpoint here is
+    /// the i-th of the cluster's list.
+    pub layout: u64,
+    bytes: Vec<u8>,
+    spans: Vec<Span>,
+    inflight: Vec<f64>,
+}
+
+impl PublishedCluster {
+    /// The view of cluster `name` of `layout`: its endpoints with a decision, in the list's order.
+    pub fn of<'a>(
+        name: &str,
+        layout: u64,
+        decided: impl Iterator<Item = (&'a str, &'a EndpointDecision)>,
+    ) -> PublishedCluster {
+        let mut p = PublishedCluster { name: name.to_string(), layout, ..PublishedCluster::default() };
+        for (address, d) in decided {
+            let start = p.bytes.len() as u32;
+            let address = write::endpoint_head(&mut p.bytes, address, d.weight, d.view_inflight);
+            let split = p.bytes.len() as u32;
+            write::endpoint_tail(&mut p.bytes, d.latency_us, d.cpu, d.ejected);
+            let address = (address.start as u32, address.end as u32);
+            p.spans.push(Span { start, split, end: p.bytes.len() as u32, address });
+            p.inflight.push(d.view_inflight);
+        }
+        p
+    }
+
+    pub fn endpoints(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// The address of the `k`-th endpoint.
+    pub fn address(&self, k: usize) -> &str {
+        let span = &self.spans[k];
+        std::str::from_utf8(&self.bytes[span.address.0 as usize..span.address.1 as usize]).unwrap_or_default()
+    }
+
+    /// The view's in-flight count of the `k`-th endpoint.
+    pub fn inflight(&self, k: usize) -> f64 {
+        self.inflight[k]
+    }
+
+    /// Append the `k`-th endpoint's view with `peer_inflight` as given.
+    pub fn write_endpoint(&self, k: usize, peer_inflight: f64, out: &mut Vec<u8>) {
+        let span = &self.spans[k];
+        out.extend_from_slice(&self.bytes[span.start as usize..span.split as usize]);
+        write::peer_inflight(out, peer_inflight);
+        out.extend_from_slice(&self.bytes[span.split as usize..span.end as usize]);
+    }
+}

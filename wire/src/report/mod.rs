@@ -1,0 +1,159 @@
+//! The report: what a filter tells the aggregator about each cluster's endpoints, every report
+//! interval. One codec per direction: the filter writes it by hand (`write`, no serde in the
+//! sidecar's module); the aggregator reads it with serde_json (`read`, behind the `serde` feature).
+//! `Report::validate` is what both sides hold a report to.
+
+pub mod write;
+
+#[cfg(feature = "serde")]
+pub mod read;
+
+#[cfg(test)]
+mod tests;
+
+use crate::protocol::{Limits, INTERVAL_MS, MAX_CPU, MAX_INFLIGHT, MAX_LATENCY_US};
+use crate::validate::Invalid;
+use crate::validate::{check_clusters, check_name, check_range, check_unique_addresses, check_version, in_range};
+
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+pub struct Report {
+    pub version: u32,
+    /// Who reports: pod name and namespace, or the Envoy node id.
+    pub reporter: String,
+    /// Changes when the reporter restarts and its counters start again from zero.
+    pub incarnation: u64,
+    /// The reporter's tick; the aggregator expires a reporter after a few of them.
+    pub interval_ms: u32,
+    pub clusters: Vec<ClusterReport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+pub struct ClusterReport {
+    /// Envoy cluster name, e.g. `outbound|8080||svc.ns.svc.cluster.local`.
+    pub name: String,
+    #[cfg_attr(feature = "serde", serde(deserialize_with = "presized_vec"))]
+    pub endpoints: Vec<EndpointReport>,
+}
+
+/// A JSON array into a Vec that starts with room for 16 (JSON gives no length up front, and
+/// growing from nothing copies a typical report's endpoints three times).
+#[cfg(feature = "serde")]
+fn presized_vec<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    struct Items<T>(std::marker::PhantomData<T>);
+    impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Items<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a sequence")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(16).min(16));
+            while let Some(item) = seq.next_element()? {
+                items.push(item);
+            }
+            Ok(items)
+        }
+    }
+    d.deserialize_seq(Items(std::marker::PhantomData))
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+pub struct EndpointReport {
+    /// `ip:port` as Envoy's `upstream.address`.
+    pub address: String,
+    /// Completed requests attributed to this endpoint (cumulative).
+    pub requests: u64,
+    /// Of those, failures: 5xx, resets, timeouts, failure gRPC statuses and overload answers, and
+    /// attempts on it that Envoy retried elsewhere (cumulative).
+    pub errors: u64,
+    /// Sum of the latencies of the successful requests, microseconds (cumulative).
+    pub latency_sum_us: u64,
+    /// Requests in flight to this endpoint now.
+    pub inflight: u32,
+    /// Peak-EWMA latency estimate and the age of its last sample.
+    pub latency_ewma_us: u64,
+    pub latency_age_ms: u64,
+    /// Last ORCA utilisation the endpoint reported, if any, and its age.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub cpu: Option<f64>,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub cpu_age_ms: Option<u64>,
+    /// Age of the last good answer this reporter got from the endpoint (what keeps it tracked).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub seen_age_ms: Option<u64>,
+}
+
+impl EndpointReport {
+    pub fn successes(&self) -> u64 {
+        self.requests.saturating_sub(self.errors)
+    }
+}
+
+impl Report {
+    /// Everything a report's fields must be (what the aggregator holds every report to, and the
+    /// filter its own before sending).
+    pub fn validate(&self, limits: &Limits) -> Result<(), Invalid> {
+        check_version(self.version)?;
+        check_name("reporter", &self.reporter)?;
+        if !INTERVAL_MS.contains(&self.interval_ms) {
+            let (lo, hi) = (INTERVAL_MS.start(), INTERVAL_MS.end());
+            return Err(Invalid::field("interval_ms", format!("{} is outside {lo}..={hi}", self.interval_ms)));
+        }
+        check_clusters(self.clusters.iter().map(|c| (&c.name, c.endpoints.len())), limits)?;
+        for (ci, cluster) in self.clusters.iter().enumerate() {
+            check_unique_addresses(ci, cluster.endpoints.iter().map(|e| &e.address))?;
+            for (ei, e) in cluster.endpoints.iter().enumerate() {
+                let at = || format!("clusters[{ci}].endpoints[{ei}]");
+                if e.errors > e.requests {
+                    return Err(Invalid::field(
+                        at(),
+                        format!("errors ({}) exceed requests ({})", e.errors, e.requests),
+                    ));
+                }
+                if e.inflight > MAX_INFLIGHT {
+                    return Err(Invalid::field(at() + ".inflight", format!("{} is above {MAX_INFLIGHT}", e.inflight)));
+                }
+                if e.latency_ewma_us > MAX_LATENCY_US {
+                    let problem = format!("{} is above one hour", e.latency_ewma_us);
+                    return Err(Invalid::field(at() + ".latency_ewma_us", problem));
+                }
+                if let Some(cpu) = e.cpu {
+                    // The field name is only formatted for the error (this runs per endpoint).
+                    if !in_range(cpu, MAX_CPU) {
+                        check_range(&format!("{}.cpu", at()), cpu, MAX_CPU)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Records with every field set, for the tests of the code that reads and writes them (this
+/// crate's, and other crates' through the `samples` feature).
+#[cfg(any(test, feature = "samples"))]
+pub mod samples {
+    use super::EndpointReport;
+
+    /// An endpoint report with every field set (utilisation 0.625: exact in binary and decimal).
+    pub fn endpoint_report(address: &str) -> EndpointReport {
+        EndpointReport {
+            address: address.into(),
+            requests: 10,
+            errors: 1,
+            latency_sum_us: 9_000,
+            inflight: 2,
+            latency_ewma_us: 1_000,
+            latency_age_ms: 5,
+            cpu: Some(0.625),
+            cpu_age_ms: Some(100),
+            seen_age_ms: Some(7),
+        }
+    }
+}
