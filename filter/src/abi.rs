@@ -212,6 +212,7 @@ pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
 /// A root context (`root_id` 0: one per plugin) or a request context of root `root_id`.
 #[no_mangle]
 pub extern "C" fn proxy_on_context_create(context_id: u32, root_id: u32) {
+    let _probe = crate::probe::span(crate::probe::Site::ContextCreate);
     with_contexts(|c| {
         if root_id == 0 {
             c.roots.push((context_id, Root::default()));
@@ -224,6 +225,7 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, root_id: u32) {
 /// Always accepted (see `Root::on_configure`): an unknown root has nothing to configure.
 #[no_mangle]
 pub extern "C" fn proxy_on_configure(root_id: u32, configuration_size: usize) -> u32 {
+    let _probe = crate::probe::span(crate::probe::Site::Configure);
     with_contexts(|c| {
         if let Some(root) = c.root(root_id) {
             root.on_configure(configuration_size);
@@ -234,7 +236,11 @@ pub extern "C" fn proxy_on_configure(root_id: u32, configuration_size: usize) ->
 
 #[no_mangle]
 pub extern "C" fn proxy_on_tick(root_id: u32) {
-    with_contexts(|c| c.root(root_id).map(Root::on_tick));
+    {
+        let _probe = crate::probe::span(crate::probe::Site::Tick);
+        with_contexts(|c| c.root(root_id).map(Root::on_tick));
+    }
+    crate::probe::flush();
 }
 
 /// Calls are dispatched from a root context (the tick), and their replies come back to it.
@@ -246,17 +252,20 @@ pub extern "C" fn proxy_on_http_call_response(
     body_size: usize,
     _trailers: usize,
 ) {
+    let _probe = crate::probe::span(crate::probe::Site::HttpCallResponse);
     with_contexts(|c| c.root(root_id).map(|root| root.on_http_call_response(token, body_size)));
 }
 
 #[no_mangle]
 pub extern "C" fn proxy_on_request_headers(context_id: u32, _headers: usize, _end_of_stream: u32) -> u32 {
+    let _probe = crate::probe::span(crate::probe::Site::RequestHeaders);
     with_contexts(|c| c.stream(context_id).map(HttpStream::on_request_headers));
     ACTION_CONTINUE
 }
 
 #[no_mangle]
 pub extern "C" fn proxy_on_response_headers(context_id: u32, _headers: usize, _end_of_stream: u32) -> u32 {
+    let _probe = crate::probe::span(crate::probe::Site::ResponseHeaders);
     with_contexts(|c| c.stream(context_id).map(HttpStream::on_response_headers));
     ACTION_CONTINUE
 }
@@ -264,11 +273,13 @@ pub extern "C" fn proxy_on_response_headers(context_id: u32, _headers: usize, _e
 /// Once per stream, after its last other callback (also on resets).
 #[no_mangle]
 pub extern "C" fn proxy_on_log(context_id: u32) {
+    let _probe = crate::probe::span(crate::probe::Site::Log);
     with_contexts(|c| c.stream(context_id).map(HttpStream::on_log));
 }
 
 #[no_mangle]
 pub extern "C" fn proxy_on_delete(context_id: u32) {
+    let _probe = crate::probe::span(crate::probe::Site::Delete);
     with_contexts(|c| {
         if let Some(at) = index_of(&c.streams, context_id) {
             c.streams.swap_remove(at);

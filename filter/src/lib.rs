@@ -8,6 +8,7 @@ mod abi;
 mod host;
 mod http;
 mod metrics;
+mod probe;
 mod reporter;
 mod root;
 mod server;

@@ -81,9 +81,12 @@ impl Worker {
 
     /// One tick; returns a new tick period when this VM's request rate calls for one (see `tick`).
     pub fn tick(&mut self, now_us: u64) -> Option<u64> {
+        let probe = crate::probe::span(crate::probe::Site::TickBalancer);
         let forgotten = self.balancer.tick(now_us);
+        drop(probe);
         host::increment(self.metrics.endpoints_forgotten, forgotten as i64);
         let slot = *self.slot.get_or_insert_with(|| shared::claim_slot().unwrap_or(u64::MAX));
+        let probe = crate::probe::span(crate::probe::Site::TickPublish);
         if self.own_revision != Some(self.balancer.revision()) {
             self.own = Slot { written_us: now_us, clusters: self.balancer.snapshot(now_us) };
             self.own_version += 1;
@@ -95,7 +98,12 @@ impl Worker {
         if slot != u64::MAX {
             shared::write_beat(slot, Beat { version: self.own_version, at_us: now_us });
         }
-        if self.read_siblings(slot, now_us) {
+        drop(probe);
+        let probe = crate::probe::span(crate::probe::Site::TickSiblings);
+        let siblings_changed = self.read_siblings(slot, now_us);
+        drop(probe);
+        let probe = crate::probe::span(crate::probe::Site::TickApplySiblings);
+        if siblings_changed {
             let parts: Vec<Part> = self.siblings.iter().map(SiblingSlot::part).collect();
             self.balancer.apply_siblings(&parts, now_us);
         }
@@ -104,6 +112,8 @@ impl Worker {
         // (a VM that claimed a slot and went away, e.g. one Envoy made while loading the
         // configuration, hands over once its heartbeat is stale). Pauses are each worker's own, so
         // each VM adds the change of its count (the gauge is the sum over workers).
+        drop(probe);
+        let probe = crate::probe::span(crate::probe::Site::TickGauges);
         let sets_gauges = self.siblings.iter().all(|s| !s.live || s.number > slot);
         if !sets_gauges {
             self.gauges = [u64::MAX; 2];
@@ -123,7 +133,11 @@ impl Worker {
             host::increment(self.metrics.clusters_paused, paused - self.paused_counted);
             self.paused_counted = paused;
         }
+        drop(probe);
+        let probe = crate::probe::span(crate::probe::Site::TickViews);
         self.apply_views();
+        drop(probe);
+        let _probe = crate::probe::span(crate::probe::Site::TickReport);
         if self.reporter.is_some() {
             self.maybe_report(now_us);
         }
