@@ -14,7 +14,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-// The filter's exports (tailweight_filter's abi.rs).
+// The filter's exports (its abi.rs, compiled in below).
 extern "C" {
     fn _initialize();
     fn proxy_on_context_create(context_id: u32, root_id: u32);
@@ -28,7 +28,38 @@ extern "C" {
     fn proxy_on_http_call_response(root_id: u32, token: u32, headers: usize, body_size: usize, trailers: usize);
 }
 
-use tailweight_filter as _;
+// The filter's modules, compiled into this binary (filter/src/lib.rs lists them): their `crate::`
+// paths resolve here, and their #[no_mangle] exports are the functions declared above.
+#[allow(dead_code)]
+#[path = "../../../filter/src/abi.rs"]
+mod abi;
+#[allow(dead_code)]
+#[path = "../../../filter/src/host.rs"]
+mod host;
+#[allow(dead_code)]
+#[path = "../../../filter/src/http.rs"]
+mod http;
+#[allow(dead_code)]
+#[path = "../../../filter/src/metrics.rs"]
+mod metrics;
+#[allow(dead_code)]
+#[path = "../../../filter/src/probe.rs"]
+mod probe;
+#[allow(dead_code)]
+#[path = "../../../filter/src/reporter.rs"]
+mod reporter;
+#[allow(dead_code)]
+#[path = "../../../filter/src/root.rs"]
+mod root;
+#[allow(dead_code)]
+#[path = "../../../filter/src/server.rs"]
+mod server;
+#[allow(dead_code)]
+#[path = "../../../filter/src/shared.rs"]
+mod shared;
+#[allow(dead_code)]
+#[path = "../../../filter/src/worker.rs"]
+mod worker;
 
 const OK: u32 = 0;
 const NOT_FOUND: u32 = 1;
