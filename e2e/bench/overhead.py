@@ -25,7 +25,10 @@ same Envoy bootstrap (bench.overhead_configs) but for the HTTP filter.
    (`tailweight_releasing`).
 5. Where the harness's client sidecars live (bench.overhead_sidecar): --concurrency 2, 15 emulated
    endpoints with the seed's service times, the aggregator on, 10 / 50 / 150 / 1,000 rps, against
-   Envoy's least_request LB without a filter, paired rounds.
+   Envoy's least_request LB without a filter, paired rounds; beside them floor_wasm
+   (bench/floor-filter/floor.wat), the least any steering Wasm filter pays.
+6. Instructions per request and per idle second, counted by callgrind in a real Envoy
+   (bench.overhead_instructions; needs valgrind; not in --quick runs).
 
 Envoys run pinned to core 1, load generators and backends to core 0 (when there are two cores);
 CPU is read from /proc, so what the rest of the machine does costs a variant time, not CPU. Start-ups
@@ -55,6 +58,7 @@ import requests
 from bench import emulator as emu
 from bench import fortio
 from bench import overhead_configs as configs
+from bench import overhead_instructions as instructions
 from bench import overhead_measure as measure
 from bench import overhead_sidecar as sidecar
 from bench import overhead_startup as startup
@@ -64,6 +68,8 @@ from tailweight_e2e import aggregator, envoy, paths
 from tailweight_e2e.procs import Proc, ProcGroup, wait_for
 
 EMPTY_WASM = paths.REPO / "build" / "empty_filter.wasm"
+# The least a steering Wasm filter pays (bench/floor-filter/floor.wat): sections 5 and 6 only.
+FLOOR_WASM = paths.REPO / "build" / "floor_filter.wasm"
 RESULTS = paths.REPO / "bench" / "results"
 QUICK_RESULTS = paths.REPO / "build" / "bench-overhead-quick"  # a smoke run never replaces the results
 VARIANTS = {"no_wasm": None, "empty_wasm": EMPTY_WASM, tables.TAILWEIGHT: paths.WASM}
@@ -102,6 +108,8 @@ class Settings:
     sidecar_seconds: float = 20  # per round at rates loading every variant at once
     sidecar_rounds: int = 5
     sidecar_connections: int = 16
+    instruction_requests: int = 300  # 0: skip section 6
+    instruction_idle_s: float = 20
     concurrencies: tuple[int, ...] = (1, 2)
 
 
@@ -113,7 +121,7 @@ FULL = Settings(starts=7, memory_starts=3, idle_late_s=10, released_late_s=90, f
 QUICK = dataclasses.replace(FULL, starts=1, memory_starts=1, released_late_s=12, fleet_clusters=4,
                             fleet_endpoints=50, fleet_qps=200, fleet_connections=8, fleet_seconds=6, rounds=2,
                             seconds=1, warmup_s=0.5, light_seconds=2, light_rounds=1, sidecar_seconds=2,
-                            sidecar_rounds=1)
+                            sidecar_rounds=1, instruction_requests=0)
 
 
 def log(text: str) -> None:
@@ -431,8 +439,11 @@ def run(out_dir: Path, variants: dict, s: Settings, quick: bool, sections: Calla
                                       for key, by_v in fortio_results.items()}
         if sections("light"):
             results["light"], results["flat"] = section_light(group, variants, s, tmp)
+        with_floor = {**variants, tables.FLOOR: FLOOR_WASM} if FLOOR_WASM.is_file() else variants
         if sections("sidecar"):
-            results["sidecar"] = sidecar.section(group, variants, s, tmp, log)
+            results["sidecar"] = sidecar.section(group, with_floor, s, tmp, log)
+        if sections("instructions") and s.instruction_requests and instructions.available():
+            results["instructions"] = instructions.section(group, with_floor, s, tmp, log)
     header["minutes"] = round((time.monotonic() - started) / 60, 1)
     header["load_average"] = load.stop()
     return write(out_dir, results)
@@ -446,7 +457,7 @@ def write(out_dir: Path, results: dict) -> dict:
     return results
 
 
-SECTIONS = ("startup", "memory", "cpu", "light", "sidecar")
+SECTIONS = ("startup", "memory", "cpu", "light", "sidecar", "instructions")
 
 
 def main(argv=None) -> None:

@@ -3,10 +3,11 @@ paired differences against the empty filter and against no filter with their con
 the targets the filter is judged against, and one markdown table per section."""
 import statistics
 
+from bench import overhead_instructions as instructions
 from bench import overhead_sidecar as sidecar
 from bench.overhead_measure import median_interval, paired, ratios
 
-BASE, EMPTY = "no_wasm", "empty_wasm"
+BASE, EMPTY, FLOOR = "no_wasm", "empty_wasm", "floor_wasm"
 # The light-load section runs tailweight twice: as is, and with wasmplugin/'s sidecar bootstrap
 # override (Envoy releasing free heap), to pair the two.
 TAILWEIGHT, RELEASING = "tailweight", "tailweight_releasing"
@@ -41,8 +42,8 @@ def _column(samples: list[dict], key: str) -> list:
 
 
 def subjects(variants) -> list[str]:
-    """The variants judged against the targets: all but the two baselines."""
-    return [v for v in variants if v not in (BASE, EMPTY)]
+    """The variants judged against the targets: all but the baselines."""
+    return [v for v in variants if v not in (BASE, EMPTY, FLOOR)]
 
 
 def summarise(r: dict) -> dict:
@@ -275,6 +276,8 @@ def markdown(r: dict) -> str:
         lines += _light_table(r, s)
     if s.get("sidecar"):
         lines += sidecar.markdown(s["sidecar"], st)
+    if r.get("instructions"):
+        lines += instructions.markdown(r["instructions"])
     lines += _targets_table(s)
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,162 @@
+"""Section 6 of `make bench-overhead`: instructions per request, counted by callgrind (valgrind) in a
+real Envoy: noise-free, so a change of a few percent shows where CPU time on a shared machine
+cannot. Each variant's Envoy (--concurrency 1, V8 under valgrind's --smc-check=all) behind the
+sidecar section's config: 100 requests to warm up, counters zeroed, `requests` sequential requests
+(Fortio, one keep-alive connection), counters dumped; then `idle_s` without requests, dumped again.
+User-space instructions only (the kernel's share of a request, its socket calls, is the same for
+every variant). tailweight runs with ticks 10 s apart here, so its per-request figure is its
+request path alone; tailweight_ticking is the same module at the default sync interval, whose idle
+figure is what its ticks cost an idle sidecar. Instructions by object: `envoy` (Envoy and V8's
+runtime), `jit` (code V8 generated: the module's functions and the call wrappers), libc.
+
+Skipped when valgrind is not installed and in --quick runs (a start under valgrind takes a minute)."""
+import json
+import re
+import shutil
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from bench import emulator as emu
+from bench import overhead_configs as configs
+from tailweight_e2e import aggregator, envoy, envoy_configs, paths
+from tailweight_e2e.procs import ProcGroup
+
+LEAST_REQUEST, NO_WASM, TAILWEIGHT, TICKING = "least_request", "no_wasm", "tailweight", "tailweight_ticking"
+WARMUP_REQUESTS = 100
+# No tick lands among the measured requests (their ~1 ms each become ~100 ms under valgrind).
+NO_TICKS = {"sync_interval_ms": 10_000}
+_OBJECT = re.compile(r"c?ob=\((\d+)\)(?: (.*))?")
+
+
+def available() -> bool:
+    return shutil.which("valgrind") is not None and shutil.which("callgrind_control") is not None
+
+
+def objects(dump: Path) -> Counter:
+    """Self instructions per object (the `ob=` of callgrind's format: names are given once, then
+    referred to by number; a `calls=` line's next cost line is the call's inclusive cost, skipped)."""
+    names: dict[str, str] = {}
+    by_object: Counter = Counter()
+    current, skip = "?", False
+    for line in dump.read_text(errors="replace").splitlines():
+        m = _OBJECT.match(line)
+        if m:
+            if m.group(2):
+                names[m.group(1)] = m.group(2)
+            if line.startswith("ob="):
+                current = names.get(m.group(1), "?")
+            continue
+        if line.startswith("calls="):
+            skip = True
+        elif line[:1].isdigit() or line[:1] in "+-*":
+            if skip:
+                skip = False
+                continue
+            parts = line.split()
+            if len(parts) >= 2:
+                by_object[_object_kind(current)] += int(parts[1])
+    return by_object
+
+
+def _object_kind(path: str) -> str:
+    name = path.rsplit("/", 1)[-1]
+    return "envoy" if name == "envoy" else "jit" if name in ("???", "?") else "libc" if name.startswith(
+        "libc.") else "other"
+
+
+def total(dump: Path) -> int:
+    for line in dump.read_text(errors="replace").splitlines():
+        if line.startswith(("totals:", "summary:")):
+            return int(line.split()[1])
+    raise ValueError(f"{dump}: no totals line")
+
+
+def bootstraps(variants: dict, backends: list[str], aggregator_port: int) -> dict[str, str]:
+    out = {LEAST_REQUEST: envoy_configs.render_client_envoy(backends, "least_request")}
+    for v, wasm in variants.items():
+        if wasm is None or v != TAILWEIGHT:
+            out[v] = configs.render(configs.client(wasm, backends, None if wasm is None else aggregator_port))
+            continue
+        for name, extra in ((TAILWEIGHT, NO_TICKS), (TICKING, {})):
+            plugin = envoy_configs.plugin_config_for("tailweight", extra=extra)
+            out[name] = envoy_configs.render_client_envoy(backends, "tailweight", wasm_path=wasm,
+                                                          plugin_config=plugin, aggregator_port=aggregator_port)
+    return out
+
+
+def measure_one(group: ProcGroup, name: str, cfg: str, requests: int, idle_s: float, tmp: Path) -> dict:
+    out = tmp / f"callgrind-{name}"
+    out.mkdir(parents=True, exist_ok=True)
+    e = envoy.start(group, f"callgrind-{name}", cfg, concurrency=1, ready_timeout_s=600,
+                    command_prefix=["valgrind", "--tool=callgrind", "--smc-check=all",
+                                    f"--callgrind-out-file={out}/cg"])
+    pid = str(e.proc.pid)
+
+    def run(n: int) -> None:
+        subprocess.run([str(paths.fortio()), "load", "-qps", "0", "-c", "1", "-n", str(n), "-quiet", e.url()],
+                       check=True, capture_output=True, timeout=1800)
+
+    def control(*args: str) -> None:
+        subprocess.run(["callgrind_control", *args, pid], check=True, capture_output=True, timeout=300)
+
+    run(WARMUP_REQUESTS)
+    control("-z")
+    run(requests)
+    control("-d", "requests")
+    time.sleep(idle_s)
+    control("-d", "idle")
+    e.proc.stop()
+    dumps = {}
+    for dump in out.glob("cg.*"):
+        head = dump.read_text(errors="replace")[:4000]
+        for label in ("requests", "idle"):
+            if f"Client Request: {label}" in head:
+                dumps[label] = dump
+    by_object = objects(dumps["requests"])
+    return {"per_request": total(dumps["requests"]) / requests, "idle_per_s": total(dumps["idle"]) / idle_s,
+            "per_request_by_object": {k: v / requests for k, v in by_object.items()}}
+
+
+def section(group: ProcGroup, variants: dict, s, tmp: Path, log: Callable[[str], None]) -> dict:
+    backends = emu.start(group, [emu.BackendSettings(workers=8, base_ms=1)] * 15, name="callgrind-emulator")
+    agg = aggregator.start(group, "callgrind-aggregator", args=["--worker-threads", "1"])
+    out = {"requests": s.instruction_requests, "idle_s": s.instruction_idle_s, "variants": {}}
+    for v, cfg in bootstraps(variants, backends.addresses, agg.port).items():
+        out["variants"][v] = measure_one(group, v, cfg, s.instruction_requests, s.instruction_idle_s, tmp)
+        log(f"instructions {v}: {out['variants'][v]['per_request']:,.0f} per request, "
+            f"{out['variants'][v]['idle_per_s']:,.0f} per idle second")
+    return out
+
+
+def markdown(r: dict) -> list[str]:
+    rows = r["variants"]
+    base = rows.get(LEAST_REQUEST, {}).get("per_request")
+    idle_base = rows.get(NO_WASM, {}).get("idle_per_s")
+    lines = [
+        "## 6. Instructions per request (callgrind)",
+        "",
+        f"Envoy --concurrency 1 under callgrind, the sidecar section's configs, {r['requests']} sequential "
+        f"requests after 100 to warm up, then {r['idle_s']:g} s idle; user-space instructions (see "
+        "bench/overhead_instructions.py): one run, deterministic to about 1%. tailweight: ticks 10 s apart (its "
+        "request path); tailweight_ticking: the default sync interval (its idle figure: what ticks cost).",
+        "",
+        "| variant | instructions / request | over least_request | envoy / jit / libc | idle instructions / s "
+        "| idle over no_wasm |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for v, x in rows.items():
+        o = x["per_request_by_object"]
+        over = f"{x['per_request'] - base:+,.0f}" if base and v != LEAST_REQUEST else "–"
+        idle_over = f"{x['idle_per_s'] - idle_base:+,.0f}" if idle_base and v != NO_WASM else "–"
+        lines.append(f"| {v} | {x['per_request']:,.0f} | {over} | {o.get('envoy', 0):,.0f} / {o.get('jit', 0):,.0f} "
+                     f"/ {o.get('libc', 0):,.0f} | {x['idle_per_s']:,.0f} | {idle_over} |")
+    return lines + [""]
+
+
+if __name__ == "__main__":
+    # A dump's totals by object, for a look at one file: python -m bench.overhead_instructions FILE
+    import sys
+    print(json.dumps(objects(Path(sys.argv[1])), indent=1))
