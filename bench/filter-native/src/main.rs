@@ -375,6 +375,8 @@ fn service_ns(i: usize) -> u64 {
 struct Stream {
     id: u32,
     done_ns: u64,
+    /// The endpoint that serves it (what `upstream.address` reads while it completes).
+    upstream: String,
 }
 
 /// The request path one VM runs: `requests` at `rate`, `inflight` at a time, ticks when due.
@@ -413,12 +415,11 @@ pub extern "C" fn drive_vm(vm_index: usize) {
         open.sort_by_key(|s| s.done_ns);
         while open.first().is_some_and(|s| s.done_ns <= now) || open.len() >= a.inflight {
             let s = open.remove(0);
-            let upstream = VM.with(|vm| {
+            VM.with(|vm| {
                 let mut vm = vm.borrow_mut();
                 vm.response = vec![(":status".into(), "200".into())];
-                vm.upstream.clone()
+                vm.upstream = s.upstream.clone();
             });
-            let _ = upstream;
             complete(s.id);
         }
         if now >= next_tick {
@@ -456,11 +457,11 @@ pub extern "C" fn drive_vm(vm_index: usize) {
                 fallback % addresses.len()
             }
         };
-        VM.with(|vm| vm.borrow_mut().upstream = addresses[served].clone());
-        open.push(Stream { id, done_ns: now + service_ns(served) });
+        open.push(Stream { id, done_ns: now + service_ns(served), upstream: addresses[served].clone() });
         VM.with(|vm| vm.borrow_mut().now_ns += interval_ns);
     }
     for s in std::mem::take(&mut open) {
+        VM.with(|vm| vm.borrow_mut().upstream = s.upstream.clone());
         complete(s.id);
     }
     add(&mut request_calls, take());
