@@ -1,8 +1,8 @@
 //! One VM's state: its balancer, metrics, shared-data slot, and what it has taken from the other
 //! VMs and the shared views. The tick publishes this VM's snapshot when its observations changed,
 //! folds in the other VMs' snapshots and the aggregator's views when theirs did, and elects the one
-//! VM that reports this period (when there is something to report). An idle Envoy's ticks touch a
-//! few small shared-data keys and nothing else.
+//! VM that reports this period (when there is something to report). An idle VM's tick touches no
+//! shared data (but the one setting the gauges: see `tick`).
 
 use crate::host;
 use crate::metrics::{self, Metrics};
@@ -51,6 +51,10 @@ pub struct Worker {
     /// clusters_paused.
     gauges: [u64; 2],
     paused_counted: i64,
+    /// Whether this VM set the gauges at its last full tick, and whether it marked itself gone
+    /// (idle: see `tick`).
+    sets_gauges: bool,
+    left: bool,
 }
 
 impl Worker {
@@ -75,6 +79,8 @@ impl Worker {
             last_revision: 0,
             gauges: [u64::MAX; 2],
             paused_counted: 0,
+            sets_gauges: false,
+            left: false,
             config,
         }
     }
@@ -84,7 +90,31 @@ impl Worker {
         let probe = crate::probe::span(crate::probe::Site::TickBalancer);
         let forgotten = self.balancer.tick(now_us);
         drop(probe);
-        host::increment(self.metrics.endpoints_forgotten, forgotten as i64);
+        if forgotten > 0 {
+            host::increment(self.metrics.endpoints_forgotten, forgotten as i64);
+        }
+        self.count_paused(now_us);
+        // Idle: nothing of this VM's changed since its last tick and none of its requests is in
+        // flight. Its published snapshot stands; no request of its own needs its siblings' counts or
+        // the views; with nothing in flight its liveness changes no sibling's sums, and its counters
+        // count whether it beats or not; the VMs with traffic report. So it leaves shared data
+        // alone until it has requests again (then its next tick catches up), after one last beat
+        // marking it gone (so no sibling waits for its beat to go stale). The VM that sets the
+        // gauges keeps ticking in full while it has ever served requests (it must fold what the
+        // others publish); the main thread's VM, which serves none, is idle from its second tick on.
+        if self.own_revision == Some(self.balancer.revision())
+            && self.own_idle()
+            && (self.own.clusters.is_empty() || !self.sets_gauges)
+        {
+            if let (Some(slot), false) = (self.slot.filter(|s| *s != u64::MAX), self.left) {
+                shared::write_beat(slot, Beat { version: self.own_version, at_us: 0 });
+                self.left = true;
+            }
+            self.gauges = [u64::MAX; 2];
+            self.sets_gauges = false;
+            return self.next_period();
+        }
+        self.left = false;
         let slot = *self.slot.get_or_insert_with(|| shared::claim_slot().unwrap_or(u64::MAX));
         let probe = crate::probe::span(crate::probe::Site::TickPublish);
         if self.own_revision != Some(self.balancer.revision()) {
@@ -110,12 +140,11 @@ impl Worker {
         // Gauges are process-wide. Every VM knows the same endpoints and views after folding its
         // siblings in, so one VM sets those, each when it changes: the live VM of the lowest slot
         // (a VM that claimed a slot and went away, e.g. one Envoy made while loading the
-        // configuration, hands over once its heartbeat is stale). Pauses are each worker's own, so
-        // each VM adds the change of its count (the gauge is the sum over workers).
+        // configuration, or one gone idle, hands over once its heartbeat is stale).
         drop(probe);
         let probe = crate::probe::span(crate::probe::Site::TickGauges);
-        let sets_gauges = self.siblings.iter().all(|s| !s.live || s.number > slot);
-        if !sets_gauges {
+        self.sets_gauges = self.siblings.iter().all(|s| !s.live || s.number > slot);
+        if !self.sets_gauges {
             self.gauges = [u64::MAX; 2];
         } else {
             let age_ms = if self.newest_view_us > 0 { now_us.saturating_sub(self.newest_view_us) / 1_000 } else { 0 };
@@ -128,11 +157,6 @@ impl Worker {
                 }
             }
         }
-        let paused = self.balancer.clusters_paused(now_us) as i64;
-        if paused != self.paused_counted {
-            host::increment(self.metrics.clusters_paused, paused - self.paused_counted);
-            self.paused_counted = paused;
-        }
         drop(probe);
         let probe = crate::probe::span(crate::probe::Site::TickViews);
         self.apply_views();
@@ -141,6 +165,26 @@ impl Worker {
         if self.reporter.is_some() {
             self.maybe_report(now_us);
         }
+        self.next_period()
+    }
+
+    /// Whether none of this VM's requests is in flight (as of its published snapshot).
+    fn own_idle(&self) -> bool {
+        self.own.clusters.iter().flat_map(|c| &c.endpoints).all(|e| e.inflight == 0)
+    }
+
+    /// Pauses are each worker's own: each VM adds the change of its count (the gauge is the sum
+    /// over workers).
+    fn count_paused(&mut self, now_us: u64) {
+        let paused = self.balancer.clusters_paused(now_us) as i64;
+        if paused != self.paused_counted {
+            host::increment(self.metrics.clusters_paused, paused - self.paused_counted);
+            self.paused_counted = paused;
+        }
+    }
+
+    /// The tick period for this VM's request rate since its last tick, if it changed.
+    fn next_period(&mut self) -> Option<u64> {
         // Each request moves the revision about three times (pick, release, completion).
         let requests = self.balancer.revision().wrapping_sub(self.last_revision) / 3;
         self.last_revision = self.balancer.revision();
