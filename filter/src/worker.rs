@@ -17,6 +17,9 @@ use tailweight_core::{Balancer, FilterConfig, Settings};
 /// A VM whose heartbeat is older than this many of the slowest ticks is gone: its counters still
 /// count, its in-flight requests do not.
 const LIVE_TICKS: u64 = 3;
+/// The number of slots claimed is read again every this many full ticks (VMs come only when Envoy
+/// loads a configuration; a new one is folded in within these ticks).
+const SLOTS_REREAD_TICKS: u64 = 8;
 
 /// What this VM last read of another VM's slot.
 struct SiblingSlot {
@@ -55,6 +58,11 @@ pub struct Worker {
     /// (idle: see `tick`).
     sets_gauges: bool,
     left: bool,
+    /// Full ticks so far, and the slots claimed as last read (see `SLOTS_REREAD_TICKS`).
+    full_ticks: u64,
+    slots_claimed: u64,
+    /// The start (ms) of the latest report period this VM knows was claimed.
+    claimed_ms: u64,
 }
 
 impl Worker {
@@ -81,6 +89,9 @@ impl Worker {
             paused_counted: 0,
             sets_gauges: false,
             left: false,
+            full_ticks: 0,
+            slots_claimed: 0,
+            claimed_ms: 0,
             config,
         }
     }
@@ -201,7 +212,11 @@ impl Worker {
         let live_after =
             now_us.saturating_sub(LIVE_TICKS * tick::slowest_tick_ms(self.config.sync_interval_ms) * 1_000);
         let mut changed = false;
-        for number in (0..shared::slots_claimed()).filter(|n| *n != own_slot) {
+        if self.full_ticks % SLOTS_REREAD_TICKS == 0 {
+            self.slots_claimed = shared::slots_claimed();
+        }
+        self.full_ticks += 1;
+        for number in (0..self.slots_claimed).filter(|n| *n != own_slot) {
             let Some(beat) = shared::read_beat(number) else { continue };
             let live = beat.at_us >= live_after;
             let at = match self.siblings.iter().position(|s| s.number == number) {
@@ -255,6 +270,14 @@ impl Worker {
     /// last report (`tick::report_period_ms`).
     fn maybe_report(&mut self, now_us: u64) {
         let Some(aggregator) = &self.config.aggregator else { return };
+        let now_ms = now_us / 1_000;
+        // A period was claimed within the current report interval: every period (a multiple of
+        // the interval) that has begun began at or before it, so a claim would fail. Nothing to
+        // read until the next interval.
+        let interval_ms = aggregator.report_interval_ms.max(1);
+        if now_ms / interval_ms * interval_ms <= self.claimed_ms {
+            return;
+        }
         let own_slot = self.slot.unwrap_or(u64::MAX);
         // A multiset hash of the (slot, version) pairs, so the same set gives the same digest in
         // any order (no sort): the wrapping sum of each pair's FNV-1a, mixed by SplitMix64's
@@ -281,13 +304,15 @@ impl Worker {
         if digest == last.digest && !endpoints().any(|e| e.inflight > 0) {
             return;
         }
-        let now_ms = now_us / 1_000;
         let requests = endpoints().map(|e| e.requests).fold(0u64, u64::saturating_add);
         let (new_requests, elapsed_ms) = (requests.checked_sub(last.requests), now_ms.saturating_sub(last.at_ms));
         let period_ms = tick::report_period_ms(new_requests, elapsed_ms, aggregator.report_interval_ms);
-        if !shared::claim_report(now_ms / period_ms * period_ms) {
+        let start_ms = now_ms / period_ms * period_ms;
+        if let Err(latest_ms) = shared::claim_report(start_ms) {
+            self.claimed_ms = self.claimed_ms.max(latest_ms);
             return;
         }
+        self.claimed_ms = self.claimed_ms.max(start_ms);
         let mut parts: Vec<Part> = self.siblings.iter().map(SiblingSlot::part).collect();
         parts.push(Part { written_us: self.own.written_us, live: true, clusters: &self.own.clusters });
         let merged = snapshot::merge(&parts, now_us);
