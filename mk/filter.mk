@@ -11,7 +11,7 @@ empty-wasm: deps
 # The least a steering Wasm filter pays per request (hand-written text format, binaryen's assembler).
 floor-wasm: deps
 	@mkdir -p $(BUILD)
-	wasm-as bench/floor-filter/floor.wat -o $(FLOOR_WASM)
+	wasm-as bench/wasm-probes/floor.wat -o $(FLOOR_WASM)
 
 # What the filter costs a fleet: start-up, memory (idle and at 64 clusters x 1,000 endpoints), CPU per
 # request (HTTP/1.1 and gRPC, concurrency 1 and 2) and light load, no wasm vs the empty V8 filter vs

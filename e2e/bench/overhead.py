@@ -26,13 +26,12 @@ same Envoy bootstrap (bench.overhead_configs) but for the HTTP filter.
 5. Where the harness's client sidecars live (bench.overhead_sidecar): --concurrency 2, 15 emulated
    endpoints with the seed's service times, the aggregator on, 10 / 50 / 150 / 1,000 rps, against
    Envoy's least_request LB without a filter, paired rounds; beside them floor_wasm
-   (bench/floor-filter/floor.wat), the least any steering Wasm filter pays.
-6. Instructions per request and per idle second, counted by callgrind in a real Envoy
-   (bench.overhead_instructions; needs valgrind; not in --quick runs).
+   (bench/wasm-probes/floor.wat), the least any steering Wasm filter pays.
+6. Instructions per request and idle second, by callgrind in Envoy (bench.overhead_instructions).
 
 Envoys run pinned to core 1, load generators and backends to core 0 (when there are two cores);
-CPU is read from /proc, so what the rest of the machine does costs a variant time, not CPU. Start-ups
-are not pinned (V8 compiles on several threads). The tables: bench.overhead_tables.
+CPU is read from /proc, so what the rest of the machine does costs a variant time, not CPU. The
+tables: bench.overhead_tables.
 
     python -m bench.overhead [--out bench/results] [--quick] [--rounds N] [--seconds S] [--starts N]
         [--fleet-seconds S] [--flat-minutes N] [--only SECTION ...] [--logs DIR]
@@ -68,7 +67,7 @@ from tailweight_e2e import aggregator, envoy, paths
 from tailweight_e2e.procs import Proc, ProcGroup, wait_for
 
 EMPTY_WASM = paths.REPO / "build" / "empty_filter.wasm"
-# The least a steering Wasm filter pays (bench/floor-filter/floor.wat): sections 5 and 6 only.
+# The least a steering Wasm filter pays (bench/wasm-probes/floor.wat): sections 5 and 6 only.
 FLOOR_WASM = paths.REPO / "build" / "floor_filter.wasm"
 RESULTS = paths.REPO / "bench" / "results"
 QUICK_RESULTS = paths.REPO / "build" / "bench-overhead-quick"  # a smoke run never replaces the results
@@ -108,8 +107,9 @@ class Settings:
     sidecar_seconds: float = 20  # per round at rates loading every variant at once
     sidecar_rounds: int = 5
     sidecar_connections: int = 16
-    instruction_requests: int = 300  # 0: skip section 6
-    instruction_idle_s: float = 20
+    instruction_requests: int = 200  # 0: skip section 6
+    instruction_idle_s: float = 15
+    instruction_probes: bool = True  # the ABI's price list (bench.overhead_probes)
     concurrencies: tuple[int, ...] = (1, 2)
 
 

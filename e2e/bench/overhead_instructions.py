@@ -1,6 +1,7 @@
 """Section 6 of `make bench-overhead`: instructions per request, counted by callgrind (valgrind) in a
 real Envoy: noise-free, so a change of a few percent shows where CPU time on a shared machine
-cannot. Each variant's Envoy (--concurrency 1, V8 under valgrind's --smc-check=all) behind the
+cannot. Beside the variants, the ABI's price list (bench.overhead_probes): tiny modules that each
+do one thing per request. Each variant's Envoy (--concurrency 1, V8 under valgrind's --smc-check=all) behind the
 sidecar section's config: 100 requests to warm up, counters zeroed, `requests` sequential requests
 (Fortio, one keep-alive connection), counters dumped; then `idle_s` without requests, dumped again.
 User-space instructions only (the kernel's share of a request, its socket calls, is the same for
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from bench import emulator as emu
 from bench import overhead_configs as configs
+from bench import overhead_probes as probes
 from tailweight_e2e import aggregator, envoy, envoy_configs, paths
 from tailweight_e2e.procs import ProcGroup
 
@@ -113,7 +115,7 @@ def measure_one(group: ProcGroup, name: str, cfg: str, requests: int, idle_s: fl
     for dump in out.glob("cg.*"):
         head = dump.read_text(errors="replace")[:4000]
         for label in ("requests", "idle"):
-            if f"Client Request: {label}" in head:
+            if f"Trigger: dump {label}" in head:
                 dumps[label] = dump
     by_object = objects(dumps["requests"])
     return {"per_request": total(dumps["requests"]) / requests, "idle_per_s": total(dumps["idle"]) / idle_s,
@@ -124,7 +126,11 @@ def section(group: ProcGroup, variants: dict, s, tmp: Path, log: Callable[[str],
     backends = emu.start(group, [emu.BackendSettings(workers=8, base_ms=1)] * 15, name="callgrind-emulator")
     agg = aggregator.start(group, "callgrind-aggregator", args=["--worker-threads", "1"])
     out = {"requests": s.instruction_requests, "idle_s": s.instruction_idle_s, "variants": {}}
-    for v, cfg in bootstraps(variants, backends.addresses, agg.port).items():
+    cfgs = bootstraps(variants, backends.addresses, agg.port)
+    if s.instruction_probes:
+        for name, wasm in probes.build(tmp / "probes").items():
+            cfgs[name] = configs.render(configs.client(wasm, backends.addresses))
+    for v, cfg in cfgs.items():
         out["variants"][v] = measure_one(group, v, cfg, s.instruction_requests, s.instruction_idle_s, tmp)
         log(f"instructions {v}: {out['variants'][v]['per_request']:,.0f} per request, "
             f"{out['variants'][v]['idle_per_s']:,.0f} per idle second")
@@ -153,6 +159,12 @@ def markdown(r: dict) -> list[str]:
         idle_over = f"{x['idle_per_s'] - idle_base:+,.0f}" if idle_base and v != NO_WASM else "–"
         lines.append(f"| {v} | {x['per_request']:,.0f} | {over} | {o.get('envoy', 0):,.0f} / {o.get('jit', 0):,.0f} "
                      f"/ {o.get('libc', 0):,.0f} | {x['idle_per_s']:,.0f} | {idle_over} |")
+    prices = probes.price_list({v: x["per_request"] for v, x in rows.items()})
+    if prices:
+        lines += ["", "The ABI's price list (bench/overhead_probes.py: a module doing one thing per request; "
+                  f"{probes.CALLS} calls of a host function per request, less the 1-callback module, "
+                  f"/ {probes.CALLS}), "
+                  "instructions: " + "; ".join(f"{k} {v:,.0f}" for k, v in prices.items()) + "."]
     return lines + [""]
 
 
