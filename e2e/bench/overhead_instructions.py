@@ -8,7 +8,8 @@ User-space instructions only (the kernel's share of a request, its socket calls,
 every variant). tailweight runs with ticks 10 s apart here, so its per-request figure is its
 request path alone; tailweight_ticking is the same module at the default sync interval, whose idle
 figure is what its ticks cost an idle sidecar. Instructions by object: `envoy` (Envoy and V8's
-runtime), `jit` (code V8 generated: the module's functions and the call wrappers), libc.
+runtime), `anon` (code in no file: what V8 generated, the module's functions and the call
+wrappers, and ~27k per request that Envoy runs there even without Wasm), libc.
 
 Skipped when valgrind is not installed and in --quick runs (a start under valgrind takes a minute)."""
 import json
@@ -65,7 +66,7 @@ def objects(dump: Path) -> Counter:
 
 def _object_kind(path: str) -> str:
     name = path.rsplit("/", 1)[-1]
-    return "envoy" if name == "envoy" else "jit" if name in ("???", "?") else "libc" if name.startswith(
+    return "envoy" if name == "envoy" else "anon" if name in ("???", "?") else "libc" if name.startswith(
         "libc.") else "other"
 
 
@@ -149,7 +150,7 @@ def markdown(r: dict) -> list[str]:
         "bench/overhead_instructions.py): one run, deterministic to about 1%. tailweight: ticks 10 s apart (its "
         "request path); tailweight_ticking: the default sync interval (its idle figure: what ticks cost).",
         "",
-        "| variant | instructions / request | over least_request | envoy / jit / libc | idle instructions / s "
+        "| variant | instructions / request | over least_request | envoy / anon / libc | idle instructions / s "
         "| idle over no_wasm |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
@@ -157,7 +158,7 @@ def markdown(r: dict) -> list[str]:
         o = x["per_request_by_object"]
         over = f"{x['per_request'] - base:+,.0f}" if base and v != LEAST_REQUEST else "–"
         idle_over = f"{x['idle_per_s'] - idle_base:+,.0f}" if idle_base and v != NO_WASM else "–"
-        lines.append(f"| {v} | {x['per_request']:,.0f} | {over} | {o.get('envoy', 0):,.0f} / {o.get('jit', 0):,.0f} "
+        lines.append(f"| {v} | {x['per_request']:,.0f} | {over} | {o.get('envoy', 0):,.0f} / {o.get('anon', 0):,.0f} "
                      f"/ {o.get('libc', 0):,.0f} | {x['idle_per_s']:,.0f} | {idle_over} |")
     prices = probes.price_list({v: x["per_request"] for v, x in rows.items()})
     if prices:
