@@ -263,6 +263,7 @@ def markdown(r: dict) -> str:
         "Variants: " + "; ".join(f"**{v}** " + (f"`{x['path']}` ({x['bytes']:,} bytes)" if x["path"] else "(no filter)")
                                  for v, x in h["variants"].items()) + ".",
         "",
+        *r.get("notes", []),  # analysis kept with the data (overhead.json's "notes", markdown lines)
     ]
     if "startup" in s:
         lines += _startup_table(r, s)
