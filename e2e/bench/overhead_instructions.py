@@ -1,15 +1,19 @@
-"""Section 6 of `make bench-overhead`: instructions per request, counted by callgrind (valgrind) in a
-real Envoy: noise-free, so a change of a few percent shows where CPU time on a shared machine
-cannot. Beside the variants, the ABI's price list (bench.overhead_probes): tiny modules that each
-do one thing per request. Each variant's Envoy (--concurrency 1, V8 under valgrind's --smc-check=all) behind the
-sidecar section's config: 100 requests to warm up, counters zeroed, `requests` sequential requests
-(Fortio, one keep-alive connection), counters dumped; then `idle_s` without requests, dumped again.
-User-space instructions only (the kernel's share of a request, its socket calls, is the same for
-every variant). tailweight runs with ticks 10 s apart here, so its per-request figure is its
-request path alone; tailweight_ticking is the same module at the default sync interval, whose idle
-figure is what its ticks cost an idle sidecar. Instructions by object: `envoy` (Envoy and V8's
-runtime), `anon` (code in no file: what V8 generated, the module's functions and the call
-wrappers, and ~27k per request that Envoy runs there even without Wasm), libc.
+"""Section 6 of `make bench-overhead`: instructions, counted by callgrind (valgrind) in a real Envoy:
+noise-free, so a change of a few percent shows where CPU time on a shared machine cannot, and the
+same on any day (this machine's speed moves CPU times by 2-3x from one hour to the next, and
+start-up's "ms over the empty filter" with them). Beside the variants, the ABI's price list
+(bench.overhead_probes): tiny modules that each do one thing per request.
+
+Each variant's Envoy (--concurrency 2, V8 under valgrind's --smc-check=all) with the sidecar
+section's config: instructions from exec to /ready (all threads: V8 compiles on background ones);
+then 100 requests to warm up, counters zeroed, `requests` sequential requests (Fortio, one
+keep-alive connection), counters dumped; then `idle_s` without requests, dumped again. User-space
+instructions only (the kernel's share of a request, its socket calls, is the same for every
+variant). tailweight runs with ticks 10 s apart here, so its per-request figure is its request path
+alone; tailweight_ticking is the same module at the default sync interval, whose idle figure is
+what its ticks cost an idle sidecar. Instructions by object: `envoy` (Envoy and V8's runtime),
+`anon` (code in no file: what V8 generated, the module's functions and the call wrappers, and
+~27k per request that Envoy runs there even without Wasm), libc.
 
 Skipped when valgrind is not installed and in --quick runs (a start under valgrind takes a minute)."""
 import json
@@ -93,7 +97,7 @@ def bootstraps(variants: dict, backends: list[str], aggregator_port: int) -> dic
 def measure_one(group: ProcGroup, name: str, cfg: str, requests: int, idle_s: float, tmp: Path) -> dict:
     out = tmp / f"callgrind-{name}"
     out.mkdir(parents=True, exist_ok=True)
-    e = envoy.start(group, f"callgrind-{name}", cfg, concurrency=1, ready_timeout_s=600,
+    e = envoy.start(group, f"callgrind-{name}", cfg, concurrency=2, ready_timeout_s=600,
                     command_prefix=["valgrind", "--tool=callgrind", "--smc-check=all",
                                     f"--callgrind-out-file={out}/cg"])
     pid = str(e.proc.pid)
@@ -105,6 +109,7 @@ def measure_one(group: ProcGroup, name: str, cfg: str, requests: int, idle_s: fl
     def control(*args: str) -> None:
         subprocess.run(["callgrind_control", *args, pid], check=True, capture_output=True, timeout=300)
 
+    control("-d", "ready")
     run(WARMUP_REQUESTS)
     control("-z")
     run(requests)
@@ -115,11 +120,12 @@ def measure_one(group: ProcGroup, name: str, cfg: str, requests: int, idle_s: fl
     dumps = {}
     for dump in out.glob("cg.*"):
         head = dump.read_text(errors="replace")[:4000]
-        for label in ("requests", "idle"):
+        for label in ("ready", "requests", "idle"):
             if f"Trigger: dump {label}" in head:
                 dumps[label] = dump
     by_object = objects(dumps["requests"])
-    return {"per_request": total(dumps["requests"]) / requests, "idle_per_s": total(dumps["idle"]) / idle_s,
+    return {"to_ready": total(dumps["ready"]),
+            "per_request": total(dumps["requests"]) / requests, "idle_per_s": total(dumps["idle"]) / idle_s,
             "per_request_by_object": {k: v / requests for k, v in by_object.items()}}
 
 
@@ -145,21 +151,25 @@ def markdown(r: dict) -> list[str]:
     lines = [
         "## 6. Instructions per request (callgrind)",
         "",
-        f"Envoy --concurrency 1 under callgrind, the sidecar section's configs, {r['requests']} sequential "
-        f"requests after 100 to warm up, then {r['idle_s']:g} s idle; user-space instructions (see "
+        f"Envoy --concurrency 2 under callgrind, the sidecar section's configs: to /ready, then {r['requests']} "
+        f"sequential requests after 100 to warm up, then {r['idle_s']:g} s idle; user-space instructions (see "
         "bench/overhead_instructions.py): one run, deterministic to about 1%. tailweight: ticks 10 s apart (its "
         "request path); tailweight_ticking: the default sync interval (its idle figure: what ticks cost).",
         "",
-        "| variant | instructions / request | over least_request | envoy / anon / libc | idle instructions / s "
-        "| idle over no_wasm |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| variant | to /ready, M | over empty_wasm, M | instructions / request | over least_request "
+        "| envoy / anon / libc | idle instructions / s | idle over no_wasm |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    ready_base = rows.get("empty_wasm", {}).get("to_ready")
     for v, x in rows.items():
         o = x["per_request_by_object"]
         over = f"{x['per_request'] - base:+,.0f}" if base and v != LEAST_REQUEST else "–"
         idle_over = f"{x['idle_per_s'] - idle_base:+,.0f}" if idle_base and v != NO_WASM else "–"
-        lines.append(f"| {v} | {x['per_request']:,.0f} | {over} | {o.get('envoy', 0):,.0f} / {o.get('anon', 0):,.0f} "
-                     f"/ {o.get('libc', 0):,.0f} | {x['idle_per_s']:,.0f} | {idle_over} |")
+        ready = x.get("to_ready")
+        ready_over = f"{(ready - ready_base) / 1e6:+,.0f}" if ready and ready_base and v != "empty_wasm" else "–"
+        lines.append(f"| {v} | {(ready or 0) / 1e6:,.0f} | {ready_over} | {x['per_request']:,.0f} | {over} "
+                     f"| {o.get('envoy', 0):,.0f} / {o.get('anon', 0):,.0f} / {o.get('libc', 0):,.0f} "
+                     f"| {x['idle_per_s']:,.0f} | {idle_over} |")
     prices = probes.price_list({v: x["per_request"] for v, x in rows.items()})
     if prices:
         lines += ["", "The ABI's price list (bench/overhead_probes.py: a module doing one thing per request; "
