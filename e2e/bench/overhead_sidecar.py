@@ -9,9 +9,10 @@ fib ratios, so requests stay in flight), the aggregator on, Fortio at 10, 50, 15
 - empty_wasm (and every other module variant): that filter with the aggregator configured;
 - tailweight_local: the tailweight module without the aggregator.
 
-Rates up to 150 rps load every variant at once (the rounds pair them in time, and the Envoys
-share a core as the harness's do); 1,000 rps loads them one after the other in each round (all
-at once would saturate the Envoys' core), the order rotating. CPU from the threads' schedstat
+Each round starts fresh Envoys (an Envoy's offset lasts its life: see `section`). Rates up to 150
+rps load every variant at once (the rounds pair them in time, and the Envoys share a core as the
+harness's do); 1,000 rps loads them one after the other in each round (all at once would
+saturate the Envoys' core), the order rotating. CPU from the threads' schedstat
 (ns), per thread kind (workers, main thread, the rest), so per-second work off the request path
 shows where it runs. Over least_request: the median of the per-round differences [interval]."""
 import os
@@ -79,9 +80,9 @@ def section(group: ProcGroup, variants: dict, s, tmp: Path, log: Callable[[str],
     agg = aggregator.start(group, "sidecar-aggregator", args=["--worker-threads", "1"])
     for p in (backends.proc, agg.proc):
         measure.pin(p.pid, 0)
-    envoys = {v: envoy.start(group, f"sidecar-{v}", cfg, concurrency=2, command_prefix=measure.pin_prefix(1))
-              for v, cfg in bootstraps(variants, backends.addresses, agg.port).items()}
-    names = list(envoys)
+    cfgs = bootstraps(variants, backends.addresses, agg.port)
+    names = list(cfgs)
+    envoys: dict = {}
 
     def load(vs: list[str], rate: float, seconds: float, tag: str) -> dict:
         before = {v: thread_kinds_ns(envoys[v].proc.pid) for v in vs}
@@ -100,24 +101,34 @@ def section(group: ProcGroup, variants: dict, s, tmp: Path, log: Callable[[str],
                       "seconds": window}
         return out
 
-    # Warm-up: connections open, V8 tiers up, views arrive.
-    load(names, 50, s.warmup_s, "sidecar-warm")
     steps = []
     for r in range(s.sidecar_rounds):
+        # Fresh Envoys every round, started in a rotating order: an Envoy keeps whatever offset its
+        # process got (memory layout, which core's caches) for its whole life, which pairing rounds
+        # of the same processes would not average out (two Envoys of one module differed by up to
+        # ~45 us per request at 150 rps).
+        for v in rotated(names, r):
+            envoys[v] = envoy.start(group, f"sidecar-{v}-r{r}", cfgs[v], concurrency=2,
+                                    command_prefix=measure.pin_prefix(1))
+        load(names, 50, s.warmup_s, f"sidecar-warm-r{r}")  # connections open, views arrive
         for rate in s.sidecar_rates:
             if rate <= TOGETHER_MAX_RPS:
                 cells = load(names, rate, s.sidecar_seconds, f"sidecar-{rate:g}-r{r}")
             else:
-                k = r % len(names)
                 cells = {}
-                for v in names[k:] + names[:k]:
+                for v in rotated(names, r):
                     cells.update(load([v], rate, s.seconds, f"sidecar-{rate:g}-r{r}"))
             steps.append({"rate": rate, "round": r, "variants": cells})
             log(f"sidecar {rate:g} rps round {r + 1}/{s.sidecar_rounds}: " + ", ".join(
                 f"{v} {per_request_us(c):.0f} us" for v, c in cells.items()))
-    for e in envoys.values():
-        e.proc.stop()
+        for e in envoys.values():
+            e.proc.stop()
     return steps
+
+
+def rotated(names: list[str], by: int) -> list[str]:
+    k = by % len(names)
+    return names[k:] + names[:k]
 
 
 def cpu_ms_per_s(cell: dict) -> float:
@@ -169,7 +180,7 @@ def markdown(rows: list[dict], s: dict) -> list[str]:
         "One client Envoy per variant, --concurrency 2, 15 emulated endpoints with the seed's service times "
         f"(10 ms x 1 to 6.9, so requests stay in flight), the aggregator on (report interval 1 s), Fortio GETs over "
         f"{s['sidecar_connections']} connections (70 at 1,000 rps: one request at a time each). "
-        f"{s['sidecar_rounds']} rounds; in each, rates up to "
+        f"{s['sidecar_rounds']} rounds, each with fresh Envoys (started in a rotating order); in each, rates up to "
         f"{TOGETHER_MAX_RPS} rps load every variant at once for {s['sidecar_seconds']:g} s (paired in time), "
         f"faster ones each variant in turn for {s['seconds']:g} s. least_request: no filter and Envoy's "
         "least_request LB; no_wasm: no filter, tailweight's cluster config (override_host + the upstream filter "
