@@ -3,10 +3,10 @@ no wasm filter (no_wasm), an empty V8 filter (empty_wasm: what running any wasm 
 tailweight, and any `--variant NAME=path.wasm` (e.g. an experimental build). Every variant gets the
 same Envoy bootstrap (harness.overhead_configs) but for the HTTP filter.
 
-1. Start-up: wall time from starting Envoy to /ready and Envoy's CPU time until then (utime +
-   stime: robust on a shared machine, where V8 compiles on several threads), at --concurrency 1
-   and 2, a listener and one cluster, local-only; the variants' starts interleaved; phases (module
-   compile) from Envoy's own log at wasm:debug.
+1. Start-up (harness.overhead_startup): wall time from starting Envoy to /ready and Envoy's CPU time
+   until then, at --concurrency 1 and 2 with both cores free, and at 2 confined to one core (a busy
+   node: the compile cannot run beside anything); a listener and one cluster, local-only; the
+   variants' starts interleaved; phases (module compile) from Envoy's own log at wasm:debug.
 2. Memory at --concurrency 2: RSS 1 s and 10 s after /ready; 90 s after /ready with the sidecar
    bootstrap override wasmplugin/ ships (Envoy releasing free heap pages); and after a few minutes
    of load spread over 64 clusters x 1,000 endpoints with the aggregator on (a synthetic reporter,
@@ -23,10 +23,15 @@ same Envoy bootstrap (harness.overhead_configs) but for the HTTP filter.
    10, 100 and 1,000 rps, every variant loaded at the same time (paired in time), CPU from the
    threads' schedstat (ns); beside them tailweight with the sidecar bootstrap override
    (`tailweight_releasing`).
+5. Where the harness's client sidecars live (harness.overhead_sidecar): --concurrency 2, 15 emulated
+   endpoints with the seed's service times, the aggregator on, 10 / 50 / 150 / 1,000 rps, against
+   Envoy's least_request LB without a filter, paired rounds; beside them floor_wasm
+   (bench/wasm-probes/floor.wat), the least any steering Wasm filter pays.
+6. Instructions per request and idle second, by callgrind in Envoy (harness.overhead_instructions).
 
 Envoys run pinned to core 1, load generators and backends to core 0 (when there are two cores);
-CPU is read from /proc, so what the rest of the machine does costs a variant time, not CPU. Start-ups
-are not pinned (V8 compiles on several threads). The tables: harness.overhead_tables.
+CPU is read from /proc, so what the rest of the machine does costs a variant time, not CPU. The
+tables: harness.overhead_tables.
 
     python -m harness.overhead [--out bench/results] [--quick] [--rounds N] [--seconds S] [--starts N]
         [--fleet-seconds S] [--flat-minutes N] [--only SECTION ...] [--logs DIR]
@@ -52,21 +57,25 @@ import requests
 from harness import emulator as emu
 from harness import fortio
 from harness import overhead_configs as configs
+from harness import overhead_instructions as instructions
 from harness import overhead_measure as measure
+from harness import overhead_sidecar as sidecar
+from harness import overhead_startup as startup
 from harness import overhead_tables as tables
 from harness.cpu import cpu_seconds
 from tailweight_e2e import aggregator, envoy, paths
 from tailweight_e2e.procs import Proc, ProcGroup, wait_for
 
 EMPTY_WASM = paths.REPO / "build" / "empty_filter.wasm"
+# The least a steering Wasm filter pays (bench/wasm-probes/floor.wat): sections 5 and 6 only.
+FLOOR_WASM = paths.REPO / "build" / "floor_filter.wasm"
 RESULTS = paths.REPO / "bench" / "results"
 QUICK_RESULTS = paths.REPO / "build" / "bench-overhead-quick"  # a smoke run never replaces the results
 VARIANTS = {"no_wasm": None, "empty_wasm": EMPTY_WASM, tables.TAILWEIGHT: paths.WASM}
 TRACKED = "wasmcustom.tailweight.endpoints_tracked"
 ENVOY_CORE, LOAD_CORE = 1, 0
-STARTUP_LOG = ["--component-log-level", "wasm:debug"]
 # Started once per section; the minimal config's cluster names this endpoint, never contacted.
-UNUSED_BACKEND = "127.0.0.1:9"
+UNUSED_BACKEND = startup.UNUSED_BACKEND
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,13 @@ class Settings:
     light_rounds: int  # the rates' steps, repeated (each round every rate once, in order)
     flat_minutes: float
     flat_rps: float
+    sidecar_rates: tuple[float, ...] = (10, 50, 150, 1000)
+    sidecar_seconds: float = 20  # per round at rates loading every variant at once
+    sidecar_rounds: int = 5
+    sidecar_connections: int = 16
+    instruction_requests: int = 200  # 0: skip section 6
+    instruction_idle_s: float = 15
+    instruction_probes: bool = True  # the ABI's price list (harness.overhead_probes)
     concurrencies: tuple[int, ...] = (1, 2)
 
 
@@ -104,18 +120,15 @@ FULL = Settings(starts=7, memory_starts=3, idle_late_s=10, released_late_s=90, f
                 flat_minutes=0, flat_rps=10)
 QUICK = dataclasses.replace(FULL, starts=1, memory_starts=1, released_late_s=12, fleet_clusters=4,
                             fleet_endpoints=50, fleet_qps=200, fleet_connections=8, fleet_seconds=6, rounds=2,
-                            seconds=1, warmup_s=0.5, light_seconds=2, light_rounds=1)
+                            seconds=1, warmup_s=0.5, light_seconds=2, light_rounds=1, sidecar_seconds=2,
+                            sidecar_rounds=1, instruction_requests=0)
 
 
 def log(text: str) -> None:
     print(f"[overhead {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
-def rotated(variants: dict, by: int) -> list[str]:
-    """The variant names starting at the by-th: each round a different variant goes first."""
-    names = list(variants)
-    k = by % len(names)
-    return names[k:] + names[:k]
+rotated = startup.rotated
 
 
 def fortio_run(group: ProcGroup, name: str, target: str, qps: float, connections: int, seconds: float,
@@ -139,34 +152,6 @@ def counts(result: dict) -> tuple[int, int]:
     codes = result.get("RetCodes") or {}
     ok = int(codes.get("200", 0)) + int(codes.get("OK", 0)) + int(codes.get("SERVING", 0))
     return total, total - ok
-
-
-# ---- 1. start-up ---------------------------------------------------------------------------------
-
-
-def start_once(group: ProcGroup, name: str, wasm: Path | None, concurrency: int) -> dict:
-    cfg = configs.render(configs.client(wasm, [UNUSED_BACKEND]))
-    started = time.monotonic()
-    e = envoy.start(group, name, cfg, concurrency=concurrency, extra_args=STARTUP_LOG, poll_s=0.005)
-    wall_ms = (time.monotonic() - started) * 1e3
-    cpu_ms = (cpu_seconds(e.proc.pid) or 0.0) * 1e3
-    phases = measure.start_phases(e.log())
-    e.proc.stop()
-    return {"wall_ms": round(wall_ms, 1), "cpu_ms": round(cpu_ms, 1),
-            **{k: (round(v, 1) if v is not None else None) for k, v in phases.items()}}
-
-
-def section_startup(group: ProcGroup, variants: dict, s: Settings) -> dict:
-    out = {}
-    for c in s.concurrencies:
-        samples: dict[str, list[dict]] = {v: [] for v in variants}
-        for i in range(s.starts):
-            for v in rotated(variants, i):
-                samples[v].append(start_once(group, f"start-c{c}-{v}-{i}", variants[v], c))
-            log(f"start-up c{c} {i + 1}/{s.starts}: " + ", ".join(
-                f"{v} {samples[v][-1]['wall_ms']:.0f} ms (cpu {samples[v][-1]['cpu_ms']:.0f})" for v in variants))
-        out[f"c{c}"] = samples
-    return out
 
 
 # ---- 2. memory -------------------------------------------------------------------------------------
@@ -444,7 +429,7 @@ def run(out_dir: Path, variants: dict, s: Settings, quick: bool, sections: Calla
     with tempfile.TemporaryDirectory(prefix="tw-overhead-") as tmp, ProcGroup(logs or Path(tmp) / "logs") as group:
         tmp = Path(tmp)
         if sections("startup"):
-            results["startup"] = section_startup(group, variants, s)
+            results["startup"] = startup.section(group, variants, s, log)
         if sections("memory"):
             results["memory"] = {"idle": section_idle_memory(group, variants, s),
                                  "fleet": section_fleet_memory(group, variants, s, tmp)}
@@ -454,6 +439,11 @@ def run(out_dir: Path, variants: dict, s: Settings, quick: bool, sections: Calla
                                       for key, by_v in fortio_results.items()}
         if sections("light"):
             results["light"], results["flat"] = section_light(group, variants, s, tmp)
+        with_floor = {**variants, tables.FLOOR: FLOOR_WASM} if FLOOR_WASM.is_file() else variants
+        if sections("sidecar"):
+            results["sidecar"] = sidecar.section(group, with_floor, s, tmp, log)
+        if sections("instructions") and s.instruction_requests and instructions.available():
+            results["instructions"] = instructions.section(group, with_floor, s, tmp, log)
     header["minutes"] = round((time.monotonic() - started) / 60, 1)
     header["load_average"] = load.stop()
     return write(out_dir, results)
@@ -467,7 +457,7 @@ def write(out_dir: Path, results: dict) -> dict:
     return results
 
 
-SECTIONS = ("startup", "memory", "cpu", "light")
+SECTIONS = ("startup", "memory", "cpu", "light", "sidecar", "instructions")
 
 
 def main(argv=None) -> None:

@@ -3,9 +3,11 @@ paired differences against the empty filter and against no filter with their con
 the targets the filter is judged against, and one markdown table per section."""
 import statistics
 
+from harness import overhead_instructions as instructions
+from harness import overhead_sidecar as sidecar
 from harness.overhead_measure import median_interval, paired, ratios
 
-BASE, EMPTY = "no_wasm", "empty_wasm"
+BASE, EMPTY, FLOOR = "no_wasm", "empty_wasm", "floor_wasm"
 # The light-load section runs tailweight twice: as is, and with wasmplugin/'s sidecar bootstrap
 # override (Envoy releasing free heap), to pair the two.
 TAILWEIGHT, RELEASING = "tailweight", "tailweight_releasing"
@@ -14,6 +16,7 @@ KIB, MIB = 1024, 1024 * 1024
 # What the filter is judged against (the lead's targets); `limit` in the unit of the measurement.
 TARGETS = {
     "startup": ("start to ready, over the empty filter (--concurrency 2)", 50.0, "ms"),
+    "startup_one_core": ("start to ready, over the empty filter (--concurrency 2 on one core)", 50.0, "ms"),
     "module": ("module size", 150 * KIB, "bytes"),
     "rss_idle": ("RSS idle ({idle_late_s:g} s after ready), over the empty filter", 4.0, "MiB"),
     "rss_idle_released": ("RSS idle, Envoy releasing free heap (wasmplugin/'s sidecar bootstrap override, "
@@ -24,6 +27,8 @@ TARGETS = {
     "p99": ("p99 latency / the empty filter's", 1.10, "x"),
     "idle_cpu": ("idle Envoy CPU, over the empty filter", 1.0, "ms/s"),
     "light_ratio": ("added CPU per request at 10 rps / at 1,000 rps", 2.0, "x"),
+    "sidecar_cpu": ("harness setting: Envoy CPU per request over least_request, 50-1,000 rps", 30.0, "us"),
+    "sidecar_slow": ("harness setting: Envoy CPU over least_request at the slowest rate", 1.0, "ms/s"),
 }
 
 
@@ -37,8 +42,8 @@ def _column(samples: list[dict], key: str) -> list:
 
 
 def subjects(variants) -> list[str]:
-    """The variants judged against the targets: all but the two baselines."""
-    return [v for v in variants if v not in (BASE, EMPTY)]
+    """The variants judged against the targets: all but the baselines."""
+    return [v for v in variants if v not in (BASE, EMPTY, FLOOR)]
 
 
 def summarise(r: dict) -> dict:
@@ -100,6 +105,8 @@ def summarise(r: dict) -> dict:
             for v, mib in rss.items():
                 by_v.setdefault(v, []).append(mib)
         out["flat"] = {v: {"first": xs[0], "last": xs[-1], "min": min(xs), "max": max(xs)} for v, xs in by_v.items()}
+    if r.get("sidecar"):
+        out["sidecar"] = sidecar.summarise(r["sidecar"])
     out["targets"] = targets(r, out)
     return out
 
@@ -178,9 +185,10 @@ def targets(r: dict, s: dict) -> list[dict]:
 
     for v in subjects(variants):
         size = variants[v]["bytes"]
-        st = s.get("startup", {}).get("c2", {}).get(v, {}).get("wall_vs_empty")
-        if st:
-            add("startup", v, st["median"], st["low"], st["high"])
+        for key, setting in (("startup", "c2"), ("startup_one_core", "c2_one_core")):
+            st = s.get("startup", {}).get(setting, {}).get(v, {}).get("wall_vs_empty")
+            if st:
+                add(key, v, st["median"], st["low"], st["high"])
         add("module", v, size)
         m = s.get("memory", {}).get(v, {})
         if "late_vs_empty" in m:
@@ -210,6 +218,9 @@ def targets(r: dict, s: dict) -> list[dict]:
         if lr and lr["ratio"] is not None:
             add("light_ratio", v, lr["ratio"], lr.get("ratio_low"), lr.get("ratio_high"),
                 detail=f"{lr['at_10_us']:.0f} us / {lr['at_1000_us']:.1f} us (the interval: 10 rps's)")
+    for key, v, value, low, high, detail in sidecar.target_rows(s.get("sidecar", []), subjects(
+            [x for x in (s.get("sidecar") or [{"variants": {}}])[0]["variants"] if x != sidecar.LEAST_REQUEST])):
+        add(key, v, value, low, high, detail)
     return rows
 
 
@@ -252,6 +263,7 @@ def markdown(r: dict) -> str:
         "Variants: " + "; ".join(f"**{v}** " + (f"`{x['path']}` ({x['bytes']:,} bytes)" if x["path"] else "(no filter)")
                                  for v, x in h["variants"].items()) + ".",
         "",
+        *r.get("notes", []),  # analysis kept with the data (overhead.json's "notes", markdown lines)
     ]
     if "startup" in s:
         lines += _startup_table(r, s)
@@ -263,6 +275,10 @@ def markdown(r: dict) -> str:
         lines += _cpu_table(r, s)
     if s.get("light"):
         lines += _light_table(r, s)
+    if s.get("sidecar"):
+        lines += sidecar.markdown(s["sidecar"], st)
+    if r.get("instructions"):
+        lines += instructions.markdown(r["instructions"])
     lines += _targets_table(s)
     return "\n".join(lines) + "\n"
 
@@ -274,7 +290,8 @@ def _startup_table(r: dict, s: dict) -> list[str]:
         "## 1. Start-up",
         "",
         f"Envoy with one listener and one cluster (filter local-only), median of {n} starts per variant and "
-        "concurrency, the variants' starts interleaved. Wall: from spawning Envoy to /ready answering 200 "
+        "setting, the variants' starts interleaved; \"on one core\": confined to one core (taskset), as on a busy "
+        "node, where V8's compile cannot use a second core. Wall: from spawning Envoy to /ready answering 200 "
         "(polled every 5 ms). CPU: Envoy's utime + stime at /ready. Compile: from Envoy's log at wasm:debug, "
         "\"Base Wasm created\" to the first \"Thread-Local Wasm created\" (V8 compiles the module and runs "
         "`_initialize`); before wasm: first log line to \"Base Wasm created\"; after compile: to the main "
@@ -288,7 +305,8 @@ def _startup_table(r: dict, s: dict) -> list[str]:
     for c, rows in s["startup"].items():
         for v, x in rows.items():
             size = "–" if sizes.get(v) is None else f"{sizes[v]:,}"
-            cells = [c.removeprefix("c"), v, size, _f(x["wall_ms"], 0), _ci(x.get("wall_vs_empty"), 0),
+            setting = c.removeprefix("c").replace("_one_core", ", on one core")
+            cells = [setting, v, size, _f(x["wall_ms"], 0), _ci(x.get("wall_vs_empty"), 0),
                      _f(x["cpu_ms"], 0), _ci(x.get("cpu_vs_empty"), 0), _f(x["to_wasm_ms"], 0),
                      _f(x["compile_ms"], 0), _f(x["after_compile_ms"], 0)]
             lines.append("| " + " | ".join(cells) + " |")

@@ -7,7 +7,7 @@ import math
 import pytest
 import requests
 
-from harness import overhead, overhead_configs, overhead_reporter
+from harness import overhead, overhead_configs, overhead_instructions, overhead_reporter, overhead_sidecar
 from harness.overhead_measure import median_interval, paired, start_phases
 from tailweight_e2e import aggregator, envoy, paths
 from tailweight_e2e.procs import wait_for
@@ -32,6 +32,40 @@ def test_light_rows_pair_the_rounds_of_each_step():
     assert tw["vs_empty_per_request_us"] == pytest.approx(50.0)  # 0.5 ms/s over 10 rps
     assert rows[0]["variants"]["tailweight"]["vs_empty_ms_per_s"] == pytest.approx(0.2)
     assert "vs_empty" not in rows[1]["variants"]["empty_wasm"]
+
+
+def test_sidecar_rows_pair_each_round_with_least_request():
+    """Per rate, each variant's CPU per request over least_request is the median of the per-round
+    differences (the variants ran side by side in each round), per request and per second."""
+    def cell(cpu_ms, requests, seconds=10.0):
+        return {"cpu_ns": {"workers": cpu_ms * 1e6, "main": 0, "other": 0}, "requests": requests, "errors": 0,
+                "seconds": seconds}
+    steps = [{"rate": 10, "round": r, "variants": {"least_request": cell(lr, 100), "tailweight": cell(tw, 100)}}
+             for r, (lr, tw) in enumerate([(50, 60), (90, 91), (55, 58)])]
+    steps.append({"rate": 1000, "round": 0, "variants": {"least_request": cell(1000, 10_000),
+                                                         "tailweight": cell(1300, 10_000)}})
+    rows = overhead_sidecar.summarise(steps)
+    assert [(r["rate"], r["rounds"]) for r in rows] == [(10, 3), (1000, 1)]
+    tw = rows[0]["variants"]["tailweight"]
+    assert tw["vs_least_request_us"]["median"] == pytest.approx(30.0)  # +100, +10, +30 us per request
+    assert tw["vs_least_request_ms_per_s"]["median"] == pytest.approx(0.3)
+    assert tw["us_per_request"] == pytest.approx(600.0)  # the median of 600, 910, 580
+    assert rows[1]["variants"]["tailweight"]["vs_least_request_us"]["median"] == pytest.approx(30.0)
+    targets = overhead_sidecar.target_rows(rows, ["tailweight"])
+    assert [(t[0], t[2]) for t in targets] == [("sidecar_cpu", pytest.approx(30.0)),
+                                               ("sidecar_slow", pytest.approx(0.3))]
+
+
+def test_callgrind_dumps_are_split_by_object(tmp_path):
+    """Self costs go to the current `ob=`; names come once, then by number; a call's inclusive cost
+    (the line after `calls=`) is not counted again."""
+    dump = tmp_path / "cg.1"
+    dump.write_text("\n".join([
+        "events: Ir", "ob=(1) /opt/envoy/_bin/envoy", "fn=(1) 0x1", "10 100", "+2 50",
+        "cob=(2) ???", "cfn=(2) 0x2", "calls=1 0", "12 999", "ob=(2)", "fn=(2)", "1 30",
+        "ob=(3) /usr/lib/x86_64-linux-gnu/libc.so.6", "fn=(3) memcpy", "5 7", "totals: 187"]) + "\n")
+    assert overhead_instructions.objects(dump) == {"envoy": 150, "anon": 30, "libc": 7}
+    assert overhead_instructions.total(dump) == 187
 
 
 def test_median_interval_takes_the_widest_order_statistics_reaching_the_confidence():
@@ -124,7 +158,7 @@ def test_quick_run_writes_every_section_with_numbers(tmp_path):
     assert set(r["header"]["variants"]) == variants and numbers(r["header"]["load_average"]["median"])
 
     s = r["summary"]
-    for c in ("c1", "c2"):
+    for c in ("c1", "c2", "c2_one_core"):
         rows = s["startup"][c]
         assert set(rows) == variants
         assert all(numbers(x["wall_ms"], x["cpu_ms"]) and x["wall_ms"] > 0 for x in rows.values())
@@ -154,10 +188,17 @@ def test_quick_run_writes_every_section_with_numbers(tmp_path):
     assert numbers(s["light_per_request"]["tailweight"]["ratio"])
     empty = s["light_per_request"]["empty_wasm"]  # the empty filter over no filter, for reference
     assert numbers(empty["at_10_us"], empty["at_1000_us"])
+    sidecar = s["sidecar"]
+    assert [row["rate"] for row in sidecar] == [10, 50, 150, 1000]
+    for row in sidecar:
+        assert set(overhead_sidecar.bootstraps(overhead.VARIANTS, ["127.0.0.1:9"], 9)) <= set(row["variants"])
+        assert all(c["requests"] > 0 and numbers(c["us_per_request"], c["ms_per_s"]) for c in row["variants"].values())
+        assert numbers(row["variants"]["tailweight"]["vs_least_request_us"]["median"])
     assert {t["target"] for t in s["targets"]} == set(overhead.tables.TARGETS)
     assert all(numbers(t["value"]) for t in s["targets"])
 
     md = (out / "overhead.md").read_text()
-    for heading in ("## 1. Start-up", "## 2. Memory", "## 3. CPU per request", "## 4. Light load", "## Targets"):
+    for heading in ("## 1. Start-up", "## 2. Memory", "## 3. CPU per request", "## 4. Light load",
+                    "## 5. Where the harness's sidecars live", "## Targets"):
         assert heading in md
     assert "None" not in md and "nan" not in md

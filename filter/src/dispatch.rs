@@ -45,12 +45,14 @@ pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
 /// A root context (`root_id` 0: one per plugin) or a request context of root `root_id`.
 #[no_mangle]
 pub extern "C" fn proxy_on_context_create(context_id: u32, root_id: u32) {
+    let _probe = crate::probe::span(crate::probe::Site::ContextCreate);
     with_contexts(|c| c.create(context_id, root_id, Root::default, Root::new_stream))
 }
 
 /// Always accepted (see `Root::on_configure`): an unknown root has nothing to configure.
 #[no_mangle]
 pub extern "C" fn proxy_on_configure(root_id: u32, configuration_size: usize) -> u32 {
+    let _probe = crate::probe::span(crate::probe::Site::Configure);
     with_contexts(|c| {
         if let Some(root) = c.root(root_id) {
             root.on_configure(configuration_size);
@@ -61,7 +63,11 @@ pub extern "C" fn proxy_on_configure(root_id: u32, configuration_size: usize) ->
 
 #[no_mangle]
 pub extern "C" fn proxy_on_tick(root_id: u32) {
-    with_contexts(|c| c.root(root_id).map(Root::on_tick));
+    {
+        let _probe = crate::probe::span(crate::probe::Site::Tick);
+        with_contexts(|c| c.root(root_id).map(Root::on_tick));
+    }
+    crate::probe::flush();
 }
 
 /// Calls are dispatched from a root context (the tick), and their replies come back to it.
@@ -73,17 +79,20 @@ pub extern "C" fn proxy_on_http_call_response(
     body_size: usize,
     _trailers: usize,
 ) {
+    let _probe = crate::probe::span(crate::probe::Site::HttpCallResponse);
     with_contexts(|c| c.root(root_id).map(|root| root.on_http_call_response(token, body_size)));
 }
 
 #[no_mangle]
 pub extern "C" fn proxy_on_request_headers(context_id: u32, _headers: usize, _end_of_stream: u32) -> u32 {
+    let _probe = crate::probe::span(crate::probe::Site::RequestHeaders);
     with_contexts(|c| c.stream(context_id).map(HttpStream::on_request_headers));
     ACTION_CONTINUE
 }
 
 #[no_mangle]
 pub extern "C" fn proxy_on_response_headers(context_id: u32, _headers: usize, _end_of_stream: u32) -> u32 {
+    let _probe = crate::probe::span(crate::probe::Site::ResponseHeaders);
     with_contexts(|c| c.stream(context_id).map(HttpStream::on_response_headers));
     ACTION_CONTINUE
 }
@@ -91,10 +100,12 @@ pub extern "C" fn proxy_on_response_headers(context_id: u32, _headers: usize, _e
 /// Once per stream, after its last other callback (also on resets).
 #[no_mangle]
 pub extern "C" fn proxy_on_log(context_id: u32) {
+    let _probe = crate::probe::span(crate::probe::Site::Log);
     with_contexts(|c| c.stream(context_id).map(HttpStream::on_log));
 }
 
 #[no_mangle]
 pub extern "C" fn proxy_on_delete(context_id: u32) {
+    let _probe = crate::probe::span(crate::probe::Site::Delete);
     with_contexts(|c| c.delete(context_id))
 }

@@ -29,6 +29,8 @@ mod http;
 #[cfg(target_arch = "wasm32")]
 mod metrics;
 #[cfg(target_arch = "wasm32")]
+mod probe;
+#[cfg(target_arch = "wasm32")]
 mod reporter;
 #[cfg(target_arch = "wasm32")]
 mod root;

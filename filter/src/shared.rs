@@ -78,10 +78,18 @@ pub fn read_slot(slot: u64) -> Option<Slot> {
     Slot::decode(&bytes?).ok()
 }
 
-/// Claim the report period starting at `start_ms`: true for exactly one caller per period (periods
-/// nest, see `tailweight_picker::tick::report_period_ms`, so a later period always starts later).
-pub fn claim_report(start_ms: u64) -> bool {
-    update_counter("report_epoch", |last| (start_ms > last).then_some(start_ms)).is_some()
+/// Claim the report period starting at `start_ms`: Ok for exactly one caller per period (periods
+/// nest, see `tailweight_picker::tick::report_period_ms`, so a later period always starts later);
+/// else the start of the latest period claimed (at or after `start_ms`).
+pub fn claim_report(start_ms: u64) -> Result<(), u64> {
+    let mut latest = start_ms;
+    match update_counter("report_epoch", |last| {
+        latest = last.max(start_ms);
+        (start_ms > last).then_some(start_ms)
+    }) {
+        Some(_) => Ok(()),
+        None => Err(latest),
+    }
 }
 
 pub fn last_report() -> LastReport {

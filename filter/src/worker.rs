@@ -1,8 +1,8 @@
 //! One VM's state: its balancer, metrics, shared-data slot, and what it has taken from the other
 //! VMs and the shared views. The tick publishes this VM's snapshot when its observations changed,
 //! folds in the other VMs' snapshots and the aggregator's views when theirs did, and elects the one
-//! VM that reports this period (when there is something to report). An idle Envoy's ticks touch a
-//! few small shared-data keys and nothing else.
+//! VM that reports this period (when there is something to report). An idle VM's tick touches no
+//! shared data (but the one setting the gauges: see `tick`).
 
 use crate::digest::report_digest;
 use crate::host;
@@ -17,6 +17,9 @@ use tailweight_picker::{Balancer, FilterConfig, Settings};
 /// A VM whose heartbeat is older than this many of the slowest ticks is gone: its counters still
 /// count, its in-flight requests do not.
 const LIVE_TICKS: u64 = 3;
+/// The number of slots claimed is read again every this many full ticks (VMs come only when Envoy
+/// loads a configuration; a new one is folded in within these ticks).
+const SLOTS_REREAD_TICKS: u64 = 8;
 
 /// What this VM last read of another VM's slot.
 struct SiblingSlot {
@@ -51,6 +54,15 @@ pub struct Worker {
     /// clusters_paused.
     gauges: [u64; 2],
     paused_counted: i64,
+    /// Whether this VM set the gauges at its last full tick, and whether it marked itself gone
+    /// (idle: see `tick`).
+    sets_gauges: bool,
+    left: bool,
+    /// Full ticks so far, and the slots claimed as last read (see `SLOTS_REREAD_TICKS`).
+    full_ticks: u64,
+    slots_claimed: u64,
+    /// The start (ms) of the latest report period this VM knows was claimed.
+    claimed_ms: u64,
 }
 
 impl Worker {
@@ -75,15 +87,47 @@ impl Worker {
             last_revision: 0,
             gauges: [u64::MAX; 2],
             paused_counted: 0,
+            sets_gauges: false,
+            left: false,
+            full_ticks: 0,
+            slots_claimed: 0,
+            claimed_ms: 0,
             config,
         }
     }
 
     /// One tick; returns a new tick period when this VM's request rate calls for one (see `tick`).
     pub fn tick(&mut self, now_us: u64) -> Option<u64> {
+        let probe = crate::probe::span(crate::probe::Site::TickBalancer);
         let forgotten = self.balancer.tick(now_us);
-        host::increment(self.metrics.endpoints_forgotten, forgotten as i64);
+        drop(probe);
+        if forgotten > 0 {
+            host::increment(self.metrics.endpoints_forgotten, forgotten as i64);
+        }
+        self.count_paused(now_us);
+        // Idle: nothing of this VM's changed since its last tick and none of its requests is in
+        // flight. Its published snapshot stands; no request of its own needs its siblings' counts or
+        // the views; with nothing in flight its liveness changes no sibling's sums, and its counters
+        // count whether it beats or not; the VMs with traffic report. So it leaves shared data
+        // alone until it has requests again (then its next tick catches up), after one last beat
+        // marking it gone (so no sibling waits for its beat to go stale). The VM that sets the
+        // gauges keeps ticking in full while it has ever served requests (it must fold what the
+        // others publish); the main thread's VM, which serves none, is idle from its second tick on.
+        if self.own_revision == Some(self.balancer.revision())
+            && self.own_idle()
+            && (self.own.clusters.is_empty() || !self.sets_gauges)
+        {
+            if let (Some(slot), false) = (self.slot.filter(|s| *s != u64::MAX), self.left) {
+                shared::write_beat(slot, Beat { version: self.own_version, at_us: 0 });
+                self.left = true;
+            }
+            self.gauges = [u64::MAX; 2];
+            self.sets_gauges = false;
+            return self.next_period();
+        }
+        self.left = false;
         let slot = *self.slot.get_or_insert_with(|| shared::claim_slot().unwrap_or(u64::MAX));
+        let probe = crate::probe::span(crate::probe::Site::TickPublish);
         if self.own_revision != Some(self.balancer.revision()) {
             self.own = Slot { written_us: now_us, clusters: self.balancer.snapshot(now_us) };
             self.own_version += 1;
@@ -95,17 +139,23 @@ impl Worker {
         if slot != u64::MAX {
             shared::write_beat(slot, Beat { version: self.own_version, at_us: now_us });
         }
-        if self.read_siblings(slot, now_us) {
+        drop(probe);
+        let probe = crate::probe::span(crate::probe::Site::TickSiblings);
+        let siblings_changed = self.read_siblings(slot, now_us);
+        drop(probe);
+        let probe = crate::probe::span(crate::probe::Site::TickApplySiblings);
+        if siblings_changed {
             let parts: Vec<Part> = self.siblings.iter().map(SiblingSlot::part).collect();
             self.balancer.apply_siblings(&parts, now_us);
         }
         // Gauges are process-wide. Every VM knows the same endpoints and views after folding its
         // siblings in, so one VM sets those, each when it changes: the live VM of the lowest slot
         // (a VM that claimed a slot and went away, e.g. one Envoy made while loading the
-        // configuration, hands over once its heartbeat is stale). Pauses are each worker's own, so
-        // each VM adds the change of its count (the gauge is the sum over workers).
-        let sets_gauges = self.siblings.iter().all(|s| !s.live || s.number > slot);
-        if !sets_gauges {
+        // configuration, or one gone idle, hands over once its heartbeat is stale).
+        drop(probe);
+        let probe = crate::probe::span(crate::probe::Site::TickGauges);
+        self.sets_gauges = self.siblings.iter().all(|s| !s.live || s.number > slot);
+        if !self.sets_gauges {
             self.gauges = [u64::MAX; 2];
         } else {
             let age_ms = if self.newest_view_us > 0 { now_us.saturating_sub(self.newest_view_us) / 1_000 } else { 0 };
@@ -118,15 +168,34 @@ impl Worker {
                 }
             }
         }
+        drop(probe);
+        let probe = crate::probe::span(crate::probe::Site::TickViews);
+        self.apply_views();
+        drop(probe);
+        let _probe = crate::probe::span(crate::probe::Site::TickReport);
+        if self.reporter.is_some() {
+            self.maybe_report(now_us);
+        }
+        self.next_period()
+    }
+
+    /// Whether none of this VM's requests is in flight (as of its published snapshot).
+    fn own_idle(&self) -> bool {
+        self.own.clusters.iter().flat_map(|c| &c.endpoints).all(|e| e.inflight == 0)
+    }
+
+    /// Pauses are each worker's own: each VM adds the change of its count (the gauge is the sum
+    /// over workers).
+    fn count_paused(&mut self, now_us: u64) {
         let paused = self.balancer.clusters_paused(now_us) as i64;
         if paused != self.paused_counted {
             host::increment(self.metrics.clusters_paused, paused - self.paused_counted);
             self.paused_counted = paused;
         }
-        self.apply_views();
-        if self.reporter.is_some() {
-            self.maybe_report(now_us);
-        }
+    }
+
+    /// The tick period for this VM's request rate since its last tick, if it changed.
+    fn next_period(&mut self) -> Option<u64> {
         // Each request moves the revision about three times (pick, release, completion).
         let requests = self.balancer.revision().wrapping_sub(self.last_revision) / 3;
         self.last_revision = self.balancer.revision();
@@ -143,7 +212,11 @@ impl Worker {
         let live_after =
             now_us.saturating_sub(LIVE_TICKS * tick::slowest_tick_ms(self.config.sync_interval_ms) * 1_000);
         let mut changed = false;
-        for number in (0..shared::slots_claimed()).filter(|n| *n != own_slot) {
+        if self.full_ticks % SLOTS_REREAD_TICKS == 0 {
+            self.slots_claimed = shared::slots_claimed();
+        }
+        self.full_ticks += 1;
+        for number in (0..self.slots_claimed).filter(|n| *n != own_slot) {
             let Some(beat) = shared::read_beat(number) else { continue };
             let live = beat.at_us >= live_after;
             let at = match self.siblings.iter().position(|s| s.number == number) {
@@ -197,6 +270,14 @@ impl Worker {
     /// last report (`tick::report_period_ms`).
     fn maybe_report(&mut self, now_us: u64) {
         let Some(aggregator) = &self.config.aggregator else { return };
+        let now_ms = now_us / 1_000;
+        // A period was claimed within the current report interval: every period (a multiple of
+        // the interval) that has begun began at or before it, so a claim would fail. Nothing to
+        // read until the next interval.
+        let interval_ms = aggregator.report_interval_ms.max(1);
+        if now_ms / interval_ms * interval_ms <= self.claimed_ms {
+            return;
+        }
         let own_slot = self.slot.unwrap_or(u64::MAX);
         let digest =
             report_digest(self.siblings.iter().map(|s| (s.number, s.version)).chain([(own_slot, self.own_version)]));
@@ -212,13 +293,15 @@ impl Worker {
         if digest == last.digest && !endpoints().any(|e| e.inflight > 0) {
             return;
         }
-        let now_ms = now_us / 1_000;
         let requests = endpoints().map(|e| e.requests).fold(0u64, u64::saturating_add);
         let (new_requests, elapsed_ms) = (requests.checked_sub(last.requests), now_ms.saturating_sub(last.at_ms));
         let period_ms = tick::report_period_ms(new_requests, elapsed_ms, aggregator.report_interval_ms);
-        if !shared::claim_report(now_ms / period_ms * period_ms) {
+        let start_ms = now_ms / period_ms * period_ms;
+        if let Err(latest_ms) = shared::claim_report(start_ms) {
+            self.claimed_ms = self.claimed_ms.max(latest_ms);
             return;
         }
+        self.claimed_ms = self.claimed_ms.max(start_ms);
         let mut parts: Vec<Part> = self.siblings.iter().map(SiblingSlot::part).collect();
         parts.push(Part { written_us: self.own.written_us, live: true, clusters: &self.own.clusters });
         let merged = snapshot::merge(&parts, now_us);
