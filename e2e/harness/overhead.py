@@ -8,7 +8,7 @@ same Envoy bootstrap (harness.overhead_configs) but for the HTTP filter.
    node: the compile cannot run beside anything); a listener and one cluster, local-only; the
    variants' starts interleaved; phases (module compile) from Envoy's own log at wasm:debug.
 2. Memory at --concurrency 2: RSS 1 s and 10 s after /ready; 90 s after /ready with the sidecar
-   bootstrap override wasmplugin/ ships (Envoy releasing free heap pages); and after a few minutes
+   bootstrap override the chart ships (Envoy releasing free heap pages); and after a few minutes
    of load spread over 64 clusters x 1,000 endpoints with the aggregator on (a synthetic reporter,
    harness.overhead_reporter, makes the aggregator's views list every endpoint, so the filter learns
    them; its `endpoints_tracked` gauge says how many it reached). `--flat-minutes N`: RSS every 30 s
@@ -160,7 +160,7 @@ def counts(result: dict) -> tuple[int, int]:
 def section_idle_memory(group: ProcGroup, variants: dict, s: Settings) -> dict:
     """Each repetition starts every variant twice (Envoys side by side do not change each other's
     RSS): with the benchmark's bootstrap, reading RSS 1 s and `idle_late_s` after /ready, and with
-    wasmplugin/'s sidecar bootstrap override (Envoy releasing free heap pages), reading RSS
+    the chart's sidecar bootstrap override (Envoy releasing free heap pages), reading RSS
     `released_late_s` after /ready (tcmalloc releases nothing while its heap peaked within a minute)."""
     samples: dict[str, list[dict]] = {v: [] for v in variants}
     cfg = {v: configs.client(w, [UNUSED_BACKEND]) for v, w in variants.items()}
@@ -339,7 +339,7 @@ def connections_for(rate: float) -> int:
 def section_light(group: ProcGroup, variants: dict, s: Settings, tmp: Path) -> tuple[list, list | None]:
     """Steps: idle (fresh), `light_rounds` rounds of every rate in order, idle again (endpoints
     still tracked); every variant's Envoy at once, so each step's figures are paired, and one more,
-    tables.RELEASING: tailweight with wasmplugin/'s sidecar bootstrap override (what Envoy's releasing free
+    tables.RELEASING: tailweight with the chart's sidecar bootstrap override (what Envoy's releasing free
     heap costs in CPU). Then, with --flat-minutes, RSS every 30 s under `flat_rps`."""
     backends = emu.start(group, [emu.BackendSettings(workers=16, base_ms=0.2, payload_bytes=s.payload)] * 3,
                          name="light-emulator")

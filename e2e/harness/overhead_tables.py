@@ -8,7 +8,7 @@ from harness import overhead_sidecar as sidecar
 from harness.overhead_measure import median_interval, paired, ratios
 
 BASE, EMPTY, FLOOR = "no_wasm", "empty_wasm", "floor_wasm"
-# The light-load section runs tailweight twice: as is, and with wasmplugin/'s sidecar bootstrap
+# The light-load section runs tailweight twice: as is, and with the chart's sidecar bootstrap
 # override (Envoy releasing free heap), to pair the two.
 TAILWEIGHT, RELEASING = "tailweight", "tailweight_releasing"
 KIB, MIB = 1024, 1024 * 1024
@@ -19,7 +19,7 @@ TARGETS = {
     "startup_one_core": ("start to ready, over the empty filter (--concurrency 2 on one core)", 50.0, "ms"),
     "module": ("module size", 150 * KIB, "bytes"),
     "rss_idle": ("RSS idle ({idle_late_s:g} s after ready), over the empty filter", 4.0, "MiB"),
-    "rss_idle_released": ("RSS idle, Envoy releasing free heap (wasmplugin/'s sidecar bootstrap override, "
+    "rss_idle_released": ("RSS idle, Envoy releasing free heap (the chart's sidecar bootstrap override, "
                           "{released_late_s:g} s after ready), over the empty filter", 4.0, "MiB"),
     "rss_fleet": ("RSS at {fleet_clusters} clusters x {fleet_endpoints:,} endpoints, over the empty filter", 8.0,
                   "MiB"),
@@ -328,7 +328,7 @@ def _memory_table(r: dict, s: dict) -> list[str]:
         "",
         f"Envoy RSS at --concurrency 2. Idle: the start-up config, 1 s and {late} after /ready, median of "
         f"{idle_n} starts (over empty: paired by start). Releasing: the same config with the sidecar bootstrap "
-        f"override wasmplugin/client/sidecar-bootstrap.yaml ships (Envoy's `memory_allocator_manager`: tcmalloc "
+        f"override charts/tailweight/files/sidecar-bootstrap.json ships (Envoy's `memory_allocator_manager`: tcmalloc "
         f"hands free heap pages back to the kernel, once its heap has not peaked for a minute), {released} after "
         f"/ready, started beside the others. Fleet: {st['fleet_clusters']} clusters each listing "
         f"the same {st['fleet_endpoints']:,} endpoints (one emulator), the route splitting requests evenly "

@@ -120,8 +120,8 @@ def test_configs_differ_only_in_the_filter_and_envoy_accepts_them(tmp_path):
 
 
 def test_the_shipped_sidecar_bootstrap_override_makes_envoy_release_free_heap(group):
-    """wasmplugin/'s ConfigMap, merged into a sidecar config as pilot-agent merges it: Envoy accepts
-    it and starts tcmalloc's background release at the rate it names."""
+    """The chart's bootstrap override (charts/tailweight/files/sidecar-bootstrap.json), merged into a
+    sidecar config as pilot-agent merges it: Envoy accepts it and starts tcmalloc's background release at the rate it names."""
     override = overhead_configs.sidecar_bootstrap_override()
     manager = override["memory_allocator_manager"]
     per_s = int(manager["bytes_to_release"]) / float(manager["memory_release_interval"].removesuffix("s"))
@@ -169,7 +169,7 @@ def test_quick_run_writes_every_section_with_numbers(tmp_path):
         # Envoy's own heap account, from its admin /memory: part of the RSS.
         assert numbers(x["heap_allocated_mib"], x["heap_free_mib"], x["thread_caches_mib"]), (v, x)
         assert 0 < x["heap_allocated_mib"] + x["heap_free_mib"] + x["thread_caches_mib"] < x["rss_late_mib"]
-        # The same config with wasmplugin/'s bootstrap override, started beside it.
+        # The same config with the chart's bootstrap override, started beside it.
         assert numbers(x["rss_released_mib"], x["released_heap_free_mib"]), (v, x)
     assert numbers(s["memory"]["tailweight"]["released_vs_empty"]["median"])
     fleet = r["memory"]["fleet"]
