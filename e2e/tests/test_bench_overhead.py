@@ -121,7 +121,8 @@ def test_configs_differ_only_in_the_filter_and_envoy_accepts_them(tmp_path):
 
 def test_the_shipped_sidecar_bootstrap_override_makes_envoy_release_free_heap(group):
     """The chart's bootstrap override (charts/tailweight/files/sidecar-bootstrap.json), merged into a
-    sidecar config as pilot-agent merges it: Envoy accepts it and starts tcmalloc's background release at the rate it names."""
+    sidecar config as pilot-agent merges it: Envoy accepts it and starts tcmalloc's background
+    release at the rate it names."""
     override = overhead_configs.sidecar_bootstrap_override()
     manager = override["memory_allocator_manager"]
     per_s = int(manager["bytes_to_release"]) / float(manager["memory_release_interval"].removesuffix("s"))
