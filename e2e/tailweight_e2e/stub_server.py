@@ -29,9 +29,11 @@ class Reply:
 class StubServer:
     """`handle(request) -> Reply` for every GET, POST, PUT and DELETE, each on its own thread.
     `keep_alive`: HTTP/1.1 persistent connections (as a proxy reusing its connection expects);
-    otherwise HTTP/1.0, one request per connection."""
+    otherwise HTTP/1.0, one request per connection. `host`: a loopback address (the Istio tests give
+    each pod its own 127.0.0.x)."""
 
-    def __init__(self, handle: Callable[[Request], Reply], keep_alive: bool = False, name: str = "stub-server"):
+    def __init__(self, handle: Callable[[Request], Reply], keep_alive: bool = False, name: str = "stub-server",
+                 host: str = "127.0.0.1"):
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
 
@@ -51,7 +53,7 @@ class StubServer:
             def log_message(self, *_):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.address = f"127.0.0.1:{self.port}"
