@@ -12,6 +12,7 @@ from pathlib import Path
 import requests
 
 from loopback import LOCALHOST, http_get
+from tailweight_e2e import envoy_stats
 from tailweight_e2e.procs import Proc, ProcGroup, retry_port_clash, wait_for
 from versions import BINARIES, BOOTSTRAP_TEMPLATE, envoy_path
 
@@ -50,13 +51,7 @@ class Sidecar:
 
     def stats(self, filter: str | None = None) -> dict[str, str]:
         """Envoy /stats as a name -> value dict (counters and gauges; histograms as text)."""
-        text = self.admin("/stats", **({"filter": filter} if filter else {})).text
-        out = {}
-        for line in text.splitlines():
-            name, sep, value = line.partition(": ")
-            if sep:
-                out[name] = value
-        return out
+        return envoy_stats.parse_all(self.admin("/stats", **({"filter": filter} if filter else {})).text)
 
     def listeners(self) -> dict[str, dict]:
         """Active listeners by name."""
