@@ -104,7 +104,7 @@ struct Sample {
 pub type Series = Vec<(HashMap<String, String>, f64)>;
 
 /// Parse an `/api/v1/query` body into (labels, value) pairs of an instant vector.
-fn parse_vector(body: &[u8]) -> Result<Series, PollError> {
+pub fn parse_vector(body: &[u8]) -> Result<Series, PollError> {
     let r: ApiResponse = serde_json::from_slice(body).map_err(|e| PollError::Decode(e.to_string()))?;
     if r.status != "success" {
         return Err(PollError::Query(r.error.unwrap_or_else(|| format!("status {:?}", r.status))));
