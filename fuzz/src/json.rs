@@ -151,6 +151,37 @@ fn difference(ours: &Value, reference: &Reference, at: &str) -> Option<String> {
     (!same).then(|| format!("{at}: {ours:?} against {reference:?}"))
 }
 
+/// Whether the two readings agree, up to the documented differences (Err: how they differ).
+fn agree(
+    ours: &Result<Value, json::JsonError>,
+    reference: &Result<Reference, serde_json::Error>,
+) -> Result<(), String> {
+    match (ours, reference) {
+        (Ok(value), Ok(expected)) => match difference(value, expected, "$") {
+            Some(d) => Err(format!("parsed differently from serde_json at {d}")),
+            None => Ok(()),
+        },
+        (Err(e), Err(_)) if e.to_string().contains('\n') => Err(format!("not one line: {e}")),
+        (Err(_), Err(_)) => Ok(()),
+        (Err(e), Ok(expected)) => {
+            let deep = e.what == "nested too deeply" && expected.depth() > MAX_DEPTH;
+            let edge = e.what == "number out of range" && expected.largest() >= EDGE;
+            if deep || edge {
+                Ok(())
+            } else {
+                Err(format!("refused what serde_json reads ({e}): {expected:?}"))
+            }
+        }
+        (Ok(value), Err(e)) => {
+            if e.to_string().starts_with("number out of range") && largest(value) >= EDGE {
+                Ok(())
+            } else {
+                Err(format!("read what serde_json refuses ({e}): {value:?}"))
+            }
+        }
+    }
+}
+
 /// Parse with both; the same verdict and the same values, up to the documented differences. What
 /// parses is written back (`write_value`) and parses again to the same value.
 pub fn json_diff(data: &[u8]) {
@@ -160,28 +191,73 @@ pub fn json_diff(data: &[u8]) {
         return;
     };
     let ours = json::parse(text);
-    let reference = serde_json::from_str::<Reference>(text);
-    match (&ours, &reference) {
-        (Ok(value), Ok(expected)) => {
-            if let Some(d) = difference(value, expected, "$") {
-                panic!("parsed differently from serde_json at {d}");
-            }
-        }
-        (Err(e), Err(_)) => assert!(!e.to_string().contains('\n'), "not one line: {e}"),
-        (Err(e), Ok(expected)) => {
-            let deep = e.what == "nested too deeply" && expected.depth() > MAX_DEPTH;
-            let edge = e.what == "number out of range" && expected.largest() >= EDGE;
-            assert!(deep || edge, "refused what serde_json reads ({e}): {expected:?}");
-        }
-        (Ok(value), Err(e)) => {
-            let edge = e.to_string().starts_with("number out of range") && largest(value) >= EDGE;
-            assert!(edge, "read what serde_json refuses ({e}): {value:?}");
-        }
+    if let Err(why) = agree(&ours, &serde_json::from_str::<Reference>(text)) {
+        panic!("{why}");
     }
     if let Ok(value) = ours {
         let mut written = Vec::new();
         json::write_value(&mut written, &value);
         let again = std::str::from_utf8(&written).expect("written JSON is UTF-8");
         assert_eq!(json::parse(again).as_ref(), Ok(&value), "{again}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(text: &str) -> Reference {
+        serde_json::from_str(text).expect("serde_json reads it")
+    }
+
+    #[test]
+    fn a_different_value_type_or_member_is_a_difference() {
+        let ours = json::parse(r#"{"a":[1,-2,0.5,"x",null,true]}"#).expect("JSON");
+        assert_eq!(difference(&ours, &reference(r#"{"a":[1,-2,0.5,"x",null,true]}"#), "$"), None);
+        for other in [
+            r#"{"a":[2,-2,0.5,"x",null,true]}"#,
+            r#"{"a":[1.0,-2,0.5,"x",null,true]}"#,
+            r#"{"a":[1,-2,0.5000001,"x",null,true]}"#,
+            r#"{"a":[1,-2,0.5,"y",null,true]}"#,
+            r#"{"a":[1,-2,0.5,"x",false,true]}"#,
+            r#"{"a":[1,-2,0.5,"x",null]}"#,
+            r#"{"b":[1,-2,0.5,"x",null,true]}"#,
+        ] {
+            assert!(difference(&ours, &reference(other), "$").is_some(), "{other}");
+        }
+    }
+
+    #[test]
+    fn numbers_at_the_edges_agree() {
+        for text in [
+            "9007199254740993",
+            "1.5e-310",
+            "4.9e-324",
+            "2.4e-324",
+            "1e-330",
+            "123456789012345678901234567890e-330",
+            "0.000000000000000000000000000000000000001e39",
+            "1.7976931348623157e307",
+            "-0",
+            "[-9223372036854775808,-9223372036854775809,18446744073709551616]",
+        ] {
+            json_diff(text.as_bytes());
+        }
+        assert!(close(1.0 + 8.0 * f64::EPSILON, 1.0) && !close(1.0 + 9.0 * f64::EPSILON, 1.0));
+    }
+
+    #[test]
+    fn only_the_documented_differences_are_allowed() {
+        let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let too_deep = || Err(json::parse(&nested(MAX_DEPTH + 1)).unwrap_err());
+        assert_eq!(too_deep().as_ref().unwrap_err().what, "nested too deeply");
+        assert!(agree(&too_deep(), &serde_json::from_str(&nested(MAX_DEPTH + 1))).is_ok());
+        assert!(agree(&too_deep(), &serde_json::from_str(&nested(MAX_DEPTH))).is_err());
+        let out_of_range = || Err(json::parse("1e400").unwrap_err());
+        assert!(agree(&out_of_range(), &serde_json::from_str("1.7e308")).is_ok());
+        assert!(agree(&out_of_range(), &serde_json::from_str("1e299")).is_err());
+        assert!(agree(&json::parse("1.7e308"), &serde_json::from_str("1e400")).is_ok());
+        assert!(agree(&json::parse("1e299"), &serde_json::from_str("[")).is_err());
+        assert!(agree(&json::parse("[1]"), &serde_json::from_str("[1,2]")).is_err());
     }
 }
