@@ -126,8 +126,9 @@ fn exercise(b: &mut Balancer, clusters: &[String], now: u64) {
     b.tick(now + 10_000_000);
 }
 
-/// The filter's path for an aggregator reply: read and validate (the filter's own reader), then
-/// apply each view and pick.
+/// The filter's path for an aggregator reply (filter/src/reporter.rs, worker.rs): read and validate
+/// with the filter's own reader (`reply::read`, no serde), store each view as shared data, read it
+/// back as every worker does (the same view), apply the views and pick.
 pub fn reply(data: &[u8]) {
     let reply = match read_reply(data, &Limits::default()) {
         Ok(r) => r,
@@ -136,7 +137,10 @@ pub fn reply(data: &[u8]) {
     let now = 1_000_000;
     let mut b = balancer_knowing(reply.clusters.iter(), now);
     for view in &reply.clusters {
-        b.apply_view(view, now, u64::from(reply.ttl_ms) * 1_000);
+        let stored = StoredView { received_us: now, ttl_ms: reply.ttl_ms, view: view.clone() };
+        let shared = StoredView::decode(&stored.encode()).expect("a stored view reads back");
+        assert!(shared == stored || shared.encode() == stored.encode(), "a stored view survives");
+        b.apply_view(&shared.view, shared.received_us, u64::from(shared.ttl_ms) * 1_000);
     }
     let names: Vec<String> = reply.clusters.iter().map(|c| c.name.clone()).collect();
     exercise(&mut b, &names, now);
