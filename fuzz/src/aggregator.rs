@@ -7,7 +7,7 @@ use tailweight_aggregator::identity::{xfcc_principal, IdentitySource, XFCC};
 use tailweight_weights::{WeightBook, WeightParams};
 use tailweight_wire::protocol::{MAX_CPU, MAX_NAME_LEN};
 
-use crate::one_line;
+use crate::check::one_line;
 
 /// What an Istio sidecar in front of the aggregator appends after verifying the caller's
 /// certificate (Envoy's format, as in identity.rs's tests).

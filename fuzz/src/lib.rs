@@ -4,11 +4,13 @@
 //! and `cargo test` replays the corpus kept in fuzz/corpus (tests/corpus.rs), no nightly needed.
 
 mod aggregator;
+mod check;
 mod json;
 
 pub use aggregator::{prometheus, xfcc};
 pub use json::json_diff;
 
+use check::one_line;
 use tailweight_picker::slot::{Slot, StoredView};
 use tailweight_picker::snapshot::{self, Part};
 use tailweight_picker::{Balancer, FilterConfig, Pick, RequestOutcome, ResponseClass, Settings};
@@ -40,12 +42,6 @@ pub const TARGETS: [(&str, Target); 11] = [
     ("xfcc", xfcc),
     ("prometheus", prometheus),
 ];
-
-/// An error a user sees is one line.
-pub(crate) fn one_line(error: impl std::fmt::Display) {
-    let line = error.to_string();
-    assert!(!line.contains('\n') && !line.is_empty(), "not one line: {line:?}");
-}
 
 /// The aggregator's path: parse and validate a report; what passes round-trips through the filter's
 /// writer, merges into a weight book (twice, from two principals, with recomputes), and the reply
