@@ -379,7 +379,7 @@ mod tests {
             assert!(err.contains(want), "{err}");
             assert!(!err.contains('\n'), "one line: {err}");
         }
-        let mutations: [(&str, &str, &str); 13] = [
+        let mutations: [(&str, &str, &str); 14] = [
             (
                 "workers: 2, base_ms: 10, speed: 1.0,",
                 "workers: 0, base_ms: 10, speed: 1.0,",
