@@ -20,8 +20,8 @@ Each run: libFuzzer (cargo-fuzz, `--sanitizer none`), niced, one job, from the k
 the target's dictionary; the corpus is then minimised by edge coverage into fuzz/corpus/TARGET,
 which `make test` replays with fuzz/findings/TARGET (inputs that once failed, fixed since). `at`:
 the commit the run was made on (uncommitted changes aside). Time is wall-clock on a shared 2-core
-machine (other jobs ran beside it): a rough figure, not a benchmark.
-
+machine (other jobs ran beside it): a rough figure, not a benchmark. What each kept finding
+found: its file name in fuzz/findings/TARGET, and the commit that fixed it.
 """
 COLUMNS = "target | executions | wall s | exec/s | finding | corpus | corpus bytes | findings kept | RSS MiB | UTC | at"
 ALIGN = "--- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---"
