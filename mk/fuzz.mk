@@ -1,21 +1,25 @@
 # Coverage-guided fuzzing with libFuzzer (cargo-fuzz, nightly) of every parser that takes outside
-# input: reports, replies, the plugin configuration, ORCA (text and binary), the filter's shared
-# data and the simulator's scenarios. The targets' bodies are tailweight-fuzz (fuzz/src/lib.rs);
+# input: reports, replies (the filter's reader), the plugin configuration, ORCA (text and binary),
+# load stamps, the filter's shared data, the simulator's scenarios, the aggregator's XFCC identity
+# and Prometheus responses, and the filter's JSON parser against serde_json (json_diff). The bodies are tailweight-fuzz (fuzz/src/lib.rs);
 # fuzz/libfuzzer holds one libFuzzer binary per target. `make fuzz` runs each target for FUZZ_RUNS
 # executions (niced, one job) from the kept corpus, then minimises what it found back into
-# fuzz/corpus/<target>; `make test` replays that corpus with plain cargo test (no nightly).
+# fuzz/corpus/<target>, and records the run in bench/results/fuzz.md; `make test` replays that
+# corpus with plain cargo test (no nightly).
 #   make fuzz                    every target, 10^6 executions each
 #   make fuzz-report FUZZ_RUNS=N one target
-# A finding stops the run and leaves its input in fuzz/libfuzzer/artifacts/<target>/: fix it, and
+# A finding stops the run (its row says so) and leaves its input in fuzz/libfuzzer/artifacts/<target>/: fix it, and
 # copy the input into fuzz/findings/<target>/ (never minimised away) so the replay keeps checking it.
 .PHONY: fuzz fuzz-deps
 
-FUZZ_TARGETS := report reply filter_config orca_text orca_bin shared_data scenario
+FUZZ_TARGETS := report reply filter_config orca_text orca_bin shared_data scenario json_diff stamp xfcc prometheus
 FUZZ_RUNS ?= 1000000
 FUZZ_MAX_LEN ?= 8192
 FUZZ_WORK := target/fuzz-work
-# Tokens libFuzzer splices in (fuzz/libfuzzer/dicts): field names, edge numbers, addresses.
-fuzz_dict = fuzz/libfuzzer/dicts/$(if $(filter orca_%,$1),orca,$(if $(filter scenario,$1),scenario,json)).dict
+FUZZ_RESULTS := bench/results/fuzz.md
+# Tokens libFuzzer splices in (fuzz/libfuzzer/dicts): field names, edge numbers, addresses; a
+# target's own dictionary if it has one, ORCA's for both ORCA targets, JSON's otherwise.
+fuzz_dict = $(firstword $(wildcard fuzz/libfuzzer/dicts/$(patsubst orca_%,orca,$1).dict) fuzz/libfuzzer/dicts/json.dict)
 CARGO_FUZZ := env PATH="$(TW_CACHE)/bin:$$PATH" cargo +nightly fuzz
 
 # The nightly toolchain and cargo-fuzz (into the tool cache), each only if missing.
@@ -25,15 +29,23 @@ fuzz-deps:
 
 fuzz: $(addprefix fuzz-,$(FUZZ_TARGETS))
 
+# Built first so that the time recorded is the fuzzing's. The run's executions, time, outcome and
+# the kept corpus's size go into $(FUZZ_RESULTS) (tools/fuzz_record.py), a finding's too.
 fuzz-%: fuzz-deps
 	@rm -rf $(FUZZ_WORK)/$* && mkdir -p $(FUZZ_WORK)/$*
 	cp fuzz/corpus/$*/* $(FUZZ_WORK)/$*/
+	nice $(CARGO_FUZZ) build --fuzz-dir fuzz/libfuzzer --sanitizer none $*
 	@start=$$(date +%s); \
 	nice $(CARGO_FUZZ) run --fuzz-dir fuzz/libfuzzer --sanitizer none $* $(FUZZ_WORK)/$* -- \
-	  -runs=$(FUZZ_RUNS) -max_len=$(FUZZ_MAX_LEN) -dict=$(call fuzz_dict,$*) -print_final_stats=1 && \
-	echo "fuzz-$*: $(FUZZ_RUNS) runs in $$(( $$(date +%s) - start )) s"
+	  -runs=$(FUZZ_RUNS) -max_len=$(FUZZ_MAX_LEN) -dict=$(call fuzz_dict,$*) -print_final_stats=1 \
+	  2>&1 | tee $(FUZZ_WORK)/$*.log; \
+	status=$${PIPESTATUS[0]}; echo $$(( $$(date +%s) - start )) > $(FUZZ_WORK)/$*.seconds; \
+	if [ $$status -ne 0 ]; then \
+	  python3 tools/fuzz_record.py $* $(FUZZ_WORK)/$*.log $$(cat $(FUZZ_WORK)/$*.seconds) $$status --results $(FUZZ_RESULTS); \
+	  exit $$status; \
+	fi
 	@# Minimised by the edges it covers (not hit counts): the smallest set that keeps the coverage.
 	nice $(CARGO_FUZZ) cmin --fuzz-dir fuzz/libfuzzer --sanitizer none $* $(FUZZ_WORK)/$* -- \
 	  -max_len=$(FUZZ_MAX_LEN) -use_counters=0
 	rm -f fuzz/corpus/$*/* && cp $(FUZZ_WORK)/$*/* fuzz/corpus/$*/
-	@echo "fuzz-$*: corpus kept: $$(ls fuzz/corpus/$* | wc -l) inputs, $$(cat fuzz/corpus/$*/* | wc -c) bytes"
+	@python3 tools/fuzz_record.py $* $(FUZZ_WORK)/$*.log $$(cat $(FUZZ_WORK)/$*.seconds) 0 --results $(FUZZ_RESULTS)

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tailweight_wire::json::escaped;
 
 /// Where the IP of a series comes from.
 #[derive(Debug, Clone)]
@@ -103,11 +104,16 @@ struct Sample {
 /// An instant vector: each series' labels and value.
 pub type Series = Vec<(HashMap<String, String>, f64)>;
 
+/// The longest error text of the query API a message quotes, in characters.
+const MAX_ERROR_CHARS: usize = 256;
+
 /// Parse an `/api/v1/query` body into (labels, value) pairs of an instant vector.
-fn parse_vector(body: &[u8]) -> Result<Series, PollError> {
+pub fn parse_vector(body: &[u8]) -> Result<Series, PollError> {
     let r: ApiResponse = serde_json::from_slice(body).map_err(|e| PollError::Decode(e.to_string()))?;
     if r.status != "success" {
-        return Err(PollError::Query(r.error.unwrap_or_else(|| format!("status {:?}", r.status))));
+        // Prometheus's words, escaped on one line and clipped: they go into a log line.
+        let words = r.error.map(|e| escaped(&e, MAX_ERROR_CHARS));
+        return Err(PollError::Query(words.unwrap_or_else(|| format!("status {:?}", r.status))));
     }
     let data = r.data.ok_or_else(|| PollError::Decode("no data".into()))?;
     if data.result_type != "vector" {
@@ -122,7 +128,8 @@ pub fn parse_ip(s: &str) -> Option<IpAddr> {
 }
 
 /// Utilisation per IP from a CPU query result (and, for pod names, the pod -> IP series).
-/// Non-finite and negative values are dropped; several series of one IP are added up.
+/// Non-finite and negative values are dropped; several series of one IP are added up (a sum that
+/// overflows is dropped too).
 pub fn cpu_by_ip(
     samples: &[(HashMap<String, String>, f64)],
     ip: &IpSource,
@@ -155,6 +162,7 @@ pub fn cpu_by_ip(
             *out.entry(ip).or_insert(0.0) += value;
         }
     }
+    out.retain(|_, sum| sum.is_finite());
     out
 }
 
@@ -268,5 +276,16 @@ mod tests {
         assert_eq!(err, PollError::Query("parse error at char 3".into()));
         let matrix = br#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#;
         assert_eq!(parse_vector(matrix).unwrap_err().kind(), "query");
+        // Found by fuzz/findings/prometheus: the server's words are kept on one line, and clipped.
+        let multiline = format!(r#"{{"status":"error","error":"a\nb{}"}}"#, "c".repeat(1000));
+        let PollError::Query(words) = parse_vector(multiline.as_bytes()).unwrap_err() else { panic!() };
+        assert!(words.starts_with("a\\nbccc") && words.len() == MAX_ERROR_CHARS + 1, "{words}");
+    }
+
+    #[test]
+    fn a_sum_that_overflows_is_dropped() {
+        // Found by fuzz/findings/prometheus.
+        let huge = vec![(labels(&[("instance", "10.0.0.1")]), 1e308); 2];
+        assert!(cpu_by_ip(&huge, &IpSource::Label("instance".into()), &[]).is_empty());
     }
 }

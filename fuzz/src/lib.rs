@@ -3,6 +3,14 @@
 //! overflow or a failed check is a finding). libFuzzer drives them (fuzz/libfuzzer, `make fuzz`),
 //! and `cargo test` replays the corpus kept in fuzz/corpus (tests/corpus.rs), no nightly needed.
 
+mod aggregator;
+mod check;
+mod json;
+
+pub use aggregator::{prometheus, xfcc};
+pub use json::json_diff;
+
+use check::one_line;
 use tailweight_picker::slot::{Slot, StoredView};
 use tailweight_picker::snapshot::{self, Part};
 use tailweight_picker::{Balancer, FilterConfig, Pick, RequestOutcome, ResponseClass, Settings};
@@ -15,12 +23,13 @@ use tailweight_wire::reply::ClusterView;
 use tailweight_wire::report::read::parse_report;
 use tailweight_wire::report::write::write_report;
 use tailweight_wire::report::Report;
+use tailweight_wire::stamp::{LoadStamp, MAX_STAMP_RIF};
 
 /// A target's body.
 pub type Target = fn(&[u8]);
 
 /// Every target by name (the name is its corpus directory and its libFuzzer binary).
-pub const TARGETS: [(&str, Target); 7] = [
+pub const TARGETS: [(&str, Target); 11] = [
     ("report", report),
     ("reply", reply),
     ("filter_config", filter_config),
@@ -28,13 +37,11 @@ pub const TARGETS: [(&str, Target); 7] = [
     ("orca_bin", orca_bin),
     ("shared_data", shared_data),
     ("scenario", scenario),
+    ("json_diff", json_diff),
+    ("stamp", stamp),
+    ("xfcc", xfcc),
+    ("prometheus", prometheus),
 ];
-
-/// An error a user sees is one line.
-fn one_line(error: impl std::fmt::Display) {
-    let line = error.to_string();
-    assert!(!line.contains('\n') && !line.is_empty(), "not one line: {line:?}");
-}
 
 /// The aggregator's path: parse and validate a report; what passes round-trips through the filter's
 /// writer, merges into a weight book (twice, from two principals, with recomputes), and the reply
@@ -115,8 +122,9 @@ fn exercise(b: &mut Balancer, clusters: &[String], now: u64) {
     b.tick(now + 10_000_000);
 }
 
-/// The filter's path for an aggregator reply: read and validate (the filter's own reader), then
-/// apply each view and pick.
+/// The filter's path for an aggregator reply (filter/src/reporter.rs, worker.rs): read and validate
+/// with the filter's own reader (`reply::read`, no serde), store each view as shared data, read it
+/// back as every worker does (the same view), apply the views and pick.
 pub fn reply(data: &[u8]) {
     let reply = match read_reply(data, &Limits::default()) {
         Ok(r) => r,
@@ -125,7 +133,10 @@ pub fn reply(data: &[u8]) {
     let now = 1_000_000;
     let mut b = balancer_knowing(reply.clusters.iter(), now);
     for view in &reply.clusters {
-        b.apply_view(view, now, u64::from(reply.ttl_ms) * 1_000);
+        let stored = StoredView { received_us: now, ttl_ms: reply.ttl_ms, view: view.clone() };
+        let shared = StoredView::decode(&stored.encode()).expect("a stored view reads back");
+        assert!(shared == stored || shared.encode() == stored.encode(), "a stored view survives");
+        b.apply_view(&shared.view, shared.received_us, u64::from(shared.ttl_ms) * 1_000);
     }
     let names: Vec<String> = reply.clusters.iter().map(|c| c.name.clone()).collect();
     exercise(&mut b, &names, now);
@@ -167,6 +178,27 @@ pub fn orca_bin(data: &[u8]) {
         Ok(load) => use_load(load),
         Err(e) => one_line(e),
     }
+}
+
+/// A response's `x-tailweight-load` value, as the client-side filter takes it: parsed, its count
+/// capped, written back the same; noted for the endpoint that served it, which the next picks
+/// (stamps on) may then prefer.
+pub fn stamp(data: &[u8]) {
+    let stamp = match LoadStamp::parse(&String::from_utf8_lossy(data)) {
+        Ok(stamp) => stamp,
+        Err(e) => return one_line(e),
+    };
+    assert!(stamp.rif <= MAX_STAMP_RIF, "{stamp:?}");
+    assert_eq!(LoadStamp::parse(&stamp.header_value()), Ok(stamp), "a stamp round-trips");
+    let mut config = FilterConfig::default();
+    config.pick.load_stamp_max_age_us = 1_000_000;
+    let mut b = Balancer::new(Settings::from(&config), 5);
+    let now = 1_000_000;
+    for address in ["10.0.0.1:80", "10.0.0.2:80"] {
+        b.complete("c", None, &outcome(Some(address), ResponseClass::Success, None), now);
+    }
+    b.note_stamp("c", "10.0.0.1:80", stamp, now);
+    exercise(&mut b, &["c".to_string()], now + 1);
 }
 
 /// The filter's shared data: the same bytes read as a sibling's slot (folded into a balancer and

@@ -285,6 +285,8 @@ pub fn check_policies(policies: &[String], server_sidecars: bool, stamping_backe
     for p in policies {
         if !POLICIES.contains(&p.as_str()) && !HARNESS_ONLY.contains(&p.as_str()) {
             let known: Vec<&str> = POLICIES.iter().chain(HARNESS_ONLY).copied().collect();
+            // Escaped: a YAML scalar can hold line breaks, and the message is one line.
+            let p = p.escape_debug();
             return Err(format!("policies: unknown policy '{p}' (known: {})", known.join(", ")));
         }
     }
@@ -377,7 +379,7 @@ mod tests {
             assert!(err.contains(want), "{err}");
             assert!(!err.contains('\n'), "one line: {err}");
         }
-        let mutations: [(&str, &str, &str); 13] = [
+        let mutations: [(&str, &str, &str); 14] = [
             (
                 "workers: 2, base_ms: 10, speed: 1.0,",
                 "workers: 0, base_ms: 10, speed: 1.0,",
@@ -391,6 +393,8 @@ mod tests {
             ("speed: 6.854", "speed: -1", "backends[3].speed: expected a number in 0.001..1000, got -1"),
             ("qps: 600", "qps: 0", "clients.qps: expected a number in 0.1..1000000, got 0"),
             ("policies: [round_robin,", "policies: [round_robn,", "policies: unknown policy 'round_robn'"),
+            // Found by fuzz/findings/scenario: a name with a line break is quoted on one line.
+            ("policies: [round_robin,", "policies: [\"round\\nrobin\",", "unknown policy 'round\\nrobin'"),
             ("network_delay_ms: 0.5", "network_delay_ms: 0.5, colour: red", "unknown field `colour`"),
             ("clients: 1000,", "clients: 0,", "sim.clients: must be at least 1"),
             (
