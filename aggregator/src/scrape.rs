@@ -1,7 +1,9 @@
 //! The `/metrics` page: the service's registered metrics (`metrics.rs`) and, made afresh at each
 //! scrape from the book's last recompute, one series per tracked endpoint (its weight, the requests
-//! per second its reporters saw, whether it is ejected) labelled `cluster` and `endpoint`, and the
-//! memory the book may hold beside what it holds.
+//! per second its reporters saw, whether it is ejected) labelled `upstream_cluster` and
+//! `upstream_endpoint` (the labels the chart's sidecar bootstrap override gives the filter's
+//! per-endpoint pick counters; not `endpoint`, which the Prometheus Operator sets on every target),
+//! and the memory the book may hold beside what it holds.
 //!
 //! Cardinality is bounded by the book: a cluster or endpoint the book has expired is gone from the
 //! next page (nothing to unregister), and at most `MAX_ENDPOINT_SERIES` endpoints are listed, whole
@@ -40,7 +42,7 @@ pub fn page(state: &AppState) -> String {
 /// The per-endpoint gauges of `decisions` (up to `MAX_ENDPOINT_SERIES` endpoints) and the book's
 /// budget, `max_bytes`.
 pub fn endpoint_families(decisions: &[ClusterDecision], max_bytes: usize) -> prometheus::Result<Vec<MetricFamily>> {
-    let labels = ["cluster", "endpoint"];
+    let labels = ["upstream_cluster", "upstream_endpoint"];
     let weight = GaugeVec::new(
         Opts::new("tailweight_endpoint_weight", "The endpoint's weight in the last recompute (mean 1 per cluster)"),
         &labels,
@@ -130,11 +132,11 @@ mod tests {
     fn each_endpoint_has_its_weight_qps_and_ejection_by_cluster() {
         let page = text(&endpoint_families(&[decision("a", 2, Some(1)), decision("b", 1, None)], 1234).unwrap());
         for line in [
-            "tailweight_endpoint_weight{cluster=\"a\",endpoint=\"10.0.0.1:80\"} 2",
-            "tailweight_endpoint_qps{cluster=\"a\",endpoint=\"10.0.0.1:80\"} 10",
-            "tailweight_endpoint_ejected{cluster=\"a\",endpoint=\"10.0.0.1:80\"} 1",
-            "tailweight_endpoint_ejected{cluster=\"a\",endpoint=\"10.0.0.0:80\"} 0",
-            "tailweight_endpoint_weight{cluster=\"b\",endpoint=\"10.0.0.0:80\"} 1",
+            "tailweight_endpoint_weight{upstream_cluster=\"a\",upstream_endpoint=\"10.0.0.1:80\"} 2",
+            "tailweight_endpoint_qps{upstream_cluster=\"a\",upstream_endpoint=\"10.0.0.1:80\"} 10",
+            "tailweight_endpoint_ejected{upstream_cluster=\"a\",upstream_endpoint=\"10.0.0.1:80\"} 1",
+            "tailweight_endpoint_ejected{upstream_cluster=\"a\",upstream_endpoint=\"10.0.0.0:80\"} 0",
+            "tailweight_endpoint_weight{upstream_cluster=\"b\",upstream_endpoint=\"10.0.0.0:80\"} 1",
             "tailweight_endpoint_series_omitted 0",
             "tailweight_book_budget_bytes 1234",
         ] {
@@ -147,7 +149,7 @@ mod tests {
         let big = decision("big", MAX_ENDPOINT_SERIES - 1, None);
         let page = text(&endpoint_families(&[big, decision("c", 2, None), decision("d", 1, None)], 1).unwrap());
         assert_eq!(page.lines().filter(|l| l.starts_with("tailweight_endpoint_weight{")).count(), MAX_ENDPOINT_SERIES);
-        assert!(!page.contains("cluster=\"c\"") && page.contains("cluster=\"d\""));
+        assert!(!page.contains("upstream_cluster=\"c\"") && page.contains("upstream_cluster=\"d\""));
         assert!(page.lines().any(|l| l == "tailweight_endpoint_series_omitted 2"), "{page}");
     }
 

@@ -169,7 +169,7 @@ async fn metrics_list_each_tracked_endpoint_by_cluster_and_the_books_budget() {
     s.post(report("pod-a", 10, &["10.0.0.1:80", "10.0.0.2:80"]).to_string()).await;
     s.settle().await;
     let page = s.get("/metrics").await.1;
-    let labels = "{cluster=\"outbound|8080||svc.ns.svc.cluster.local\",endpoint=\"10.0.0.2:80\"}";
+    let labels = "{upstream_cluster=\"outbound|8080||svc.ns.svc.cluster.local\",upstream_endpoint=\"10.0.0.2:80\"}";
     assert!((metric(&page, &format!("tailweight_endpoint_weight{labels}")) - 1.0).abs() < 1e-9, "{page}");
     assert_eq!(metric(&page, &format!("tailweight_endpoint_ejected{labels}")), 0.0);
     assert!(metric(&page, &format!("tailweight_endpoint_qps{labels}")) >= 0.0);

@@ -10,6 +10,7 @@ use crate::metrics::{self, Metrics};
 use crate::reporter::Reporter;
 use crate::shared::{self, Slot};
 use crate::shared_layout::{Beat, LastReport};
+use tailweight_picker::inspect::inspect;
 use tailweight_picker::snapshot::{self, Part};
 use tailweight_picker::tick;
 use tailweight_picker::{Balancer, FilterConfig, Settings};
@@ -117,6 +118,7 @@ impl Worker {
                     *last = value;
                 }
             }
+            self.record_endpoint_gauges(now_us);
         }
         let paused = self.balancer.clusters_paused(now_us) as i64;
         if paused != self.paused_counted {
@@ -135,6 +137,23 @@ impl Worker {
             self.tick_ms = wanted;
             wanted
         })
+    }
+
+    /// With `per_endpoint_metrics`, each tracked endpoint's state, latency and in-flight gauges as
+    /// this VM's picker sees them (with its siblings' folded in), for `tailweight endpoints`.
+    fn record_endpoint_gauges(&mut self, now_us: u64) {
+        if !self.metrics.per_endpoint() {
+            return;
+        }
+        for name in self.balancer.cluster_names() {
+            let Some(cluster) = self.balancer.cluster(name) else { continue };
+            let fresh = cluster.view_fresh(now_us);
+            for endpoint in cluster.endpoints() {
+                let seen = inspect(endpoint, now_us, fresh);
+                let values = [seen.state as u64, seen.latency_us, u64::from(seen.inflight)];
+                self.metrics.endpoint_gauges(name, &endpoint.address, values);
+            }
+        }
     }
 
     /// Read the other VMs' heartbeats, and the slots whose version moved. True if anything the
