@@ -118,8 +118,8 @@ impl Worker {
                     *last = value;
                 }
             }
-            self.record_endpoint_gauges(now_us);
         }
+        self.record_endpoint_gauges(now_us);
         let paused = self.balancer.clusters_paused(now_us) as i64;
         if paused != self.paused_counted {
             host::increment(self.metrics.clusters_paused, paused - self.paused_counted);
@@ -139,8 +139,11 @@ impl Worker {
         })
     }
 
-    /// With `per_endpoint_metrics`, each tracked endpoint's state, latency and in-flight gauges as
-    /// this VM's picker sees them (with its siblings' folded in), for `tailweight endpoints`.
+    /// With `per_endpoint_metrics`, the state, latency and in-flight gauges of each endpoint this VM
+    /// has sent requests to, as its picker sees them (with its siblings' folded in), for `tailweight
+    /// endpoints`. Health is each worker's own and a gauge is process-wide: each VM records a gauge
+    /// when its own value changes, so a gauge shows what the worker that last saw a change saw (the
+    /// main thread's VM, which picks nothing, records none).
     fn record_endpoint_gauges(&mut self, now_us: u64) {
         if !self.metrics.per_endpoint() {
             return;
@@ -148,7 +151,7 @@ impl Worker {
         for name in self.balancer.cluster_names() {
             let Some(cluster) = self.balancer.cluster(name) else { continue };
             let fresh = cluster.view_fresh(now_us);
-            for endpoint in cluster.endpoints() {
+            for endpoint in cluster.endpoints().iter().filter(|e| e.local.requests > 0) {
                 let seen = inspect(endpoint, now_us, fresh);
                 let values = [seen.state as u64, seen.latency_us, u64::from(seen.inflight)];
                 self.metrics.endpoint_gauges(name, &endpoint.address, values);
