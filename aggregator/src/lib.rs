@@ -9,6 +9,7 @@ pub mod identity;
 pub mod metrics;
 pub mod recompute;
 pub mod routes;
+pub mod scrape;
 pub mod state;
 
 use hyper::server::conn::http1;

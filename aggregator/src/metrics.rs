@@ -194,6 +194,11 @@ impl AggregatorMetrics {
         self.cpu_entries.set(c.cpu_entries as i64);
     }
 
+    /// Every registered metric's current values.
+    pub fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.registry.gather()
+    }
+
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
         // Encoding into a Vec only fails on a broken collector; an empty page is the honest answer then.

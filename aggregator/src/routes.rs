@@ -249,12 +249,10 @@ async fn weights(
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let counts = state.book().counts();
-    state.metrics.set_counts(&counts);
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"))],
-        state.metrics.render(),
+        crate::scrape::page(&state),
     )
         .into_response()
 }

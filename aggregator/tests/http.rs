@@ -163,6 +163,21 @@ async fn health_readiness_and_metrics() {
     s.stop().await;
 }
 
+#[tokio::test]
+async fn metrics_list_each_tracked_endpoint_by_cluster_and_the_books_budget() {
+    let s = TestAggregator::start(|_| {}).await;
+    s.post(report("pod-a", 10, &["10.0.0.1:80", "10.0.0.2:80"]).to_string()).await;
+    s.settle().await;
+    let page = s.get("/metrics").await.1;
+    let labels = "{upstream_cluster=\"outbound|8080||svc.ns.svc.cluster.local\",upstream_endpoint=\"10.0.0.2:80\"}";
+    assert!((metric(&page, &format!("tailweight_endpoint_weight{labels}")) - 1.0).abs() < 1e-9, "{page}");
+    assert_eq!(metric(&page, &format!("tailweight_endpoint_ejected{labels}")), 0.0);
+    assert!(metric(&page, &format!("tailweight_endpoint_qps{labels}")) >= 0.0);
+    let budget = metric(&page, "tailweight_book_budget_bytes");
+    assert!(budget > metric(&page, "tailweight_book_bytes") && budget > 0.0, "{page}");
+    s.stop().await;
+}
+
 /// Each bad report (and, after pod-a and before the cap, one good one): its body, its status, a
 /// fragment of its one-line reason, its metric reason.
 fn bad_inputs() -> Vec<(String, u16, &'static str, &'static str)> {

@@ -42,6 +42,9 @@ def test_the_bootstrap_override_is_merged_into_the_sidecars_envoy(control_plane)
     try:
         bootstrap = bootstrap_of(sidecar.config_dump())
         assert bootstrap["memory_allocator_manager"] == override["memory_allocator_manager"], bootstrap
+        # The per-endpoint pick counters' tag rules join Istio's own (repeated fields are appended).
+        tags = [t["tag_name"] for t in bootstrap["stats_config"]["stats_tags"]]
+        assert {"upstream_endpoint", "upstream_cluster"} <= set(tags) and len(tags) > 2, tags
         # Merged, not replaced: the identity and xDS pilot-agent generated are all still there.
         assert bootstrap["node"]["id"].startswith(f"sidecar~{many.client_ip}~client.{NS}~"), bootstrap["node"]
         assert bootstrap["dynamic_resources"]["ads_config"], bootstrap["dynamic_resources"]

@@ -254,8 +254,10 @@ def test_requests_steered_to_the_picked_endpoint(mesh):
 
 
 def endpoint_picks(stats: dict[str, int], addresses: list[str]) -> list[int]:
-    """The filter's picks per endpoint (per_endpoint_metrics: endpoint.<ip>_<port>.picks)."""
-    return [stats.get("endpoint." + a.replace(".", "_").replace(":", "_") + ".picks", 0) for a in addresses]
+    """The filter's picks per endpoint, of every cluster (per_endpoint_metrics:
+    endpoint.<ip>:<port>.<cluster>.picks)."""
+    return [sum(v for k, v in stats.items() if k.startswith(f"endpoint.{a}.") and k.endswith(".picks"))
+            for a in addresses]
 
 
 def assert_steered(mesh: Mesh, service: str, count: int = 60) -> None:

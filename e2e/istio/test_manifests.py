@@ -318,6 +318,22 @@ def test_sidecar_bootstrap_configmap_is_the_shipped_file(objects):
     assert not find(off, "ConfigMap")
 
 
+def test_dashboard_configmap_carries_the_dashboard_for_grafanas_sidecar():
+    """Behind `dashboards.enabled`, one ConfigMap with Grafana's sidecar label holds the chart's
+    dashboard JSON as it is (e2e/tests/test_dashboard.py runs its queries)."""
+    shipped = json.loads((CHART / "dashboards" / "tailweight.json").read_text())
+    (dashboard,) = [m for m in find(render(files=(CI_VALUES["monitoring-values"],)), "ConfigMap")
+                    if m["metadata"]["name"].endswith("-dashboard")]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1", dashboard["metadata"]
+    assert dashboard["metadata"]["annotations"] == {"grafana_folder": "mesh"}
+    assert json.loads(dashboard["data"]["tailweight.json"]) == shipped
+    elsewhere = render({**values_of("monitoring-values"), "dashboards": {"enabled": True, "namespace": "grafana"}})
+    assert [m["metadata"]["namespace"] for m in find(elsewhere, "ConfigMap")
+            if m["metadata"]["name"].endswith("-dashboard")] == ["grafana"]
+    assert not [m for m in find(render(values_of("example-values")), "ConfigMap")
+                if m["metadata"]["name"].endswith("-dashboard")]
+
+
 def test_destination_rule_hashes_reports_by_shard(objects):
     service = one(objects, "Service", "tailweight-aggregator")
     rule = one(objects, "DestinationRule", "tailweight-aggregator")
@@ -478,8 +494,8 @@ def test_getting_started_names_tests_that_exist():
     lines are the ones test_istio_tailweight takes from docs/istio.md and runs."""
     page = (REPO / "docs" / "getting-started.md").read_text()
     named = set(re.findall(r"`(?:test_istio_tailweight\.py::)?(test_[a-z_]+)`", page))
-    defined = {name for f in Path(__file__).parent.glob("test_*.py")
-               for name in re.findall(r"^def (test_[a-z_]+)\(", f.read_text(), re.M)}
+    tests = [*Path(__file__).parent.glob("test_*.py"), *(REPO / "e2e" / "tests").glob("test_*.py")]
+    defined = {name for f in tests for name in re.findall(r"^def (test_[a-z_]+)\(", f.read_text(), re.M)}
     assert len(named) >= 6 and named <= defined, named - defined
     assert "helm install tailweight oci://" in page and "helm uninstall tailweight" in page
 

@@ -13,17 +13,23 @@ from .procs import ProcGroup, retry_port_clash, wait_http
 
 class Prometheus:
     def __init__(self, group: ProcGroup, scrape_targets: Sequence[str], workdir: Path,
-                 scrape_interval_s: float = 1.0, job: str = "targets"):
+                 scrape_interval_s: float = 1.0, job: str = "targets",
+                 more_jobs: Sequence[tuple[str, str, Sequence[str]]] = ()):
+        """`scrape_targets` ("host:port") at /metrics as job `job`; `more_jobs`: (job, metrics path,
+        targets) each, e.g. Envoys' /stats/prometheus."""
         binary = paths.prometheus()
         if not binary.exists():
             raise FileNotFoundError(f"{binary} is missing: run `make deps`")
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         config = workdir / "prometheus.yml"
-        targets = ", ".join(f'"{t}"' for t in scrape_targets)
+        jobs = [(job, "/metrics", scrape_targets), *more_jobs]
         config.write_text(
             f"global: {{scrape_interval: {scrape_interval_s:g}s, evaluation_interval: {scrape_interval_s:g}s}}\n"
-            f"scrape_configs:\n  - job_name: {job}\n    static_configs: [{{targets: [{targets}]}}]\n")
+            "scrape_configs:\n" + "".join(
+                f"  - job_name: {name}\n    metrics_path: {path}\n"
+                f"    static_configs: [{{targets: [{', '.join(repr(t) for t in targets)}]}}]\n"
+                for name, path, targets in jobs))
 
         def start():
             port = group.reserve_port()

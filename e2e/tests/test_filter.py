@@ -2,6 +2,7 @@
 
 Shares and counts are asserted with margins that real runs meet; nothing here times anything."""
 import json
+import re
 import threading
 import time
 
@@ -10,7 +11,7 @@ import requests
 import yaml
 
 from harness import emulator as emu
-from harness import fortio
+from harness import fortio, overhead_configs
 from tailweight_e2e import envoy, envoy_configs, paths
 from tailweight_e2e.procs import wait_for
 from tailweight_e2e.stub_server import Reply, Request, StubServer
@@ -307,14 +308,25 @@ def test_a_lightly_loaded_envoy_reports_less_often_and_declares_its_period(group
 
 def test_per_endpoint_pick_counters_count_each_endpoints_picks(group, tmp_path):
     backends = start_backends(group, 3)
-    client = Client(group, backends.addresses, plugin_config={"per_endpoint_metrics": True})
-    total, errors = run_fortio(group, tmp_path, client.url, qps=200, connections=4, seconds=2)
+    cfg = yaml.safe_load(client_yaml(backends.addresses, {"per_endpoint_metrics": True}))
+    # With the chart's sidecar bootstrap override, whose stats_tags make the address and cluster labels.
+    proxy = envoy.start(group, "envoy-tagged", yaml.safe_dump(overhead_configs.with_sidecar_bootstrap_override(cfg)))
+    total, errors = run_fortio(group, tmp_path, proxy.url(), qps=200, connections=4, seconds=2)
     assert errors == 0 and total >= 300
-    per_endpoint = {k: v for k, v in client.envoy.stats(STAT + "endpoint.").items() if k.endswith(".picks")}
-    names = {STAT + "endpoint." + a.replace(".", "_").replace(":", "_") + ".picks" for a in backends.addresses}
+    per_endpoint = {k: v for k, v in proxy.stats(STAT + "endpoint.").items() if k.endswith(".picks")}
+    names = {f"{STAT}endpoint.{a}.{envoy_configs.CLUSTER}.picks": a for a in backends.addresses}
     # An endpoint the balancer has not picked yet has no counter yet.
-    assert set(per_endpoint) <= names and len(per_endpoint) >= 2, per_endpoint
-    assert sum(per_endpoint.values()) == client.stat("picks") and all(v > 0 for v in per_endpoint.values())
+    assert set(per_endpoint) <= set(names) and len(per_endpoint) >= 2, per_endpoint
+    assert sum(per_endpoint.values()) == proxy.stat(STAT + "picks") and all(v > 0 for v in per_endpoint.values())
+    # In /stats/prometheus: one metric name, the endpoint and its cluster as labels.
+    labelled = {}
+    for line in proxy.prometheus().splitlines():
+        if line.startswith("tailweight_endpoint_picks{"):
+            labels, value = line.rsplit(" ", 1)
+            labelled[frozenset(re.findall(r'(\w+)="([^"]*)"', labels))] = int(value)
+    expected = {frozenset({("upstream_endpoint", names[k]), ("upstream_cluster", envoy_configs.CLUSTER)}): v
+                for k, v in per_endpoint.items()}
+    assert labelled == expected, (labelled, expected)
 
 
 @pytest.mark.parametrize("mode", ["garbage", "slow", "down"])

@@ -121,7 +121,7 @@ impl Request {
         let pick = w.balancer.pick(&cluster, now);
         let untracked = matches!(pick, Pick::Untracked);
         if let Some(first) = pick.first_choice() {
-            w.metrics.endpoint_pick(first);
+            w.metrics.endpoint_pick(&cluster, first);
         }
         match pick {
             Pick::Steer { header: value, first_len, epoch } => {

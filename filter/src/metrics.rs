@@ -44,8 +44,24 @@ pub struct Metrics {
     pub endpoints_tracked: Option<u32>,
     pub weights_age_ms: Option<u32>,
     pub clusters_paused: Option<u32>,
-    /// Metric id per endpoint address (usize::MAX: the host refused to define it).
-    per_endpoint: Option<FastMap<usize>>,
+    /// Per cluster and endpoint address, its metrics (defined on first use; never deleted).
+    per_endpoint: Option<FastMap<FastMap<EndpointIds>>>,
+}
+
+/// The per-endpoint gauges: the picker's state of it (`tailweight_picker::inspect::EndpointState`
+/// as a number), its latency estimate and the requests in flight to it from this proxy.
+pub const ENDPOINT_GAUGES: [&str; 3] = ["state", "latency_us", "inflight"];
+
+/// One endpoint's metric ids (None inside: the host refused to define it) and the gauges' last values.
+#[derive(Default)]
+struct EndpointIds {
+    picks: Option<Option<u32>>,
+    gauges: Option<[Option<u32>; 3]>,
+    last: [Option<u64>; 3],
+}
+
+fn endpoint_metric(address: &str, cluster: &str, name: &str) -> String {
+    format!("tailweight.endpoint.{address}.{cluster}.{name}")
 }
 
 /// The counters of a server-role filter (see `server`).
@@ -106,20 +122,45 @@ impl Metrics {
         }
     }
 
-    /// `tailweight.endpoint.<ip>_<port>.picks`, only when opted in.
-    pub fn endpoint_pick(&mut self, address: &str) {
-        if let Some(map) = &mut self.per_endpoint {
-            // Look up by &str first: the owned key is made once per endpoint, not per request.
-            let id = match map.get(address) {
-                Some(id) => *id,
-                None => {
-                    let name = address.replace([':', '.', '[', ']'], "_");
-                    let id = host::define_counter(&format!("tailweight.endpoint.{name}.picks"))
-                        .map_or(usize::MAX, |id| id as usize);
-                    *map.entry(address.to_string()).or_insert(id)
-                }
-            };
-            host::increment(u32::try_from(id).ok(), 1);
+    /// `tailweight.endpoint.<ip>:<port>.<cluster>.picks`, only when opted in. The chart's sidecar
+    /// bootstrap override (`charts/tailweight/files/sidecar-bootstrap.json`, `stats_tags`) turns the
+    /// address and the cluster into the labels `upstream_endpoint` and `upstream_cluster` of
+    /// `tailweight_endpoint_picks` in /stats/prometheus; its address pattern is the one here.
+    pub fn endpoint_pick(&mut self, cluster: &str, address: &str) {
+        if let Some(ids) = self.endpoint_ids(cluster, address) {
+            let id =
+                *ids.picks.get_or_insert_with(|| host::define_counter(&endpoint_metric(address, cluster, "picks")));
+            host::increment(id, 1);
         }
+    }
+
+    /// The gauges `tailweight.endpoint.<ip>:<port>.<cluster>.{state,latency_us,inflight}` (see
+    /// `ENDPOINT_GAUGES`), each recorded when it changes, only when opted in.
+    pub fn endpoint_gauges(&mut self, cluster: &str, address: &str, values: [u64; 3]) {
+        if let Some(ids) = self.endpoint_ids(cluster, address) {
+            let gauges = *ids.gauges.get_or_insert_with(|| {
+                ENDPOINT_GAUGES.map(|g| host::define_gauge(&endpoint_metric(address, cluster, g)))
+            });
+            for ((gauge, value), last) in gauges.into_iter().zip(values).zip(&mut ids.last) {
+                if *last != Some(value) {
+                    host::record(gauge, value);
+                    *last = Some(value);
+                }
+            }
+        }
+    }
+
+    pub fn per_endpoint(&self) -> bool {
+        self.per_endpoint.is_some()
+    }
+
+    /// The metric ids of one endpoint of one cluster, entered on first use (None: not opted in).
+    fn endpoint_ids(&mut self, cluster: &str, address: &str) -> Option<&mut EndpointIds> {
+        let clusters = self.per_endpoint.as_mut()?;
+        // Look up by &str first: the owned keys are made once per endpoint, not per request.
+        if !clusters.get(cluster).is_some_and(|by_address| by_address.contains_key(address)) {
+            clusters.entry(cluster.to_string()).or_default().insert(address.to_string(), EndpointIds::default());
+        }
+        clusters.get_mut(cluster)?.get_mut(address)
     }
 }

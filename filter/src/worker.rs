@@ -10,6 +10,7 @@ use crate::metrics::{self, Metrics};
 use crate::reporter::Reporter;
 use crate::shared::{self, Slot};
 use crate::shared_layout::{Beat, LastReport};
+use tailweight_picker::inspect::inspect;
 use tailweight_picker::snapshot::{self, Part};
 use tailweight_picker::tick;
 use tailweight_picker::{Balancer, FilterConfig, Settings};
@@ -168,6 +169,7 @@ impl Worker {
                 }
             }
         }
+        self.record_endpoint_gauges(now_us);
         drop(probe);
         let probe = crate::probe::span(crate::probe::Site::TickViews);
         self.apply_views();
@@ -204,6 +206,26 @@ impl Worker {
             self.tick_ms = wanted;
             wanted
         })
+    }
+
+    /// With `per_endpoint_metrics`, the state, latency and in-flight gauges of each endpoint this VM
+    /// has sent requests to, as its picker sees them (with its siblings' folded in), for `tailweight
+    /// endpoints`. Health is each worker's own and a gauge is process-wide: each VM records a gauge
+    /// when its own value changes, so a gauge shows what the worker that last saw a change saw (the
+    /// main thread's VM, which picks nothing, records none).
+    fn record_endpoint_gauges(&mut self, now_us: u64) {
+        if !self.metrics.per_endpoint() {
+            return;
+        }
+        for name in self.balancer.cluster_names() {
+            let Some(cluster) = self.balancer.cluster(name) else { continue };
+            let fresh = cluster.view_fresh(now_us);
+            for endpoint in cluster.endpoints().iter().filter(|e| e.local.requests > 0) {
+                let seen = inspect(endpoint, now_us, fresh);
+                let values = [seen.state as u64, seen.latency_us, u64::from(seen.inflight)];
+                self.metrics.endpoint_gauges(name, &endpoint.address, values);
+            }
+        }
     }
 
     /// Read the other VMs' heartbeats, and the slots whose version moved. True if anything the

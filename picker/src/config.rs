@@ -33,7 +33,8 @@ pub struct FilterConfig {
     pub grpc_failure_codes: Vec<u32>,
     /// A request without response headers stops counting as in flight after at most this long.
     pub inflight_bound_ms: u64,
-    /// One counter per endpoint (cardinality grows with endpoints; Envoy cannot delete metrics).
+    /// A pick counter and state, latency and in-flight gauges per cluster and endpoint (cardinality
+    /// grows with endpoints; Envoy cannot delete metrics).
     pub per_endpoint_metrics: bool,
 }
 

@@ -14,6 +14,7 @@ pub mod config;
 pub mod endpoint;
 pub mod health;
 pub mod inflight;
+pub mod inspect;
 pub mod outcome;
 pub mod server_inflight;
 pub mod slot;

@@ -1,0 +1,161 @@
+//! The `/metrics` page: the service's registered metrics (`metrics.rs`) and, made afresh at each
+//! scrape from the book's last recompute, one series per tracked endpoint (its weight, the requests
+//! per second its reporters saw, whether it is ejected) labelled `upstream_cluster` and
+//! `upstream_endpoint` (the labels the chart's sidecar bootstrap override gives the filter's
+//! per-endpoint pick counters; not `endpoint`, which the Prometheus Operator sets on every target),
+//! and the memory the book may hold beside what it holds.
+//!
+//! Cardinality is bounded by the book: a cluster or endpoint the book has expired is gone from the
+//! next page (nothing to unregister), and at most `MAX_ENDPOINT_SERIES` endpoints are listed, whole
+//! clusters in name order; `tailweight_endpoint_series_omitted` counts the endpoints left out.
+
+use crate::state::AppState;
+use prometheus::core::Collector;
+use prometheus::proto::MetricFamily;
+use prometheus::{Encoder, GaugeVec, IntGauge, Opts, TextEncoder};
+use tailweight_weights::ClusterDecision;
+
+/// Endpoint series on one page at most (each endpoint is three series).
+pub const MAX_ENDPOINT_SERIES: usize = 4_096;
+
+/// The whole `/metrics` page (counts refreshed from the book first).
+pub fn page(state: &AppState) -> String {
+    let (counts, decisions, max_bytes) = {
+        let book = state.book();
+        let mut names = book.cluster_names();
+        names.sort_unstable();
+        (book.counts(), book.decisions_of(names.iter().map(String::as_str)), book.params().max_bytes)
+    };
+    state.metrics.set_counts(&counts);
+    let mut families = state.metrics.gather();
+    // Made from fixed names and help texts: an Err would be a bug here, and an empty page the honest answer.
+    if let Ok(per_endpoint) = endpoint_families(&decisions, max_bytes) {
+        families.extend(per_endpoint);
+    }
+    let mut buf = Vec::new();
+    if TextEncoder::new().encode(&families, &mut buf).is_err() {
+        buf.clear();
+    }
+    String::from_utf8(buf).unwrap_or_default()
+}
+
+/// The per-endpoint gauges of `decisions` (up to `MAX_ENDPOINT_SERIES` endpoints) and the book's
+/// budget, `max_bytes`.
+pub fn endpoint_families(decisions: &[ClusterDecision], max_bytes: usize) -> prometheus::Result<Vec<MetricFamily>> {
+    let labels = ["upstream_cluster", "upstream_endpoint"];
+    let weight = GaugeVec::new(
+        Opts::new("tailweight_endpoint_weight", "The endpoint's weight in the last recompute (mean 1 per cluster)"),
+        &labels,
+    )?;
+    let qps = GaugeVec::new(
+        Opts::new("tailweight_endpoint_qps", "Requests per second the endpoint's reporters saw it serve"),
+        &labels,
+    )?;
+    let ejected =
+        GaugeVec::new(Opts::new("tailweight_endpoint_ejected", "1 while the aggregator ejects the endpoint"), &labels)?;
+    let omitted = IntGauge::new(
+        "tailweight_endpoint_series_omitted",
+        "Tracked endpoints left off this page (beyond the per-page limit of endpoint series)",
+    )?;
+    let budget = IntGauge::new(
+        "tailweight_book_budget_bytes",
+        "Bytes the weight book may hold (its share of --memory-limit-mib); compare tailweight_book_bytes",
+    )?;
+    budget.set(i64::try_from(max_bytes).unwrap_or(i64::MAX));
+    let mut listed = 0usize;
+    let mut left_out = 0usize;
+    for cluster in decisions {
+        if listed + cluster.endpoints.len() > MAX_ENDPOINT_SERIES {
+            left_out += cluster.endpoints.len();
+            continue;
+        }
+        listed += cluster.endpoints.len();
+        for e in &cluster.endpoints {
+            let values = [cluster.name.as_str(), e.address.as_str()];
+            weight.with_label_values(&values).set(e.weight);
+            qps.with_label_values(&values).set(e.qps);
+            ejected.with_label_values(&values).set(if e.ejected { 1.0 } else { 0.0 });
+        }
+    }
+    omitted.set(i64::try_from(left_out).unwrap_or(i64::MAX));
+    let mut families = Vec::new();
+    for collector in [&weight as &dyn Collector, &qps, &ejected, &omitted, &budget] {
+        // A vector with no series yet is no family at all (the encoder refuses empty ones).
+        families.extend(collector.collect().into_iter().filter(|f| !f.get_metric().is_empty()));
+    }
+    Ok(families)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailweight_weights::EndpointDecision;
+
+    fn decision(name: &str, endpoints: usize, ejected_at: Option<usize>) -> ClusterDecision {
+        ClusterDecision {
+            name: name.into(),
+            generation: 1,
+            computed_at_us: 0,
+            endpoints: (0..endpoints)
+                .map(|i| EndpointDecision {
+                    address: format!("10.0.0.{i}:80"),
+                    weight: 1.0 + i as f64,
+                    method: Default::default(),
+                    capacity: None,
+                    backlog: 0.0,
+                    target: 1.0,
+                    qps: 10.0 * i as f64,
+                    eps: 0.0,
+                    inflight: 0.0,
+                    view_inflight: 0.0,
+                    latency_us: 0,
+                    service_time_us: None,
+                    concurrency: None,
+                    cpu: None,
+                    cpu_source: None,
+                    error_ratio: 0.0,
+                    ejected: ejected_at == Some(i),
+                    reporters: 1,
+                    counted: true,
+                })
+                .collect(),
+        }
+    }
+
+    fn text(families: &[MetricFamily]) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new().encode(families, &mut buf).unwrap();
+        String::from_utf8(buf).unwrap()
+    }
+
+    #[test]
+    fn each_endpoint_has_its_weight_qps_and_ejection_by_cluster() {
+        let page = text(&endpoint_families(&[decision("a", 2, Some(1)), decision("b", 1, None)], 1234).unwrap());
+        for line in [
+            "tailweight_endpoint_weight{upstream_cluster=\"a\",upstream_endpoint=\"10.0.0.1:80\"} 2",
+            "tailweight_endpoint_qps{upstream_cluster=\"a\",upstream_endpoint=\"10.0.0.1:80\"} 10",
+            "tailweight_endpoint_ejected{upstream_cluster=\"a\",upstream_endpoint=\"10.0.0.1:80\"} 1",
+            "tailweight_endpoint_ejected{upstream_cluster=\"a\",upstream_endpoint=\"10.0.0.0:80\"} 0",
+            "tailweight_endpoint_weight{upstream_cluster=\"b\",upstream_endpoint=\"10.0.0.0:80\"} 1",
+            "tailweight_endpoint_series_omitted 0",
+            "tailweight_book_budget_bytes 1234",
+        ] {
+            assert!(page.lines().any(|l| l == line), "{line} missing from\n{page}");
+        }
+    }
+
+    #[test]
+    fn whole_clusters_beyond_the_limit_are_left_out_and_counted() {
+        let big = decision("big", MAX_ENDPOINT_SERIES - 1, None);
+        let page = text(&endpoint_families(&[big, decision("c", 2, None), decision("d", 1, None)], 1).unwrap());
+        assert_eq!(page.lines().filter(|l| l.starts_with("tailweight_endpoint_weight{")).count(), MAX_ENDPOINT_SERIES);
+        assert!(!page.contains("upstream_cluster=\"c\"") && page.contains("upstream_cluster=\"d\""));
+        assert!(page.lines().any(|l| l == "tailweight_endpoint_series_omitted 2"), "{page}");
+    }
+
+    #[test]
+    fn nothing_tracked_means_no_endpoint_series() {
+        let page = text(&endpoint_families(&[], 1).unwrap());
+        assert!(!page.contains("tailweight_endpoint_weight{"), "{page}");
+    }
+}

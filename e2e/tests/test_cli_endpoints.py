@@ -1,0 +1,79 @@
+"""`tailweight endpoints` (cli/) against a real client Envoy with the filter, the real aggregator and
+emulated backends on 127.0.0.1: one backend fails throughout (suspended), one failed and recovered
+(ramping: a long recovery ramp keeps it there for the test), one healthy. The CLI's JSON names each
+state, shares the window's picks, and carries the aggregator's weights; the table (run under the
+name kubectl runs plugins by) lists the same endpoints; a cluster the sidecar lacks is a one-line
+error."""
+import json
+import os
+import subprocess
+
+from harness import emulator as emu
+from harness import fortio
+from tailweight_e2e import aggregator, envoy, envoy_configs, paths
+from tailweight_e2e.procs import wait_for
+
+CLUSTER = envoy_configs.CLUSTER
+
+
+def run_cli(argv, binary=None, check=True):
+    result = subprocess.run([str(binary or paths.binary("tailweight")), *argv], capture_output=True, text=True,
+                            timeout=60)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_endpoints_shows_suspended_ramping_and_healthy_endpoints(group, tmp_path):
+    backends = emu.start(group, [emu.BackendSettings(workers=4, base_ms=2.0) for _ in range(3)])
+    agg = aggregator.start(group, args=["--recompute-interval-ms", "200"])
+    plugin = envoy_configs.plugin_config_for("tailweight", report_interval_ms=250, extra={
+        "per_endpoint_metrics": True, "recovery_ramp_ms": 120_000, "probe_interval_ms": 100})
+    proxy = envoy.start(group, "envoy-client", envoy_configs.render_client_envoy(
+        backends.addresses, "tailweight", wasm_path=paths.WASM, plugin_config=plugin, aggregator_port=agg.port))
+    healthy, failing, recovering = backends.addresses
+    base = ["endpoints", "--admin", proxy.admin, "--cluster", CLUSTER, "--aggregator", agg.url]
+
+    def load(name, seconds, wait=True):
+        proc = group.start(name, fortio.load_argv(proxy.url(), 60, 2, seconds, tmp_path / f"{name}.json"))
+        if wait:
+            proc.popen.wait(seconds + 60)
+        return proc
+
+    load("warm", 3)
+    backends.event([1, 2], "fail")
+    load("failing", 3)
+    backends.event([2], "recover")
+
+    def states():
+        load("probe", 1)
+        report = json.loads(run_cli([*base, "--window-s", "0", "-o", "json"]).stdout)
+        got = {e["address"]: e["state"] for e in report["endpoints"]}
+        assert got == {healthy: "healthy", failing: "suspended", recovering: "ramping"}, got
+        return report
+
+    wait_for(states, 60, "suspended and ramping endpoints in the CLI", proxy.proc, interval_s=0.5)
+
+    background = load("during", 6, wait=False)
+    report = json.loads(run_cli([*base, "--window-s", "2", "-o", "json"]).stdout)
+    background.popen.wait(70)
+    rows = {e["address"]: e for e in report["endpoints"]}
+    assert report["cluster"] == CLUSTER and report["window_s"] == 2 and report["view_age_ms"] is not None, report
+    assert set(rows) == set(backends.addresses), rows
+    assert abs(sum(r["share"] for r in rows.values()) - 1) < 1e-9, rows
+    assert rows[healthy]["share"] > rows[recovering]["share"] and rows[healthy]["share"] > rows[failing]["share"], rows
+    assert rows[healthy]["latency_ms"] > 0 and rows[healthy]["inflight"] is not None, rows[healthy]
+    assert rows[healthy]["weight"] > 0 and rows[recovering]["weight"] > 0, rows
+    # The failing one, while its probes' failures keep it in the reports, weighs less.
+    assert rows[failing]["weight"] is None or rows[failing]["weight"] < rows[healthy]["weight"], rows
+
+    plugin_name = tmp_path / "kubectl-tailweight"
+    os.symlink(paths.binary("tailweight"), plugin_name)
+    table = run_cli([*base, "--window-s", "0"], binary=plugin_name).stdout.splitlines()
+    assert table[0].startswith(f"cluster {CLUSTER}") and table[1].split()[:2] == ["ENDPOINT", "SHARE"], table
+    assert sorted(line.split()[0] for line in table[2:]) == sorted(backends.addresses), table
+    assert {line.split()[0]: line.split()[-1] for line in table[2:]}[failing] == "suspended", table
+
+    wrong = run_cli(["endpoints", "--admin", proxy.admin, "--cluster", "nope"], check=False)
+    assert wrong.returncode == 1 and wrong.stdout == "", wrong
+    assert wrong.stderr.strip() == 'tailweight: /clusters: the sidecar has no cluster "nope"', wrong.stderr
