@@ -1,4 +1,4 @@
-//! HTTP API: `POST /v1/report`, `GET /v1/weights[?cluster=|?after=&limit=]`, `GET /metrics`,
+//! HTTP API: `POST /v1/report`, `POST /v1/attest` (`attest.rs`), `GET /v1/weights[?cluster=|?after=&limit=]`, `GET /metrics`,
 //! `/healthz`, `/readyz`. Every 4xx and 5xx body is one line of text naming the problem; 503s carry
 //! `Retry-After`. Reports and weight queries share `--max-concurrent-requests` (beyond: shed at
 //! once) and the `--body-timeout-ms` deadline.
@@ -16,7 +16,7 @@ use http_body_util::BodyExt;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Instant;
-use tailweight_wire::protocol::REPORT_PATH;
+use tailweight_wire::protocol::{ATTEST_PATH, REPORT_PATH};
 use tailweight_wire::report::read::{parse_report, ReportError};
 use tailweight_wire::validate::Invalid;
 use tower::limit::GlobalConcurrencyLimitLayer;
@@ -35,7 +35,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .load_shed()
         .layer(GlobalConcurrencyLimitLayer::new(state.limits.max_concurrent_requests))
         .timeout(state.limits.body_timeout);
-    let limited = Router::new().route(REPORT_PATH, post(report)).route("/v1/weights", get(weights)).layer(limits);
+    let limited = Router::new()
+        .route(REPORT_PATH, post(report))
+        .route(ATTEST_PATH, post(crate::attest::attest))
+        .route("/v1/weights", get(weights))
+        .layer(limits);
     Router::new()
         .merge(limited)
         .route("/metrics", get(metrics))
@@ -45,7 +49,10 @@ pub fn router(state: Arc<AppState>) -> Router {
             text(StatusCode::METHOD_NOT_ALLOWED, "method: not allowed on this path")
         })
         .fallback(|| async {
-            text(StatusCode::NOT_FOUND, "path: not found (see /v1/report, /v1/weights, /metrics, /healthz, /readyz)")
+            text(
+                StatusCode::NOT_FOUND,
+                "path: not found (see /v1/report, /v1/attest, /v1/weights, /metrics, /healthz, /readyz)",
+            )
         })
         .with_state(state)
 }
@@ -95,20 +102,23 @@ async fn report(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
             state.metrics.reports_accepted.inc();
             json(reply)
         }
-        Err((reason, status, line)) => {
-            state.metrics.rejected(reason);
-            if status == StatusCode::SERVICE_UNAVAILABLE {
-                retry_later(line)
-            } else {
-                text(status, line)
-            }
-        }
+        Err(refusal) => refuse(&state, refusal),
     };
     state.metrics.report_seconds.observe(started.elapsed().as_secs_f64());
     response
 }
 
-type Refusal = (RejectReason, StatusCode, String);
+pub(crate) type Refusal = (RejectReason, StatusCode, String);
+
+/// A refusal counted and answered: 503 with Retry-After, else its status with the line.
+pub(crate) fn refuse(state: &AppState, (reason, status, line): Refusal) -> Response {
+    state.metrics.rejected(reason);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        retry_later(line)
+    } else {
+        text(status, line)
+    }
+}
 
 /// Bodies larger than this are parsed off the request's worker (`spawn_blocking`).
 const PARSE_ELSEWHERE_BYTES: usize = 64 * 1024;
@@ -163,7 +173,7 @@ async fn handle_report(state: &AppState, headers: &HeaderMap, body: Body) -> Res
 }
 
 /// The body, or 413 if it is (or says it will be) larger than `limit`.
-async fn read_limited(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, Refusal> {
+pub(crate) async fn read_limited(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, Refusal> {
     let too_large = || {
         (RejectReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, format!("body: larger than the limit of {limit} bytes"))
     };
