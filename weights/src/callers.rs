@@ -22,7 +22,7 @@
 //! docs/security.md).
 
 use crate::consensus::PrincipalView;
-use crate::evidence::ClusterEvidence;
+use crate::evidence::{self, ClusterEvidence};
 use crate::params::WeightParams;
 use crate::record::EndpointRecord;
 use std::collections::HashMap;
@@ -58,11 +58,12 @@ pub(crate) fn bound_views(
     }
     s.callers.clear();
     for e in evidence.endpoints.values().filter(|e| e.attests(now_us)) {
-        for (name, source) in &e.sources {
+        for (name, records) in &e.sources {
             if let Some(id) = ids.get(name) {
+                let (qps, proven) = evidence::served(records, now_us);
                 let caller = s.callers.entry(*id).or_insert((false, 0.0));
-                caller.0 |= source.proven_until_us > now_us;
-                caller.1 += source.served.rates(now_us).0;
+                caller.0 |= proven;
+                caller.1 += qps;
             }
         }
     }
@@ -71,9 +72,9 @@ pub(crate) fn bound_views(
     for (at, endpoint) in endpoints.iter().enumerate() {
         let attests = evidence.endpoints.get(&endpoint.address).filter(|e| e.attests(now_us));
         s.attesting.push(attests.is_some());
-        for (name, source) in attests.into_iter().flat_map(|e| e.sources.iter()) {
+        for (name, records) in attests.into_iter().flat_map(|e| e.sources.iter()) {
             if let Some(id) = ids.get(name) {
-                s.served.push((at, *id, source.served.rates(now_us).0));
+                s.served.push((at, *id, evidence::served(records, now_us).0));
             }
         }
     }

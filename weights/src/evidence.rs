@@ -18,18 +18,23 @@ pub(crate) struct ClusterEvidence {
     pub endpoints: HashMap<String, EndpointEvidence>,
 }
 
-/// What one endpoint attested, by source principal name.
+/// Attesting incarnations one endpoint may have at once (one per worker VM of its sidecar, and a
+/// restart's old one until it expires).
+pub(crate) const MAX_ATTESTERS: usize = 64;
+
+/// What one endpoint attested, by source principal name: one record per attesting incarnation
+/// (the VMs of a sidecar each count their own requests and attest apart), summed when read.
 #[derive(Debug)]
 pub(crate) struct EndpointEvidence {
     pub expires_us: u64,
-    pub sources: HashMap<String, SourceRecord>,
+    pub sources: HashMap<String, Vec<SourceRecord>>,
     /// What it costs the book (`memory.rs`).
     pub bytes: usize,
 }
 
-/// One source principal's requests and errors at one endpoint, and until when it counts as a
-/// proven caller of the cluster (the end of the last window in which it sent requests there, plus
-/// `proven_caller_us`).
+/// One source principal's requests and errors at one endpoint as one attesting incarnation counts
+/// them, and until when it counts as a proven caller of the cluster (the end of the last window in
+/// which it sent requests there, plus `proven_caller_us`).
 #[derive(Debug)]
 pub(crate) struct SourceRecord {
     pub served: Observation,
@@ -45,15 +50,22 @@ impl EndpointEvidence {
     /// Whether it attests at `now_us`: live, and with at least one completed window (before that,
     /// its rates are unknown and the endpoint counts as silent).
     pub fn attests(&self, now_us: u64) -> bool {
-        self.live(now_us) && self.sources.values().any(|s| s.served.window_until_us > now_us)
+        self.live(now_us) && self.sources.values().flatten().any(|s| s.served.window_until_us > now_us)
     }
+}
+
+/// A source's request rate over its attesters' last windows (summed), and whether it is a proven
+/// caller at `now_us`.
+pub(crate) fn served(records: &[SourceRecord], now_us: u64) -> (f64, bool) {
+    let qps = records.iter().map(|r| r.served.rates(now_us).0).sum();
+    (qps, records.iter().any(|r| r.proven_until_us > now_us))
 }
 
 /// Enter attestation `a` into `evidence` (by cluster), `now_us`. Refused whole, changing nothing,
 /// if it would pass `max_clusters` attested clusters, `max_endpoints_per_cluster` attested
-/// endpoints of its cluster, or the book's `max_bytes` (`bytes` is the book's count, updated).
-/// A source it no longer names stays while it is a proven caller (so a window without its
-/// requests does not forget it at once), then goes.
+/// endpoints of its cluster, `MAX_ATTESTERS` incarnations of a source, or the book's `max_bytes`
+/// (`bytes` is the book's count, updated). A record of a source that is not renewed stays for its
+/// ttl, or while it makes its source a proven caller, then goes.
 pub(crate) fn enter(
     evidence: &mut HashMap<String, ClusterEvidence>,
     a: &Attestation,
@@ -69,8 +81,14 @@ pub(crate) fn enter(
     if old.is_none() && cluster_known.map_or(0, |c| c.endpoints.len()) >= p.max_endpoints_per_cluster {
         return Err(Rejection::TooManyEndpoints);
     }
+    let new_attester = |list: &Vec<SourceRecord>| {
+        list.len() >= MAX_ATTESTERS && !list.iter().any(|r| r.served.incarnation == a.incarnation)
+    };
+    if old.is_some_and(|e| a.sources.iter().any(|s| e.sources.get(&s.principal).is_some_and(new_attester))) {
+        return Err(Rejection::TooManyReporters);
+    }
     let old_bytes = old.map_or(0, |e| e.bytes);
-    // At most what the new sources and the old ones add up to (an upper bound, before pruning).
+    // At most what the new records and the old ones add up to (an upper bound, before pruning).
     let most = ATTESTED_ENDPOINT.of(a.endpoint.len() + a.cluster.len())
         + a.sources.iter().map(|s| ATTESTED_SOURCE.of(s.principal.len())).sum::<usize>()
         + old_bytes;
@@ -86,27 +104,34 @@ pub(crate) fn enter(
         sources: HashMap::new(),
         bytes: 0,
     });
-    endpoint.expires_us = expires_us;
+    endpoint.expires_us = endpoint.expires_us.max(expires_us);
     for s in &a.sources {
         let counts = EndpointReport { requests: s.requests, errors: s.errors, ..EndpointReport::default() };
-        let record = match endpoint.sources.get_mut(&s.principal) {
-            Some(record) => {
-                record.served.update(&counts, a.incarnation, interval_us, expires_us, now_us);
-                record
+        let list = match endpoint.sources.get_mut(&s.principal) {
+            Some(list) => list,
+            None => endpoint.sources.entry(s.principal.clone()).or_default(),
+        };
+        let record = match list.iter().position(|r| r.served.incarnation == a.incarnation) {
+            Some(at) => {
+                list[at].served.update(&counts, a.incarnation, interval_us, expires_us, now_us);
+                &mut list[at]
             }
-            None => endpoint.sources.entry(s.principal.clone()).or_insert(SourceRecord {
-                served: Observation::first(&counts, a.incarnation, 0, expires_us, now_us),
-                proven_until_us: 0,
-            }),
+            None => {
+                let served = Observation::first(&counts, a.incarnation, 0, expires_us, now_us);
+                list.push(SourceRecord { served, proven_until_us: 0 });
+                list.last_mut().expect("just pushed")
+            }
         };
         if record.served.window_until_us > now_us && record.served.qps > 0.0 {
             record.proven_until_us = now_us.saturating_add(p.proven_caller_us);
         }
     }
-    let named = |name: &str| a.sources.iter().any(|s| s.principal == name);
-    endpoint.sources.retain(|name, s| s.proven_until_us > now_us || named(name));
-    let now_bytes = ATTESTED_ENDPOINT.of(a.endpoint.len() + a.cluster.len())
-        + endpoint.sources.keys().map(|name| ATTESTED_SOURCE.of(name.len())).sum::<usize>();
+    let mut now_bytes = ATTESTED_ENDPOINT.of(a.endpoint.len() + a.cluster.len());
+    endpoint.sources.retain(|name, list| {
+        list.retain(|r| r.served.live(now_us) || r.proven_until_us > now_us);
+        now_bytes += ATTESTED_SOURCE.of(name.len()) * list.len();
+        !list.is_empty()
+    });
     endpoint.bytes = now_bytes;
     *bytes = bytes.saturating_sub(old_bytes) + now_bytes;
     Ok(())

@@ -262,3 +262,33 @@ fn attestations_expire_and_their_bytes_are_given_back() {
     assert_eq!(tight.w.book.attest(&a, SEC), Err(Rejection::MemoryBudget));
     assert_eq!(tight.w.book.counts().bytes, 0);
 }
+
+#[test]
+fn the_vms_of_one_destination_attest_apart_and_count_together() {
+    // One caller sends 100 requests a second to A; A's sidecar runs two VMs (incarnations), each
+    // serving half, or only one of them attests.
+    let qps_on_a = |incarnations: &[u64]| {
+        let mut w = World::new(WeightParams::default());
+        for second in 1..=10u64 {
+            w.step(&["front0/r0"], |_| vec![(A, ok(100, 10_000)), (B, ok(100, 10_000))]);
+            for (endpoint, vms) in [(A, incarnations), (B, &[1][..])] {
+                for incarnation in vms {
+                    let served = if endpoint == B { 100 } else { 50 };
+                    let a = Attestation {
+                        version: VERSION,
+                        cluster: CLUSTER.into(),
+                        endpoint: endpoint.into(),
+                        incarnation: *incarnation,
+                        interval_ms: 1000,
+                        sources: vec![SourceCount { principal: "front0".into(), requests: served * second, errors: 0 }],
+                    };
+                    w.book.attest(&a, w.now).unwrap();
+                }
+            }
+        }
+        w.book.recompute(w.now);
+        w.decision(A).qps
+    };
+    assert_eq!(qps_on_a(&[1, 2]), 100.0);
+    assert_eq!(qps_on_a(&[1]), 75.0, "50 attested x 1.5");
+}
