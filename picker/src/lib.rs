@@ -15,6 +15,7 @@ pub mod endpoint;
 pub mod health;
 pub mod inflight;
 pub mod outcome;
+pub mod served;
 pub mod server_inflight;
 pub mod slot;
 pub mod snapshot;
