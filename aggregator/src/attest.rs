@@ -1,20 +1,14 @@
-//! `POST /v1/attest`: a destination's server-role filter says what its endpoint served, per source
-//! principal (`tailweight_wire::attest`); the weight book then counts each principal's reports
+//! `POST /v1/attest` (its thin handler is in `routes.rs`): a destination's server-role filter says
+//! what its endpoint served, per source principal (`tailweight_wire::attest`); the weight book then counts each principal's reports
 //! about the cluster only as far as that traffic goes (tailweight-weights' `callers.rs`). Who may
 //! attest for a cluster is `--attest-rule`.
 
 use crate::metrics::RejectReason;
-use crate::routes::{read_limited, refuse, Refusal, RETRY_AFTER_S};
-use crate::state::AppState;
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
 use tailweight_wire::attest::read::{parse_attestation, AttestationError};
-use tailweight_wire::attest::MAX_ATTESTATION_BYTES;
+use tailweight_wire::attest::Attestation;
 use tailweight_wire::validate::Invalid;
 
 /// Who may attest for a cluster (`--attest-rule`).
@@ -85,28 +79,14 @@ fn service_namespace(cluster: &str) -> Option<&str> {
     (!svc.is_empty() && !ns.is_empty()).then_some(ns)
 }
 
-pub async fn attest(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    match handle(&state, &headers, body).await {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(refusal) => refuse(&state, refusal),
-    }
-}
-
-/// Identity, body (at most `MAX_ATTESTATION_BYTES`), parse, the rule, into the book.
-async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<(), Refusal> {
-    let vouched = state
-        .identity
-        .principal(headers)
-        .map_err(|e| (RejectReason::NoIdentity, StatusCode::FORBIDDEN, e.to_string()))?;
-    let _slot = match &vouched {
-        Some(principal) => Some(state.enter(principal).ok_or_else(|| {
-            let line = format!("principal: requests of {principal:?} in progress; retry after {RETRY_AFTER_S} s");
-            (RejectReason::PrincipalBusy, StatusCode::SERVICE_UNAVAILABLE, line)
-        })?),
-        None => None,
-    };
-    let bytes = read_limited(headers, body, MAX_ATTESTATION_BYTES.min(state.limits.max_body_bytes)).await?;
-    let attestation = parse_attestation(&bytes).map_err(|e| {
+/// A read attestation body from `vouched` (None: the identity source names none), parsed and held
+/// to `rule`: what the book may take. Err: the refusal's reason, status and one line.
+pub(crate) fn accept(
+    rule: AttestRule,
+    vouched: Option<&str>,
+    bytes: &[u8],
+) -> Result<Attestation, (RejectReason, StatusCode, String)> {
+    let attestation = parse_attestation(bytes).map_err(|e| {
         let reason = match e {
             AttestationError::TooLarge(_) => RejectReason::TooLarge,
             AttestationError::Malformed(_) => RejectReason::Malformed,
@@ -115,20 +95,15 @@ async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<(),
         };
         (reason, StatusCode::BAD_REQUEST, e.to_string())
     })?;
-    let rule = state.limits.attest_rule;
-    if !rule.allows(vouched.as_deref(), &attestation.cluster) {
+    if !rule.allows(vouched, &attestation.cluster) {
         let line = format!(
             "principal: {:?} may not attest for {:?} (--attest-rule {rule})",
-            vouched.as_deref().unwrap_or(""),
+            vouched.unwrap_or(""),
             attestation.cluster
         );
         return Err((RejectReason::NotAllowed, StatusCode::FORBIDDEN, line));
     }
-    let now = state.now_us();
-    state
-        .book()
-        .attest(&attestation, now)
-        .map_err(|r| (RejectReason::Cap(r), StatusCode::TOO_MANY_REQUESTS, format!("{}: {r}", r.as_str())))
+    Ok(attestation)
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use http_body_util::BodyExt;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Instant;
+use tailweight_wire::attest::MAX_ATTESTATION_BYTES;
 use tailweight_wire::protocol::{ATTEST_PATH, REPORT_PATH};
 use tailweight_wire::report::read::{parse_report, ReportError};
 use tailweight_wire::validate::Invalid;
@@ -37,7 +38,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .timeout(state.limits.body_timeout);
     let limited = Router::new()
         .route(REPORT_PATH, post(report))
-        .route(ATTEST_PATH, post(crate::attest::attest))
+        .route(ATTEST_PATH, post(attest))
         .route("/v1/weights", get(weights))
         .layer(limits);
     Router::new()
@@ -108,10 +109,10 @@ async fn report(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
     response
 }
 
-pub(crate) type Refusal = (RejectReason, StatusCode, String);
+type Refusal = (RejectReason, StatusCode, String);
 
 /// A refusal counted and answered: 503 with Retry-After, else its status with the line.
-pub(crate) fn refuse(state: &AppState, (reason, status, line): Refusal) -> Response {
+fn refuse(state: &AppState, (reason, status, line): Refusal) -> Response {
     state.metrics.rejected(reason);
     if status == StatusCode::SERVICE_UNAVAILABLE {
         retry_later(line)
@@ -172,8 +173,37 @@ async fn handle_report(state: &AppState, headers: &HeaderMap, body: Body) -> Res
     Ok(reply)
 }
 
+/// `POST /v1/attest`: identity and slot as a report's, the body (at most `MAX_ATTESTATION_BYTES`),
+/// held to `--attest-rule` (`attest::accept`), into the book. 204 when taken.
+async fn attest(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    let handled = async {
+        let vouched = state
+            .identity
+            .principal(&headers)
+            .map_err(|e| (RejectReason::NoIdentity, StatusCode::FORBIDDEN, e.to_string()))?;
+        let _slot = match &vouched {
+            Some(principal) => Some(state.enter(principal).ok_or_else(|| {
+                let line = format!("principal: requests of {principal:?} in progress; retry after {RETRY_AFTER_S} s");
+                (RejectReason::PrincipalBusy, StatusCode::SERVICE_UNAVAILABLE, line)
+            })?),
+            None => None,
+        };
+        let bytes = read_limited(&headers, body, MAX_ATTESTATION_BYTES.min(state.limits.max_body_bytes)).await?;
+        let attestation = crate::attest::accept(state.limits.attest_rule, vouched.as_deref(), &bytes)?;
+        let now = state.now_us();
+        state
+            .book()
+            .attest(&attestation, now)
+            .map_err(|r| (RejectReason::Cap(r), StatusCode::TOO_MANY_REQUESTS, format!("{}: {r}", r.as_str())))
+    };
+    match handled.await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(refusal) => refuse(&state, refusal),
+    }
+}
+
 /// The body, or 413 if it is (or says it will be) larger than `limit`.
-pub(crate) async fn read_limited(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, Refusal> {
+async fn read_limited(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, Refusal> {
     let too_large = || {
         (RejectReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, format!("body: larger than the limit of {limit} bytes"))
     };
