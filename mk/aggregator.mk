@@ -20,7 +20,9 @@ bench-aggregator:
 # with invented reporter ids, maximal reports, identity churn, garbage and truncated bodies, reports
 # without identity and slowloris connections, all at once. Prints the honest reports accepted and
 # their p99, the aggregator's RSS against the pod's 256 MiB, and how far the attackers moved the
-# weights. Same pinning as bench-aggregator; about 2 minutes. Results: bench/results/hostile.{json,md}.
+# weights. Then, on a fresh aggregator, principals that never call a service against 1, 2 and 20 real
+# callers, with and without attestations (src/callers.rs; its table is appended to hostile.md).
+# Same pinning as bench-aggregator; about 2.5 minutes. Results: bench/results/hostile.{json,md}.
 HOSTILE_ARGS ?= --reporters 10000 --endpoints 6 --clusters 500 --principals 20 --connections 32 \
   --honest-rate 10000 --baseline-secs 25 --attack-secs 40 --attacked-clusters 50 --liar-ids 8 --slowloris 128
 
@@ -31,6 +33,10 @@ bench-hostile:
 	  --server-cpu 1 --hostile $(HOSTILE_ARGS) --inprocess-reports 0 \
 	  --server-arg=--identity=header:x-tailweight-principal --server-arg=--memory-limit-mib=192 \
 	  --json bench/results/hostile.json --md bench/results/hostile.md
+	timeout 300 taskset -c 0 nice -n 5 target/release/tailweight-loadgen --aggregator target/release/tailweight-aggregator \
+	  --server-cpu 1 --callers-matrix --inprocess-reports 0 \
+	  --server-arg=--identity=header:x-tailweight-principal --server-arg=--memory-limit-mib=192 \
+	  --md bench/results/hostile.md
 
 # Bytes the weight book holds per unit, measured with a counting allocator (the figures
 # weights/src/memory.rs is built on; weights/tests/memory.rs, an ignored test).

@@ -39,6 +39,12 @@ pub struct ServiceConfig {
     /// A request without the identity gets 403.
     #[arg(long, env = "TAILWEIGHT_IDENTITY", default_value = "report", verbatim_doc_comment)]
     pub identity: IdentitySource,
+    /// Who may send attestations (`POST /v1/attest`: what a destination served, per source
+    /// principal; once a cluster's endpoints attest, only its real callers' reports count).
+    /// `namespace`: a principal (SPIFFE id from --identity) in the namespace of the Istio cluster
+    /// name's service. `any`: every caller (the meshless harness only: anyone can then attest).
+    #[arg(long, env = "TAILWEIGHT_ATTEST_RULE", default_value = "namespace", verbatim_doc_comment)]
+    pub attest_rule: crate::attest::AttestRule,
     /// The memory the service may use, in MiB (below the pod's limit: the Deployment's is 256 MiB):
     /// connections and requests in progress get their most (see the flags below), the weight book
     /// the rest, counted as it grows (a report that would exceed it gets 429).

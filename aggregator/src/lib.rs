@@ -2,6 +2,7 @@
 //! in-flight, latency, ejection) for the clusters they asked about. Weight logic lives in
 //! `tailweight_weights`; this crate is the thin service around it.
 
+pub mod attest;
 pub mod budget;
 pub mod config;
 pub mod cpu_source;
@@ -44,6 +45,7 @@ pub fn state_from(config: &ServiceConfig) -> Result<Arc<AppState>, String> {
         max_concurrent_requests: config.max_concurrent_requests as usize,
         max_requests_per_principal: config.max_requests_per_principal as usize,
         body_timeout: config.body_timeout(),
+        attest_rule: config.attest_rule,
     };
     let state = AppState::new(params, config.identity.clone(), limits).map_err(|e| format!("metrics: {e}"))?;
     Ok(Arc::new(state))

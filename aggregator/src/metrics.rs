@@ -6,7 +6,7 @@ use prometheus::{
 };
 use tailweight_weights::{Counts, Rejection};
 
-/// Why a report was refused (the label of `tailweight_reports_rejected_total`).
+/// Why a report or an attestation was refused (the label of `tailweight_reports_rejected_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RejectReason {
     TooLarge,
@@ -19,6 +19,8 @@ pub enum RejectReason {
     PrincipalBusy,
     /// The body did not arrive within `--body-timeout-ms` (408).
     Timeout,
+    /// An attestation from a principal `--attest-rule` does not let speak for its cluster (403).
+    NotAllowed,
     Cap(Rejection),
 }
 
@@ -32,6 +34,7 @@ impl RejectReason {
             RejectReason::NoIdentity => "no_identity",
             RejectReason::PrincipalBusy => "principal_busy",
             RejectReason::Timeout => "timeout",
+            RejectReason::NotAllowed => "attest_not_allowed",
             RejectReason::Cap(r) => r.as_str(),
         }
     }
@@ -45,6 +48,7 @@ impl RejectReason {
             RejectReason::NoIdentity,
             RejectReason::PrincipalBusy,
             RejectReason::Timeout,
+            RejectReason::NotAllowed,
         ]
         .into_iter()
         .chain(Rejection::ALL.into_iter().map(RejectReason::Cap))

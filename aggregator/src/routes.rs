@@ -1,4 +1,4 @@
-//! HTTP API: `POST /v1/report`, `GET /v1/weights[?cluster=|?after=&limit=]`, `GET /metrics`,
+//! HTTP API: `POST /v1/report`, `POST /v1/attest` (`attest.rs`), `GET /v1/weights[?cluster=|?after=&limit=]`, `GET /metrics`,
 //! `/healthz`, `/readyz`. Every 4xx and 5xx body is one line of text naming the problem; 503s carry
 //! `Retry-After`. Reports and weight queries share `--max-concurrent-requests` (beyond: shed at
 //! once) and the `--body-timeout-ms` deadline.
@@ -16,7 +16,8 @@ use http_body_util::BodyExt;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Instant;
-use tailweight_wire::protocol::REPORT_PATH;
+use tailweight_wire::attest::MAX_ATTESTATION_BYTES;
+use tailweight_wire::protocol::{ATTEST_PATH, REPORT_PATH};
 use tailweight_wire::report::read::{parse_report, ReportError};
 use tailweight_wire::validate::Invalid;
 use tower::limit::GlobalConcurrencyLimitLayer;
@@ -35,7 +36,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .load_shed()
         .layer(GlobalConcurrencyLimitLayer::new(state.limits.max_concurrent_requests))
         .timeout(state.limits.body_timeout);
-    let limited = Router::new().route(REPORT_PATH, post(report)).route("/v1/weights", get(weights)).layer(limits);
+    let limited = Router::new()
+        .route(REPORT_PATH, post(report))
+        .route(ATTEST_PATH, post(attest))
+        .route("/v1/weights", get(weights))
+        .layer(limits);
     Router::new()
         .merge(limited)
         .route("/metrics", get(metrics))
@@ -45,7 +50,10 @@ pub fn router(state: Arc<AppState>) -> Router {
             text(StatusCode::METHOD_NOT_ALLOWED, "method: not allowed on this path")
         })
         .fallback(|| async {
-            text(StatusCode::NOT_FOUND, "path: not found (see /v1/report, /v1/weights, /metrics, /healthz, /readyz)")
+            text(
+                StatusCode::NOT_FOUND,
+                "path: not found (see /v1/report, /v1/attest, /v1/weights, /metrics, /healthz, /readyz)",
+            )
         })
         .with_state(state)
 }
@@ -95,20 +103,23 @@ async fn report(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
             state.metrics.reports_accepted.inc();
             json(reply)
         }
-        Err((reason, status, line)) => {
-            state.metrics.rejected(reason);
-            if status == StatusCode::SERVICE_UNAVAILABLE {
-                retry_later(line)
-            } else {
-                text(status, line)
-            }
-        }
+        Err(refusal) => refuse(&state, refusal),
     };
     state.metrics.report_seconds.observe(started.elapsed().as_secs_f64());
     response
 }
 
 type Refusal = (RejectReason, StatusCode, String);
+
+/// A refusal counted and answered: 503 with Retry-After, else its status with the line.
+fn refuse(state: &AppState, (reason, status, line): Refusal) -> Response {
+    state.metrics.rejected(reason);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        retry_later(line)
+    } else {
+        text(status, line)
+    }
+}
 
 /// Bodies larger than this are parsed off the request's worker (`spawn_blocking`).
 const PARSE_ELSEWHERE_BYTES: usize = 64 * 1024;
@@ -160,6 +171,35 @@ async fn handle_report(state: &AppState, headers: &HeaderMap, body: Body) -> Res
     let mut reply = Vec::with_capacity(64 + 200 * plan.endpoints());
     plan.render(&mut reply);
     Ok(reply)
+}
+
+/// `POST /v1/attest`: identity and slot as a report's, the body (at most `MAX_ATTESTATION_BYTES`),
+/// held to `--attest-rule` (`attest::accept`), into the book. 204 when taken.
+async fn attest(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    let handled = async {
+        let vouched = state
+            .identity
+            .principal(&headers)
+            .map_err(|e| (RejectReason::NoIdentity, StatusCode::FORBIDDEN, e.to_string()))?;
+        let _slot = match &vouched {
+            Some(principal) => Some(state.enter(principal).ok_or_else(|| {
+                let line = format!("principal: requests of {principal:?} in progress; retry after {RETRY_AFTER_S} s");
+                (RejectReason::PrincipalBusy, StatusCode::SERVICE_UNAVAILABLE, line)
+            })?),
+            None => None,
+        };
+        let bytes = read_limited(&headers, body, MAX_ATTESTATION_BYTES.min(state.limits.max_body_bytes)).await?;
+        let attestation = crate::attest::accept(state.limits.attest_rule, vouched.as_deref(), &bytes)?;
+        let now = state.now_us();
+        state
+            .book()
+            .attest(&attestation, now)
+            .map_err(|r| (RejectReason::Cap(r), StatusCode::TOO_MANY_REQUESTS, format!("{}: {r}", r.as_str())))
+    };
+    match handled.await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(refusal) => refuse(&state, refusal),
+    }
 }
 
 /// The body, or 413 if it is (or says it will be) larger than `limit`.

@@ -20,6 +20,8 @@ pub struct RequestLimits {
     pub max_concurrent_requests: usize,
     pub max_requests_per_principal: usize,
     pub body_timeout: std::time::Duration,
+    /// Who may attest for a cluster (`--attest-rule`).
+    pub attest_rule: crate::attest::AttestRule,
 }
 
 pub struct AppState {

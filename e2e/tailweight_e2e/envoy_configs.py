@@ -256,12 +256,12 @@ def _http_listener(name: str, route: dict, http_filters: list, direction: str = 
 
 
 def render_server_envoy(app: Endpoint, wasm_path: str | Path | None = None, plugin_config: dict | None = None,
-                        node_id: str = "server", protocol: str = "http") -> str:
+                        node_id: str = "server", protocol: str = "http", aggregator_port: int | None = None) -> str:
     """One destination's sidecar: listener LISTENER, marked INBOUND as Istio's inbound listener is, in
     front of the application at `app` (cluster LOCAL_APP_CLUSTER, HTTP/1.1 or h2c for gRPC, Istio's
     unlimited circuit breakers); with `wasm_path`, the filter before the router, configured by
     `plugin_config` (default STAMPING_SERVER_CONFIG: it stamps every response with the endpoint's
-    load), else no filter."""
+    load), else no filter; with `aggregator_port`, also the AGGREGATOR_CLUSTER its attestations go to."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
     cluster = _static_cluster(LOCAL_APP_CLUSTER, [app])
@@ -278,7 +278,8 @@ def render_server_envoy(app: Endpoint, wasm_path: str | Path | None = None, plug
         "node": {"id": node_id, "cluster": "tailweight-bench"},
         "admin": {"address": _address(("127.0.0.1", 0))},
         "static_resources": {"listeners": [_http_listener(LISTENER, route, http_filters, "INBOUND")],
-                             "clusters": [cluster]},
+                             "clusters": [cluster] + ([] if aggregator_port is None else [
+                                 _static_cluster(AGGREGATOR_CLUSTER, [("127.0.0.1", aggregator_port)])])},
     }, sort_keys=False)
 
 

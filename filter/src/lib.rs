@@ -2,7 +2,8 @@
 //! into the header Envoy's `override_host` LB policy reads. The decisions are `tailweight_picker`'s;
 //! this crate is the glue to the host: contexts, configuration, shared data, metrics, reports.
 //! With `"role": "server"` the same module runs in the destination's sidecar and stamps each
-//! response with the endpoint's load instead (see `server`).
+//! response with the endpoint's load instead (see `server`), and with `attest_clusters` attests what
+//! it served per source principal (see `attester`).
 //!
 //! Who runs it: Envoy, in every sidecar (one VM per worker thread). The host-free parts (context
 //! bookkeeping, header pairs, the shared-data layout, the report digest) also build natively, for
@@ -18,6 +19,8 @@ mod shared_layout;
 
 #[cfg(target_arch = "wasm32")]
 mod abi;
+#[cfg(target_arch = "wasm32")]
+mod attester;
 #[cfg(target_arch = "wasm32")]
 mod direction;
 #[cfg(target_arch = "wasm32")]

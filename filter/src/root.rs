@@ -48,11 +48,19 @@ impl HttpStream {
 
 impl Root {
     pub fn on_http_call_response(&mut self, token: u32, body_size: usize) {
-        if let PluginState::Active(w) = &mut *self.state.borrow_mut() {
-            let Worker { reporter, metrics, .. } = &mut **w;
-            if let Some(reporter) = reporter {
-                reporter.on_response(token, body_size, metrics, host::now_us());
+        match &mut *self.state.borrow_mut() {
+            PluginState::Active(w) => {
+                let Worker { reporter, metrics, .. } = &mut **w;
+                if let Some(reporter) = reporter {
+                    reporter.on_response(token, body_size, metrics, host::now_us());
+                }
             }
+            PluginState::Stamping(s) => {
+                if let Some(attester) = &mut s.attester {
+                    attester.on_response(token);
+                }
+            }
+            PluginState::Unconfigured | PluginState::Disabled => {}
         }
     }
 

@@ -2,8 +2,9 @@
 //! leaves with `x-tailweight-load: 1;rif=<n>`, n the requests in flight at this endpoint right
 //! after it (see `tailweight_wire::stamp`, and `stamper` and `tailweight_picker::server_inflight`
 //! for how the workers' counts are combined). A request counts from its request headers until its response headers, or until
-//! `on_log` (called once per stream, also on resets) when it got none. The role never steers and
-//! never reports; a stamp header the application wrote itself is replaced, so only this sidecar
+//! `on_log` (called once per stream, also on resets) when it got none. With `attest_clusters`, each
+//! finished request is counted for its source principal and attested (`attester`). The role never
+//! steers and never reports; a stamp header the application wrote itself is replaced, so only this sidecar
 //! speaks for the endpoint.
 
 use crate::direction::check_direction_once;
@@ -12,6 +13,7 @@ use crate::metrics;
 use crate::stamper::Stamper;
 use crate::state::{PluginState, Shared};
 use tailweight_picker::config::FilterRole;
+use tailweight_picker::outcome::classify;
 use tailweight_wire::stamp::{LoadStamp, LOAD_STAMP_HEADER};
 
 /// One request through a server-role filter.
@@ -19,11 +21,13 @@ pub struct StampedRequest {
     state: Shared,
     /// The in-flight epoch of the request while it counts.
     entered: Option<u64>,
+    /// Its source principal, when attesting (None: none known).
+    source: Option<String>,
 }
 
 impl StampedRequest {
     pub fn new(state: Shared) -> Self {
-        StampedRequest { state, entered: None }
+        StampedRequest { state, entered: None, source: None }
     }
 
     fn leave(&mut self, stamper: &mut Stamper, now_us: u64) {
@@ -36,6 +40,7 @@ impl StampedRequest {
         if let PluginState::Stamping(s) = &mut *self.state.borrow_mut() {
             check_direction_once(&mut s.direction_checked, FilterRole::Server);
             self.entered = Some(s.load.enter(host::now_us()));
+            self.source = s.attester.as_mut().and_then(|a| a.source_of_request());
         }
     }
 
@@ -53,13 +58,18 @@ impl StampedRequest {
         metrics::inc(s.metrics.written);
     }
 
+    /// Once per stream: it stops counting as in flight (if it got no response headers), and the
+    /// attester counts it for its source, failed by the client role's rule (`outcome::classify`).
     pub fn on_log(&mut self) {
-        if self.entered.is_some() {
-            let state = self.state.clone();
-            let mut state = state.borrow_mut();
-            if let PluginState::Stamping(s) = &mut *state {
-                self.leave(s, host::now_us());
-            }
+        let state = self.state.clone();
+        let mut state = state.borrow_mut();
+        let PluginState::Stamping(s) = &mut *state else { return };
+        self.leave(s, host::now_us());
+        if let Some(attester) = &mut s.attester {
+            let status = host::property_u64(b"response\0code").map_or(0, |c| c.min(999) as u16);
+            let grpc = host::property_u64(b"response\0grpc_status").and_then(|c| u32::try_from(c).ok());
+            let failed = !classify(status, grpc, &attester.grpc_failure_codes).is_success();
+            attester.counts.count(self.source.as_deref(), failed);
         }
     }
 }

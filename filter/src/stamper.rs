@@ -1,6 +1,8 @@
 //! One server-role VM's state (see `server`): its count of the endpoint's requests in flight, which
-//! it publishes in shared data at its tick when it changed, with the other VMs' counts read back.
+//! it publishes in shared data at its tick when it changed, with the other VMs' counts read back;
+//! and its attester, if configured (`attester`).
 
+use crate::attester::Attester;
 use crate::host;
 use crate::metrics::StampMetrics;
 use crate::shared;
@@ -23,6 +25,8 @@ pub struct Stamper {
     slot: Option<u64>,
     /// Whether the listener direction was compared with the role yet (on the first request).
     pub direction_checked: bool,
+    /// What this endpoint served, attested to the aggregator (when configured).
+    pub attester: Option<Attester>,
 }
 
 impl Stamper {
@@ -34,11 +38,15 @@ impl Stamper {
             metrics: StampMetrics::define(),
             slot: None,
             direction_checked: false,
+            attester: Attester::of(config),
         }
     }
 
     /// Publish this VM's count when it changed; read the other VMs'.
     pub fn tick(&mut self, now_us: u64) {
+        if let Some(attester) = &mut self.attester {
+            attester.tick(now_us);
+        }
         let slot = *self.slot.get_or_insert_with(|| shared::claim_slot().unwrap_or(u64::MAX));
         if slot == u64::MAX {
             return;

@@ -36,6 +36,12 @@ pub struct FilterConfig {
     /// A pick counter and state, latency and in-flight gauges per cluster and endpoint (cardinality
     /// grows with endpoints; Envoy cannot delete metrics).
     pub per_endpoint_metrics: bool,
+    /// Server role: the clusters (as clients name them) this endpoint serves; with `aggregator`,
+    /// what it served each source principal is attested to the aggregator for each (`served`).
+    pub attest_clusters: Vec<String>,
+    /// Server role: the request header naming the source principal, instead of the verified peer
+    /// certificate's URI SAN. INSECURE (any caller can write it): for meshless test setups only.
+    pub attest_source_header: Option<String>,
 }
 
 /// Knobs of the per-request pick (see `balancer`). Times in microseconds.
@@ -156,6 +162,8 @@ impl Default for FilterConfig {
             per_endpoint_metrics: false,
             grpc_failure_codes: DEFAULT_GRPC_FAILURE_CODES.to_vec(),
             inflight_bound_ms: 30_000,
+            attest_clusters: vec![],
+            attest_source_header: None,
         }
     }
 }
@@ -248,13 +256,25 @@ fn fields(members: &[(String, Value)]) -> Result<FilterConfig, FieldError> {
         per_endpoint_metrics: f.boolean("per_endpoint_metrics", d.per_endpoint_metrics),
         grpc_failure_codes: code_list(&mut f, "grpc_failure_codes", &d.grpc_failure_codes),
         inflight_bound_ms: f.integer("inflight_bound_ms", d.inflight_bound_ms, 1_000..=86_400_000),
+        attest_clusters: f.string_list("attest_clusters", 64),
+        attest_source_header: f
+            .get("attest_source_header")
+            .is_some()
+            .then(|| header_name(&mut f, "attest_source_header", "")),
     };
     f.reject_unknown()?;
-    if config.role == FilterRole::Server && config.aggregator.is_some() {
+    let server = config.role == FilterRole::Server;
+    if server && config.aggregator.is_some() && config.attest_clusters.is_empty() {
         return Err(f.error(
             "aggregator",
-            "not used with role \"server\" (a server-role filter never reports); remove it".into(),
+            "with role \"server\" only for attestations: name the clusters this endpoint serves in `attest_clusters`"
+                .into(),
         ));
+    }
+    let can_attest = server && config.aggregator.is_some();
+    if !config.attest_clusters.is_empty() && !can_attest {
+        let problem = "needs role \"server\" and an `aggregator` to attest to".into();
+        return Err(f.error("attest_clusters", problem));
     }
     Ok(config)
 }

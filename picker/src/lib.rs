@@ -16,6 +16,7 @@ pub mod health;
 pub mod inflight;
 pub mod inspect;
 pub mod outcome;
+pub mod served;
 pub mod server_inflight;
 pub mod slot;
 pub mod snapshot;

@@ -5,11 +5,12 @@
 
 use crate::admission::{Holdings, Sender};
 use crate::decision::{ClusterDecision, EndpointDecision};
+use crate::evidence::{self, ClusterEvidence};
 use crate::expiry;
 use crate::ingest::{self, Entering};
 use crate::memory::{PRINCIPAL, REPORTER, ROUTE};
 use crate::params::WeightParams;
-use crate::recompute::{self, Scratch};
+use crate::recompute::{self, Attested, Scratch};
 use crate::record::{ClusterRecord, PrincipalRecord, ReporterRecord, Totals};
 use crate::rejection::Rejection;
 use crate::reply_plan::{self, ReplyPlan};
@@ -17,6 +18,7 @@ use crate::route::Route;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::net::IpAddr;
+use tailweight_wire::attest::Attestation;
 use tailweight_wire::protocol;
 use tailweight_wire::reply::Reply;
 use tailweight_wire::report::Report;
@@ -62,6 +64,8 @@ pub struct WeightBook {
     principal_ids: HashMap<String, u32>,
     next_principal: u32,
     external_cpu: HashMap<IpAddr, (f64, u64)>,
+    /// What destinations attested, by cluster (`evidence.rs`; it bounds reports: `callers.rs`).
+    evidence: HashMap<String, ClusterEvidence>,
     observations: usize,
     /// See `memory.rs`.
     bytes: usize,
@@ -81,6 +85,7 @@ impl WeightBook {
             principal_ids: HashMap::new(),
             next_principal: 0,
             external_cpu: HashMap::new(),
+            evidence: HashMap::new(),
             observations: 0,
             bytes: 0,
             scratch: Scratch::default(),
@@ -249,6 +254,15 @@ impl WeightBook {
         Entered { id, superseded, routes: std::mem::take(&mut incarnations[0].routes) }
     }
 
+    /// Enter one already-validated attestation received at `now_us` from a principal the caller
+    /// found allowed to speak for the attestation's cluster: what the endpoint served each source
+    /// principal, which from then on bounds what each principal's reports about the cluster count
+    /// for (`callers.rs`). Err = refused by a cap (`evidence.rs`); a refused one changes nothing.
+    /// O(sources).
+    pub fn attest(&mut self, attestation: &Attestation, now_us: u64) -> Result<(), Rejection> {
+        evidence::enter(&mut self.evidence, attestation, &self.params, &mut self.bytes, now_us)
+    }
+
     /// CPU utilisation of an endpoint IP from the metrics store (applies to every port of that IP).
     /// Non-finite or negative values are ignored; new IPs beyond `max_cpu_entries` are ignored.
     pub fn set_external_cpu(&mut self, ip: IpAddr, cpu: f64, now_us: u64) {
@@ -282,9 +296,10 @@ impl WeightBook {
     /// Recompute the weights of one cluster (no-op if unknown), in the steps of the crate docs
     /// (`recompute.rs`), and publish its reply view. O(observations of the cluster).
     pub fn recompute_cluster(&mut self, name: &str, now_us: u64) {
-        let WeightBook { params, clusters, external_cpu, scratch, .. } = self;
+        let WeightBook { params, clusters, external_cpu, scratch, evidence, principal_ids, .. } = self;
         if let Some(cluster) = clusters.get_mut(name) {
-            recompute::recompute_cluster(params, cluster, name, external_cpu, scratch, now_us);
+            let attested = Attested { evidence: evidence.get(name), ids: principal_ids };
+            recompute::recompute_cluster(params, cluster, name, external_cpu, attested, scratch, now_us);
         }
     }
 
@@ -346,9 +361,10 @@ impl WeightBook {
         expiry::expire_cluster(clusters, principals, &mut Totals { observations, bytes, next_layout }, name, now_us);
     }
 
-    /// The rest of `expire`: silent reporters, principals holding nothing, and old CPU values
-    /// (O(reporters + principals + CPU entries)).
+    /// The rest of `expire`: silent reporters and attesters, principals holding nothing, and old
+    /// CPU values (O(reporters + attested endpoints + principals + CPU entries)).
     pub fn expire_reporters(&mut self, now_us: u64) {
+        evidence::expire(&mut self.evidence, &mut self.bytes, now_us);
         let mut count = 0usize;
         for r in self.principals.values_mut() {
             r.reporters = 0;

@@ -7,7 +7,8 @@
 //!   the median principal's (with two principals: the other's), and so is its total in-flight
 //!   count: the whole principal is scaled at once, so its split over the endpoints stands.
 //! - **One other principal** on an endpoint: they bound each other as two reporters do
-//!   (`merge.rs`): sums clipped at `sum_clip` x the other's, medians with capped votes.
+//!   (`merge.rs`): sums clipped at `sum_clip` x the other's, medians with capped votes; and when
+//!   both send requests there, the error ratio is at most the lower of theirs (ejection needs both).
 //! - **Three or more: the majority decides.** One vote per principal: the error ratio is the lower
 //!   median of the principals' own error ratios (errors / requests, among those with
 //!   `eject_min_requests` in the window), latency and ORCA CPU are the medians of theirs. Requests
@@ -219,7 +220,7 @@ fn clip_volumes(
         v.merged.qps *= f;
         v.merged.eps *= f;
         v.merged.inflight *= g;
-        v.inflight_factor = g;
+        v.inflight_factor *= g;
     }
 }
 
@@ -360,7 +361,7 @@ fn combine_endpoint(
         b.sums.extend(run.iter().map(|v| v.merged.eps));
         b.active.clear();
         b.active.extend(run.iter().map(|v| v.merged.qps > 0.0 || v.merged.inflight > 0.0));
-        clip_contributions(&mut b.sums, &b.active, p.sum_clip).min(qps)
+        clip_contributions(&mut b.sums, &b.active, p.sum_clip).min(qps).min(quorum_errors(run, qps))
     };
     b.sums.clear();
     b.sums.extend(run.iter().map(|v| v.merged.inflight));
@@ -385,6 +386,19 @@ fn combine_endpoint(
     )
     .map(|utilization| MergedCpu { utilization, source: CpuOrigin::Orca, at_us: cpu_at });
     Merged { qps, eps, inflight, latency_us, cpu, reporters, latency_votes, cpu_votes }
+}
+
+/// With two principals sending requests to an endpoint, the errors they count for together: at
+/// most `qps x` the lower of their own error ratios, so that one of them cannot push the ratio
+/// past what the other sees (ejection needs both). Otherwise unbounded (infinity).
+fn quorum_errors(run: &[PrincipalView], qps: f64) -> f64 {
+    let ratios = run.iter().filter(|v| v.merged.qps > 0.0).map(|v| (v.merged.eps / v.merged.qps).clamp(0.0, 1.0));
+    let (senders, lowest) = ratios.fold((0, 1.0f64), |(n, lowest), r| (n + 1, lowest.min(r)));
+    if senders >= 2 {
+        lowest * qps
+    } else {
+        f64::INFINITY
+    }
 }
 
 /// The principals' `votes` on a value: the median, one vote each, with three or more voters when

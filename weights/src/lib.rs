@@ -22,7 +22,9 @@
 //! 1. Merge the live reporters robustly, each principal's first (`merge.rs`): request, error and
 //!    in-flight rates are sums whose contributions are clipped at `sum_clip` x the largest other
 //!    active reporter's; latency and ORCA CPU are weighted medians whose votes are capped at
-//!    `vote_cap` x the other votes. Then across principals (`consensus.rs`): with three or more,
+//!    `vote_cap` x the other votes. Once the cluster's endpoints attest what they served per
+//!    source principal (`WeightBook::attest`, `evidence.rs`), only proven callers count, each up to
+//!    what it was served (`callers.rs`). Then across principals (`consensus.rs`): with three or more,
 //!    one vote each (medians, the consensus split); endpoints fewer than half of them report stay
 //!    out of the cluster's normalisation in steps 3 and 4.
 //! 2. Learn the slow state from the merged numbers: the smoothed error ratio, which ejects the
@@ -54,10 +56,12 @@
 
 mod admission;
 mod book;
+mod callers;
 mod capacity;
 mod consensus;
 mod decision;
 mod ejection;
+mod evidence;
 mod expiry;
 mod held_capacity;
 mod ingest;

@@ -34,3 +34,9 @@ pub(crate) const ENDPOINT: Cost = Cost { base: 2_400, per_byte: 5 };
 /// One reporter's observation of one endpoint with its route entry (measured 556 + 1.2 per byte
 /// of the address, eight principals per endpoint).
 pub(crate) const OBSERVATION: Cost = Cost { base: 800, per_byte: 2 };
+/// One endpoint's attestation record, by the length of its address and cluster name (not
+/// measured: an endpoint's record and its share of the cluster's, counted high).
+pub(crate) const ATTESTED_ENDPOINT: Cost = Cost { base: 1_200, per_byte: 2 };
+/// One source principal of an endpoint's attestation, by the length of its name (not measured: a
+/// hash-map entry with its name and an `Observation`, counted high).
+pub(crate) const ATTESTED_SOURCE: Cost = Cost { base: 400, per_byte: 2 };

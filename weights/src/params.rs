@@ -77,6 +77,13 @@ pub struct WeightParams {
     /// (0..0.5): see `consensus.rs`. 0.024 keeps any endpoint's share within a factor
     /// 1.024 / 0.976 < 1.05 of the honest one.
     pub split_tolerance: f64,
+    /// Once a cluster's endpoints attest what they served (`callers.rs`), a caller's requests on
+    /// an endpoint count up to what it attested x (1 + this): room for report and attestation
+    /// windows that do not line up (>= 0).
+    pub attest_tolerance: f64,
+    /// A principal is a proven caller of a cluster for this long after an endpoint of it last
+    /// attested requests from it.
+    pub proven_caller_us: u64,
     /// Per-principal quota: the share (0..=1] of each cap (reporters, clusters, bytes) one principal
     /// may hold, and of a cluster's endpoint room; 1 = no quota.
     pub principal_share: f64,
@@ -131,6 +138,8 @@ impl Default for WeightParams {
             vote_cap: 0.5,
             sum_clip: 2.0,
             split_tolerance: 0.024,
+            attest_tolerance: 0.5,
+            proven_caller_us: 10_000_000,
             principal_share: 1.0,
             max_interval_us: 10_000_000,
             max_reporters: 50_000,
@@ -201,6 +210,7 @@ impl WeightParams {
             (self.vote_cap > 0.0 && self.vote_cap < 1.0, "vote_cap must be in (0, 1)"),
             (self.sum_clip >= 1.0 && self.sum_clip.is_finite(), "sum_clip must be >= 1"),
             ((0.0..0.5).contains(&self.split_tolerance), "split_tolerance must be in [0, 0.5)"),
+            (self.attest_tolerance >= 0.0 && self.attest_tolerance.is_finite(), "attest_tolerance must be >= 0"),
             (self.principal_share > 0.0 && self.principal_share <= 1.0, "principal_share must be in (0, 1]"),
             (self.max_interval_us >= 10_000, "max_interval_us must be >= 10000"),
             (self.max_reporters > 0 && self.max_clusters > 0, "max_reporters and max_clusters must be > 0"),

@@ -2,8 +2,10 @@
 //! reporters say (within each principal, then across principals), learn the slow state, rate the
 //! capacities, smooth the weights toward their targets and normalise them, publish.
 
+use crate::callers::{self, CallerScratch};
 use crate::capacity;
 use crate::consensus::{self, ConsensusScratch, PrincipalView};
+use crate::evidence::ClusterEvidence;
 use crate::merge::{self, merge_reporters, MergeScratch, Merged};
 use crate::normalize;
 use crate::params::WeightParams;
@@ -20,6 +22,7 @@ use tailweight_wire::protocol;
 pub(crate) struct Scratch {
     merge: MergeScratch,
     consensus: ConsensusScratch,
+    callers: CallerScratch,
     /// Live observation ids of one endpoint, by principal (then the map's order).
     live: Vec<(u32, u64)>,
     ids: Vec<u64>,
@@ -60,25 +63,39 @@ impl Scratch {
     }
 }
 
+/// What the destinations of a cluster attested, and the book's principal ids by name.
+pub(crate) struct Attested<'a> {
+    pub evidence: Option<&'a ClusterEvidence>,
+    pub ids: &'a HashMap<String, u32>,
+}
+
 /// Recompute the weights of `cluster` (named `name`) and publish its reply view. O(observations
-/// of the cluster).
+/// of the cluster, plus what its endpoints attested).
 pub(crate) fn recompute_cluster(
     p: &WeightParams,
     cluster: &mut ClusterRecord,
     name: &str,
     external_cpu: &HashMap<IpAddr, (f64, u64)>,
+    attested: Attested,
     s: &mut Scratch,
     now_us: u64,
 ) {
     let elapsed_us = cluster.elapsed_us(now_us);
-    let principals = cluster.principals.len();
+    let mut principals = cluster.principals.len();
     let created_us = cluster.created_us;
     let endpoints = cluster.endpoints.as_mut_slice();
-    // 1. Merge what the live reporters say: within each principal, then across principals.
-    merge_principals_apart(endpoints, principals > 1, p, s, now_us);
+    // 1. Merge what the live reporters say: within each principal, then bound by what the
+    //    endpoints attested (callers only), then across principals.
+    let apart = principals > 1 || attested.evidence.is_some();
+    merge_principals_apart(endpoints, apart, p, s, now_us);
+    if let Some(evidence) = attested.evidence {
+        if callers::bound_views(&mut s.views, endpoints, evidence, attested.ids, p, &mut s.callers, now_us) {
+            principals = count_principals(&s.views, &mut s.ids);
+        }
+    }
     s.counted.clear();
     s.counted.resize(endpoints.len(), true);
-    if principals > 1 {
+    if apart {
         consensus::supported(&s.views, endpoints.len(), principals, &mut s.counted);
         consensus::combine(&mut s.views, endpoints.len(), p, elapsed_us, &mut s.consensus, &mut s.merged);
         for v in &s.views {
@@ -110,6 +127,15 @@ pub(crate) fn recompute_cluster(
     cluster.computed_at_us = Some(now_us);
     let decided = cluster.endpoints.iter().filter_map(|e| Some((e.address.as_str(), e.decision.as_ref()?)));
     cluster.published = Some(Arc::new(PublishedCluster::of(name, cluster.layout, decided)));
+}
+
+/// Distinct principals among `views` (`buffer` is scratch).
+fn count_principals(views: &[PrincipalView], buffer: &mut Vec<u64>) -> usize {
+    buffer.clear();
+    buffer.extend(views.iter().map(|v| u64::from(v.principal)));
+    buffer.sort_unstable();
+    buffer.dedup();
+    buffer.len()
 }
 
 /// Step 1 within principals: each endpoint's live reporters merged (`merge.rs`), into

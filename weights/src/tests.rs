@@ -1335,3 +1335,5 @@ fn reports_land_on_their_endpoints_when_indices_move_and_orders_change() {
     assert_eq!((w.decision(A).qps, w.decision(B).qps, w.decision(C).qps), (40.0, 20.0, 30.0));
     assert_eq!(w.book.counts().observations, 3);
 }
+
+mod evidence;

@@ -4,6 +4,8 @@
 //!   the aggregator, `report::read`);
 //! - `reply`: the aggregator's view back to the filter (written by the aggregator, `reply::write`;
 //!   read by the filter, `reply::read`);
+//! - `attest`: what a destination's server-role filter tells the aggregator it served, per source
+//!   principal (written by the filter, `attest::write`; read by the aggregator, `attest::read`);
 //! - `protocol`: the protocol's version, path, headers, value bounds and caps, and the shard
 //!   authority; `validate`: the checks both messages share;
 //! - `stamp`: the load stamp a server-side filter writes into responses and the client-side one
@@ -16,6 +18,7 @@
 //! ORCA), the simulator and the aggregator's load generator. Pure: no host calls, no I/O.
 
 pub mod address;
+pub mod attest;
 pub mod fields;
 pub mod json;
 pub mod orca;

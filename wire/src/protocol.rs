@@ -8,6 +8,8 @@
 
 pub const VERSION: u32 = 1;
 pub const REPORT_PATH: &str = "/v1/report";
+/// Where server-role filters send attestations (`attest`).
+pub const ATTEST_PATH: &str = "/v1/attest";
 /// Header carrying the destination cluster of a report, for consistent hashing across aggregator replicas.
 pub const SHARD_HEADER: &str = "x-tailweight-shard";
 

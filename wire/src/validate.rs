@@ -117,7 +117,7 @@ pub(crate) fn check_unique_addresses<'a>(
 /// Sorted by a heap (`BinaryHeap::into_sorted_vec`), not `sort_unstable`: the same O(n log n),
 /// and the filter's module (which checks every aggregator reply) carries a heap's sift instead of
 /// pattern-defeating quicksort's ~4.6 KB for this one element type.
-fn first_repeat<'a>(names: impl Iterator<Item = &'a str>) -> Option<usize> {
+pub(crate) fn first_repeat<'a>(names: impl Iterator<Item = &'a str>) -> Option<usize> {
     let pairs: BinaryHeap<(&str, usize)> = names.enumerate().map(|(at, name)| (name, at)).collect();
     let sorted = pairs.into_sorted_vec();
     sorted.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1].1).min()

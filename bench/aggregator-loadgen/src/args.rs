@@ -51,6 +51,10 @@ pub(crate) struct LoadgenArgs {
     /// every attack at once (see hostile.rs).
     #[arg(long)]
     pub hostile: bool,
+    /// Principals that never call a service against 1, 2 and 20 real callers, with and without
+    /// attestations (see callers.rs), instead of the rate steps; its table is appended to --md.
+    #[arg(long)]
+    pub callers_matrix: bool,
     #[command(flatten)]
     pub attack: AttackArgs,
 }

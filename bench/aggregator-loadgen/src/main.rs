@@ -7,6 +7,7 @@
 //! Pin this driver to another core yourself (`taskset -c 0 tailweight-loadgen ...`).
 
 mod args;
+mod callers;
 mod drive;
 mod fleet;
 mod hostile;
@@ -58,6 +59,9 @@ async fn run(args: LoadgenArgs) -> Result<(), String> {
         (None, None) => return Err("give --aggregator PATH or --target HOST:PORT".into()),
     };
     wait_healthy(addr).await?;
+    if args.callers_matrix {
+        return callers::run(addr, args.md.as_deref()).await;
+    }
     let ticks = clock_ticks();
     let server = pid.map(|p| (p, ticks));
     let fleet =

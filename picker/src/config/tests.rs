@@ -49,6 +49,18 @@ fn full_configuration() {
 }
 
 #[test]
+fn a_server_role_with_an_aggregator_attests_for_the_clusters_it_names() {
+    let c = FilterConfig::parse(
+        br#"{"role": "server", "aggregator": {"cluster": "agg"}, "attest_clusters": ["outbound|8080||shop.prod.svc.cluster.local"],
+             "attest_source_header": "x-source"}"#,
+    )
+    .unwrap();
+    assert_eq!(c.attest_clusters, ["outbound|8080||shop.prod.svc.cluster.local"]);
+    assert_eq!(c.attest_source_header.as_deref(), Some("x-source"));
+    assert_eq!(FilterConfig::default().attest_source_header, None, "the verified peer certificate by default");
+}
+
+#[test]
 fn the_server_role_is_chosen_by_name() {
     let c = FilterConfig::parse(br#"{"role": "server", "sync_interval_ms": 50}"#).unwrap();
     assert_eq!((c.role, c.sync_interval_ms), (FilterRole::Server, 50));
@@ -107,7 +119,10 @@ fn every_error_names_the_field() {
         (r#"{"inflight_bound_ms": 10}"#, "field `inflight_bound_ms`: expected an integer in 1000..=86400000"),
         (r#"{"role": "severs"}"#, "field `role`: expected \"client\" or \"server\", got \"severs\""),
         (r#"{"role": 1}"#, "field `role`: expected a non-empty string of at most 16 bytes, got 1"),
-        (r#"{"role": "server", "aggregator": {"cluster": "a"}}"#, "field `aggregator`: not used with role \"server\""),
+        (r#"{"role": "server", "aggregator": {"cluster": "a"}}"#, "field `aggregator`: with role \"server\" only for"),
+        (r#"{"attest_clusters": ["c"], "aggregator": {"cluster": "a"}}"#, "field `attest_clusters`: needs role"),
+        (r#"{"role": "server", "attest_clusters": ["c"]}"#, "field `attest_clusters`: needs role \"server\" and an"),
+        (r#"{"role": "server", "attest_source_header": "X-P"}"#, "field `attest_source_header`: expected a lower"),
         (r#"{"load_stamp_pool": 0}"#, "field `load_stamp_pool`: expected an integer in 1..=64, got 0"),
         (r#"{"load_stamp_max_fresh_share": 2}"#, "field `load_stamp_max_fresh_share`: expected a number in 0..=1"),
         (r#"{"load_stamp_max_age_ms": 1e9}"#, "field `load_stamp_max_age_ms`: expected an integer in 0..=10000"),

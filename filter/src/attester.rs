@@ -1,0 +1,122 @@
+//! A server-role VM's attestations (with `aggregator` and `attest_clusters` configured): what this
+//! endpoint served each source principal (`tailweight_picker::served`), sent every report interval
+//! to the aggregator, one call per cluster it serves, under that cluster's shard authority (like
+//! reports, so the replica that owns the cluster gets it). The aggregator's answer is counted and
+//! otherwise ignored: attesting can never fail or slow a request.
+
+use crate::abi::LogLevel;
+use crate::host;
+use crate::metrics;
+use tailweight_picker::config::AggregatorConfig;
+use tailweight_picker::served::ServedCounts;
+use tailweight_picker::FilterConfig;
+use tailweight_wire::address::is_endpoint_address;
+use tailweight_wire::attest::write::write_attestation;
+use tailweight_wire::protocol::{self, ATTEST_PATH};
+
+/// The property holding the verified peer certificate's URI SAN (Istio's `source.principal`).
+const PEER_URI_SAN: &[u8] = b"connection\0uri_san_peer_certificate";
+/// The inbound connection's local address: this endpoint as its clients address it.
+const LOCAL_ADDRESS: &[u8] = b"destination\0address";
+
+pub struct Attester {
+    aggregator: AggregatorConfig,
+    clusters: Vec<String>,
+    source_header: Option<String>,
+    pub grpc_failure_codes: Vec<u32>,
+    pub counts: ServedCounts,
+    endpoint: Option<String>,
+    incarnation: u64,
+    next_send_us: u64,
+    /// Calls under way (their answers are only counted).
+    pending: Vec<u32>,
+    sent: Option<u32>,
+    failed: Option<u32>,
+    failures: u64,
+}
+
+impl Attester {
+    /// An attester if the configuration asks for one.
+    pub fn of(config: &FilterConfig) -> Option<Attester> {
+        let aggregator = config.aggregator.clone().filter(|_| !config.attest_clusters.is_empty())?;
+        Some(Attester {
+            aggregator,
+            clusters: config.attest_clusters.clone(),
+            source_header: config.attest_source_header.clone(),
+            grpc_failure_codes: config.grpc_failure_codes.clone(),
+            counts: ServedCounts::default(),
+            endpoint: None,
+            incarnation: host::random_u64(),
+            next_send_us: 0,
+            pending: Vec::new(),
+            sent: host::define_counter("tailweight.attestations_sent"),
+            failed: host::define_counter("tailweight.attestations_failed"),
+            failures: 0,
+        })
+    }
+
+    /// At a request's headers: its source principal, and (once) this endpoint's address.
+    pub fn source_of_request(&mut self) -> Option<String> {
+        if self.endpoint.is_none() {
+            self.endpoint = host::property_str(LOCAL_ADDRESS).filter(|a| is_endpoint_address(a));
+        }
+        match &self.source_header {
+            Some(header) => host::request_header(header),
+            None => host::property_str(PEER_URI_SAN),
+        }
+    }
+
+    /// Send this interval's attestations when one is due.
+    pub fn tick(&mut self, now_us: u64) {
+        if now_us < self.next_send_us {
+            return;
+        }
+        self.next_send_us = now_us + self.aggregator.report_interval_ms * 1_000;
+        let Some(endpoint) = self.endpoint.as_deref().filter(|_| !self.counts.is_empty()) else { return };
+        if self.pending.len() > 4 * self.clusters.len() {
+            self.pending.clear();
+        }
+        let interval_ms = u32::try_from(self.aggregator.report_interval_ms).unwrap_or(u32::MAX);
+        let mut refused = None;
+        for cluster in &self.clusters {
+            let body = write_attestation(&self.counts.attestation(cluster, endpoint, self.incarnation, interval_ms));
+            let authority = protocol::shard_authority(cluster, &self.aggregator.authority);
+            let headers = [
+                (":method", "POST"),
+                (":path", ATTEST_PATH),
+                (":authority", authority.as_str()),
+                ("content-type", "application/json"),
+                (self.aggregator.shard_header.as_str(), cluster.as_str()),
+            ];
+            match host::http_call(&self.aggregator.cluster, &headers, &body, self.aggregator.timeout_ms) {
+                Ok(token) => {
+                    self.pending.push(token);
+                    metrics::inc(self.sent);
+                }
+                Err(status) => refused = Some(status),
+            }
+        }
+        if let Some(status) = refused {
+            self.fail(&format!("cannot call aggregator cluster for attestations: {status}"));
+        }
+    }
+
+    /// The aggregator's answer to call `token` (204 when accepted).
+    pub fn on_response(&mut self, token: u32) {
+        let Some(at) = self.pending.iter().position(|t| *t == token) else { return };
+        self.pending.swap_remove(at);
+        match host::call_response_header(":status").as_deref() {
+            Some("204") => {}
+            Some(code) => self.fail(&format!("aggregator answered {code} to an attestation")),
+            None => self.fail("attestation call failed or timed out"),
+        }
+    }
+
+    fn fail(&mut self, message: &str) {
+        metrics::inc(self.failed);
+        if self.failures % 100 == 0 {
+            host::log(LogLevel::Warn, message);
+        }
+        self.failures += 1;
+    }
+}

@@ -1,0 +1,294 @@
+//! Evidence from callers only (`callers.rs`): principals that do not call a service cannot move
+//! its weights once its endpoints attest; real callers still eject a failing endpoint as fast.
+
+use super::*;
+use tailweight_wire::attest::{Attestation, SourceCount};
+
+/// Honest callers "front{i}/r{i}" (each its own principal, telling `truth`) and attacking
+/// principals "att{k}/a{k}" (never calling, reporting `lie`), for `seconds`; the endpoints in
+/// `attesting` attest what they served each caller (the callers' `truth` there).
+struct Mesh {
+    w: World,
+    served: HashMap<(&'static str, String), (u64, u64)>,
+    callers: Vec<String>,
+    attackers: Vec<String>,
+}
+
+impl Mesh {
+    fn new(callers: usize, attackers: usize) -> Mesh {
+        Mesh {
+            w: World::new(WeightParams::default()),
+            served: HashMap::new(),
+            callers: (0..callers).map(|i| format!("front{i}/r{i}")).collect(),
+            attackers: (0..attackers).map(|k| format!("att{k}/a{k}")).collect(),
+        }
+    }
+
+    fn run(
+        &mut self,
+        seconds: u64,
+        truth: &[(&'static str, Traffic)],
+        lie: &[(&'static str, Traffic)],
+        attesting: &[&'static str],
+    ) {
+        for _ in 0..seconds {
+            self.w.now += SEC;
+            for (who, traffic) in self.callers.iter().map(|c| (c, truth)).chain(self.attackers.iter().map(|a| (a, lie)))
+            {
+                let report = self.w.report(who, traffic);
+                self.w.book.ingest_as(&report, principal_and_name(who).0, self.w.now).unwrap();
+            }
+            for endpoint in attesting {
+                let sources = self
+                    .callers
+                    .iter()
+                    .filter_map(|c| {
+                        let t = truth.iter().find(|(e, _)| e == endpoint)?.1;
+                        let principal = principal_and_name(c).0.to_string();
+                        let n = self.served.entry((endpoint, principal.clone())).or_default();
+                        (n.0, n.1) = (n.0 + t.requests, n.1 + t.errors);
+                        Some(SourceCount { principal, requests: n.0, errors: n.1 })
+                    })
+                    .collect();
+                let a = Attestation {
+                    version: VERSION,
+                    cluster: CLUSTER.into(),
+                    endpoint: endpoint.to_string(),
+                    incarnation: 1,
+                    interval_ms: 1000,
+                    sources,
+                };
+                self.w.book.attest(&a, self.w.now).unwrap();
+            }
+            self.w.book.recompute(self.w.now);
+        }
+    }
+}
+
+/// 40 seconds of `callers` honest callers and `attackers` non-callers.
+fn mesh(callers: usize, attackers: usize, lie: &[(&'static str, Traffic)], attesting: &[&'static str]) -> Mesh {
+    let mut m = Mesh::new(callers, attackers);
+    m.run(40, &LATENCY_TRUTH, lie, attesting);
+    m
+}
+
+const ALL: [&str; 3] = [A, B, C];
+
+#[test]
+fn principals_that_do_not_call_the_service_move_no_share_and_eject_nothing() {
+    // Every endpoint attests; or A is silent (its pod without the server role, or its sidecar gone).
+    for (callers, attesting) in [1, 2, 20].into_iter().flat_map(|c| [(c, &ALL[..]), (c, &[B, C][..])]) {
+        let fair = mesh(callers, 0, &[], attesting);
+        for attackers in [1, 2, 8] {
+            let mut most: f64 = 0.0;
+            for (what, lie) in lies() {
+                let lied = mesh(callers, attackers, &lie, attesting);
+                let moved = traffic_moved(&fair.w, &lied.w, &ALL);
+                most = most.max(moved);
+                assert!(
+                    moved <= BOUND,
+                    "{callers} callers, {attackers} attackers, {what}, {attesting:?} attest: moved {moved:.4}, {:?} vs {:?}",
+                    lied.w.weights(),
+                    fair.w.weights()
+                );
+                assert!(ALL.iter().all(|e| !lied.w.decision(e).ejected), "{what}: {:?}", lied.w.weights());
+            }
+            eprintln!(
+                "{callers} callers, {attackers} attackers, {} attest: largest share moved {most:.4}",
+                attesting.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_reported_attack_ejects_without_attestations_and_moves_nothing_with_them() {
+    // Issue 24: one honest caller, 90% errors on A from two principals of another namespace.
+    let lie = [(A, Traffic { errors: 45, ..ok(50, 10_000) })];
+    let without = mesh(1, 2, &lie, &[]);
+    assert!(without.w.decision(A).ejected, "the attack as reported: {:?}", without.w.decision(A));
+    let with = mesh(1, 2, &lie, &ALL);
+    assert!(!with.w.decision(A).ejected);
+    assert!(traffic_moved(&mesh(1, 0, &[], &ALL).w, &with.w, &ALL) <= 1e-9, "{:?}", with.w.weights());
+}
+
+/// Seconds until A is ejected, at most `limit`, as `callers` see 80% of A's requests fail while
+/// `attackers` claim A is fine (A attests the same failures when `a_attests`; B and C attest).
+fn seconds_to_eject(callers: usize, attackers: usize, a_attests: bool, limit: u64) -> Option<u64> {
+    let mut m = Mesh::new(callers, attackers);
+    m.run(20, &LATENCY_TRUTH, &LATENCY_TRUTH, &ALL);
+    let failing = [(A, Traffic { errors: 40, ..ok(50, 10_000) }), LATENCY_TRUTH[1], LATENCY_TRUTH[2]];
+    let fine = [(A, ok(1_000_000, 10_000)), LATENCY_TRUTH[1], LATENCY_TRUTH[2]];
+    let attesting: &[&str] = if a_attests { &ALL } else { &[B, C] };
+    (1..=limit).find(|_| {
+        m.run(1, &failing, &fine, attesting);
+        m.w.decision(A).ejected
+    })
+}
+
+#[test]
+fn real_callers_who_see_an_endpoint_fail_eject_it_as_fast_as_without_attestations() {
+    for callers in [1, 2, 20] {
+        // Today: no attestation, nobody lying.
+        let mut plain = Mesh::new(callers, 0);
+        plain.run(20, &LATENCY_TRUTH, &[], &[]);
+        let failing = [(A, Traffic { errors: 40, ..ok(50, 10_000) }), LATENCY_TRUTH[1], LATENCY_TRUTH[2]];
+        let today = (1..=10).find(|_| {
+            plain.run(1, &failing, &[], &[]);
+            plain.w.decision(A).ejected
+        });
+        assert!(today.is_some(), "{callers} callers: today A is ejected");
+        for attackers in [0, 2, 8] {
+            // A attests its failures; or A is gone silent (a dead pod) and only B and C attest.
+            for a_attests in [true, false] {
+                let took = seconds_to_eject(callers, attackers, a_attests, 10);
+                assert_eq!(took, today, "{callers} callers, {attackers} attackers, A attests: {a_attests}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_callers_claims_count_only_up_to_what_the_endpoint_attests() {
+    // The caller really sends 50/s to each endpoint, claims 100,000/s on A, all failing, and
+    // claims B (which it calls) fails too; A and B attest 50/s without errors.
+    let mut m = Mesh::new(2, 0);
+    let lie = [
+        (A, Traffic { errors: 100_000, ..ok(100_000, 10_000) }),
+        (B, Traffic { errors: 50, ..ok(50, 10_000) }),
+        LATENCY_TRUTH[2],
+    ];
+    m.run(20, &LATENCY_TRUTH, &[], &ALL);
+    // The second caller turns liar: its reports change, A's and B's attestations do not.
+    for _ in 0..10 {
+        m.w.now += SEC;
+        let honest = m.w.report("front0/r0", &LATENCY_TRUTH);
+        m.w.book.ingest_as(&honest, "front0", m.w.now).unwrap();
+        let liar = m.w.report("front1/r1", &lie);
+        m.w.book.ingest_as(&liar, "front1", m.w.now).unwrap();
+        for endpoint in ALL {
+            let served: Vec<SourceCount> = ["front0", "front1"]
+                .iter()
+                .map(|p| {
+                    let n = m.served.entry((endpoint, p.to_string())).or_default();
+                    n.0 += 50;
+                    SourceCount { principal: p.to_string(), requests: n.0, errors: 0 }
+                })
+                .collect();
+            let a = Attestation {
+                version: VERSION,
+                cluster: CLUSTER.into(),
+                endpoint: endpoint.into(),
+                incarnation: 1,
+                interval_ms: 1000,
+                sources: served,
+            };
+            m.w.book.attest(&a, m.w.now).unwrap();
+        }
+        m.w.book.recompute(m.w.now);
+    }
+    let a = m.w.decision(A);
+    // Two principals: 50 + at most 1.5 x 50 on A.
+    assert!(a.qps <= 50.0 + 75.0 + 1e-9, "{a:?}");
+    // Both send to A and B; the honest one sees no errors: ejection needs both (consensus.rs).
+    assert!(!a.ejected && !m.w.decision(B).ejected, "{:?}", m.w.weights());
+    assert_eq!(a.eps, 0.0, "{a:?}");
+}
+
+#[test]
+fn without_attestations_one_principal_alone_ejects_nothing_and_moves_at_most_5_percent() {
+    // The documented weaker rule: one principal (any number of reporter ids) against 1, 2 or 20
+    // honest ones, claiming every request to A fails.
+    let lie = [(A, Traffic { errors: 1_000_000, ..ok(1_000_000, 10_000) }), LATENCY_TRUTH[1], LATENCY_TRUTH[2]];
+    for callers in [1, 2, 20] {
+        let fair = mesh(callers, 0, &[], &[]);
+        let lied = mesh(callers, 1, &lie, &[]);
+        let moved = traffic_moved(&fair.w, &lied.w, &ALL);
+        assert!(moved <= BOUND, "{callers} callers: moved {moved:.4}, {:?}", lied.w.weights());
+        assert!(!lied.w.decision(A).ejected);
+    }
+}
+
+#[test]
+fn without_attestations_ejection_needs_both_of_two_principals() {
+    // The honest caller sees 40% of A fail (below eject_ratio 0.5); the other claims 100%.
+    let honest = [(A, Traffic { errors: 20, ..ok(50, 10_000) }), LATENCY_TRUTH[1]];
+    let mut m = Mesh::new(1, 1);
+    m.run(20, &honest, &[(A, Traffic { errors: 50, ..ok(50, 10_000) }), LATENCY_TRUTH[1]], &[]);
+    assert!(!m.w.decision(A).ejected, "{:?}", m.w.decision(A));
+    assert!(m.w.decision(A).error_ratio <= 0.4 + 1e-9, "{:?}", m.w.decision(A));
+    // Both see 60%: ejected.
+    let failing = [(A, Traffic { errors: 30, ..ok(50, 10_000) }), LATENCY_TRUTH[1]];
+    let mut both = Mesh::new(2, 0);
+    both.run(5, &failing, &[], &[]);
+    assert!(both.w.decision(A).ejected, "{:?}", both.w.decision(A));
+}
+
+#[test]
+fn without_attestations_a_majority_of_principals_decides() {
+    // What the weaker rule does not guarantee: several principals (an attacker's several service
+    // accounts) outvote one honest caller. Attestations are what stops it (the test above).
+    let lie = [(A, Traffic { errors: 45, ..ok(50, 10_000) })];
+    for attackers in [2, 8] {
+        assert!(mesh(1, attackers, &lie, &[]).w.decision(A).ejected);
+        assert!(!mesh(1, attackers, &lie, &ALL).w.decision(A).ejected);
+    }
+}
+
+#[test]
+fn attestations_expire_and_their_bytes_are_given_back() {
+    let mut m = Mesh::new(2, 0);
+    let before = m.w.book.counts().bytes;
+    m.run(3, &LATENCY_TRUTH, &[], &ALL);
+    let reports_only = {
+        let mut r = Mesh::new(2, 0);
+        r.run(3, &LATENCY_TRUTH, &[], &[]);
+        r.w.book.counts().bytes
+    };
+    assert!(m.w.book.counts().bytes > reports_only, "attestations are counted");
+    m.w.book.expire(m.w.now + 60 * SEC);
+    assert_eq!(m.w.book.counts().bytes, before, "everything expired");
+    // The budget refuses an attestation that would pass it, changing nothing.
+    let mut tight = Mesh::new(1, 0);
+    tight.w.book = WeightBook::new(WeightParams { max_bytes: 1_000, ..WeightParams::default() });
+    let a = Attestation {
+        version: VERSION,
+        cluster: CLUSTER.into(),
+        endpoint: A.into(),
+        incarnation: 1,
+        interval_ms: 1000,
+        sources: vec![SourceCount { principal: "front0".into(), requests: 1, errors: 0 }],
+    };
+    assert_eq!(tight.w.book.attest(&a, SEC), Err(Rejection::MemoryBudget));
+    assert_eq!(tight.w.book.counts().bytes, 0);
+}
+
+#[test]
+fn the_vms_of_one_destination_attest_apart_and_count_together() {
+    // One caller sends 100 requests a second to A; A's sidecar runs two VMs (incarnations), each
+    // serving half, or only one of them attests.
+    let qps_on_a = |incarnations: &[u64]| {
+        let mut w = World::new(WeightParams::default());
+        for second in 1..=10u64 {
+            w.step(&["front0/r0"], |_| vec![(A, ok(100, 10_000)), (B, ok(100, 10_000))]);
+            for (endpoint, vms) in [(A, incarnations), (B, &[1][..])] {
+                for incarnation in vms {
+                    let served = if endpoint == B { 100 } else { 50 };
+                    let a = Attestation {
+                        version: VERSION,
+                        cluster: CLUSTER.into(),
+                        endpoint: endpoint.into(),
+                        incarnation: *incarnation,
+                        interval_ms: 1000,
+                        sources: vec![SourceCount { principal: "front0".into(), requests: served * second, errors: 0 }],
+                    };
+                    w.book.attest(&a, w.now).unwrap();
+                }
+            }
+        }
+        w.book.recompute(w.now);
+        w.decision(A).qps
+    };
+    assert_eq!(qps_on_a(&[1, 2]), 100.0);
+    assert_eq!(qps_on_a(&[1]), 75.0, "50 attested x 1.5");
+}
