@@ -26,14 +26,35 @@ pub struct Vote {
     pub weight: f64,
 }
 
-/// Weighted median of `votes` after capping each weight at `cap` x (sum of the other weights).
-/// Non-finite values and non-positive weights are ignored. Reorders `votes`.
+/// Weighted median of `votes` after capping each weight `w_i` at
+/// `max(cap x (sum of the other weights), the largest other weight)`.
+/// The second term keeps the order of the weights: with two votes, `cap` x the other alone would
+/// leave the larger vote below the smaller one, so the smaller would decide; with it both weigh the
+/// smaller's weight, and the lower median takes the lower value. Non-finite values and non-positive
+/// weights are ignored. Reorders `votes`.
 pub fn capped_median(votes: &mut Vec<Vote>, cap: f64) -> Option<f64> {
     votes.retain(|v| v.value.is_finite() && v.weight.is_finite() && v.weight > 0.0);
     if votes.len() > 1 {
         let total: f64 = votes.iter().map(|v| v.weight).sum();
-        for v in votes.iter_mut() {
-            v.weight = v.weight.min(cap * (total - v.weight));
+        // The two largest weights: the largest other is the first, except for the first itself.
+        let (mut first, mut second) = (0.0f64, 0.0f64);
+        for v in votes.iter() {
+            if v.weight > first {
+                second = first;
+                first = v.weight;
+            } else if v.weight > second {
+                second = v.weight;
+            }
+        }
+        let capped: Vec<f64> = votes
+            .iter()
+            .map(|v| {
+                let largest_other = if v.weight == first { second } else { first };
+                v.weight.min((cap * (total - v.weight)).max(largest_other))
+            })
+            .collect();
+        for (v, w) in votes.iter_mut().zip(capped) {
+            v.weight = w;
         }
         votes.retain(|v| v.weight > 0.0);
     }
@@ -248,6 +269,16 @@ mod tests {
         let mut v = votes(&[(1.0, 10.0), (1.2, 10.0), (1.1, 10.0), (99.0, 1000.0)]);
         let m = capped_median(&mut v, 0.5).unwrap();
         assert!((1.0..=1.2).contains(&m), "{m}");
+    }
+
+    #[test]
+    fn of_two_votes_the_lighter_cannot_decide() {
+        // One reporter with 50 answers at 10 ms against one with 5 at 1 s: capping each at
+        // cap x the other alone left 25 against 5 -> 2.5 against 5, and the 1 s vote won.
+        for cap in [0.25, 0.5, 0.9] {
+            assert_eq!(capped_median(&mut votes(&[(10.0, 50.0), (1000.0, 5.0)]), cap), Some(10.0));
+            assert_eq!(capped_median(&mut votes(&[(1000.0, 50.0), (10.0, 5.0)]), cap), Some(10.0), "a tie: the lower");
+        }
     }
 
     #[test]

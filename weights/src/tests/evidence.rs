@@ -292,3 +292,23 @@ fn the_vms_of_one_destination_attest_apart_and_count_together() {
     assert_eq!(qps_on_a(&[1, 2]), 100.0);
     assert_eq!(qps_on_a(&[1]), 75.0, "50 attested x 1.5");
 }
+
+#[test]
+fn without_attestations_one_principal_with_few_answers_cannot_outweigh_a_caller_with_many() {
+    // bench-hostile's lie from one principal: A fails 90% of 5 answers, each 1 s; or A's 5 answers
+    // are all good and 1 s. With two voters, capping each at vote_cap x the other made the lighter
+    // one decide the latency (share moved 93-95% in the bench).
+    let lies = [
+        [(A, Traffic { errors: 4, ..ok(5, 1_000_000) }), LATENCY_TRUTH[1], LATENCY_TRUTH[2]],
+        [(A, ok(5, 1_000_000)), LATENCY_TRUTH[1], LATENCY_TRUTH[2]],
+    ];
+    for lie in lies {
+        for callers in [1, 2, 20] {
+            let fair = mesh(callers, 0, &[], &[]);
+            let lied = mesh(callers, 1, &lie, &[]);
+            let moved = traffic_moved(&fair.w, &lied.w, &ALL);
+            assert!(moved <= BOUND, "{callers} callers: moved {moved:.4}, {:?}", lied.w.weights());
+            assert!(!lied.w.decision(A).ejected);
+        }
+    }
+}
