@@ -20,7 +20,10 @@ bench-aggregator:
 # with invented reporter ids, maximal reports, identity churn, garbage and truncated bodies, reports
 # without identity and slowloris connections, all at once. Prints the honest reports accepted and
 # their p99, the aggregator's RSS against the pod's 256 MiB, and how far the attackers moved the
-# weights. Same pinning as bench-aggregator; about 2 minutes. Results: bench/results/hostile.{json,md}.
+# weights. Same pinning as bench-aggregator; about 2 minutes. Then the worst bodies
+# (bench/aggregator-loadgen/src/bodies.rs): a fresh aggregator per body and budget (192 and 128 MiB),
+# 3 rounds of 8 concurrent 512 KiB bodies from two principals, its peak RSS against the budget;
+# about 1 minute, its section of hostile.md replaced. Results: bench/results/hostile{,-bodies}.{json,md}.
 HOSTILE_ARGS ?= --reporters 10000 --endpoints 6 --clusters 500 --principals 20 --connections 32 \
   --honest-rate 10000 --baseline-secs 25 --attack-secs 40 --attacked-clusters 50 --liar-ids 8 --slowloris 128
 
@@ -31,6 +34,9 @@ bench-hostile:
 	  --server-cpu 1 --hostile $(HOSTILE_ARGS) --inprocess-reports 0 \
 	  --server-arg=--identity=header:x-tailweight-principal --server-arg=--memory-limit-mib=192 \
 	  --json bench/results/hostile.json --md bench/results/hostile.md
+	timeout 600 taskset -c 0 nice -n 5 target/release/tailweight-loadgen --aggregator target/release/tailweight-aggregator \
+	  --server-cpu 1 --worst-bodies --memory-limits-mib 192,128 --body-rounds 3 \
+	  --json bench/results/hostile-bodies.json --md bench/results/hostile.md
 
 # Bytes the weight book holds per unit, measured with a counting allocator (the figures
 # weights/src/memory.rs is built on; weights/tests/memory.rs, an ignored test).
