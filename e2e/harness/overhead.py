@@ -234,8 +234,8 @@ def section_fleet_memory(group: ProcGroup, variants: dict, s: Settings, tmp: Pat
     # One synthetic reporter stands for the whole fleet: give its identity the whole book (by
     # default one principal may hold a quarter of it), and the book room for 64 x 1,000 endpoints
     # (the aggregator's own memory is not what this measures).
-    agg = aggregator.start(group, "fleet-aggregator", args=["--identity=report", "--worker-threads", "1", "--principal-share", "1",
-                                                            "--memory-limit-mib", "1024"])
+    agg = aggregator.start(group, "fleet-aggregator", args=["--identity=report", "--worker-threads", "1",
+                                                            "--principal-share", "1", "--memory-limit-mib", "1024"])
     names = configs.fleet_cluster_names(s.fleet_clusters)
     addresses_file = tmp / "fleet-addresses.txt"
     addresses_file.write_text("\n".join(backends.addresses) + "\n")
