@@ -12,10 +12,17 @@ pub const BASELINE_BYTES: usize = 16 << 20;
 pub const CONNECTION_BYTES: usize = 2 * CONNECTION_BUFFER_BYTES + 8 * 1024;
 /// hyper's HTTP/1 read buffer limit per connection (also the largest request head).
 pub const CONNECTION_BUFFER_BYTES: usize = 16 * 1024;
-/// One request in progress at most, as a multiple of `max_body_bytes`: the body as it arrives, the
-/// copy it is collected into, and the parsed report (whose strings and numbers take less room than
-/// their JSON).
+/// What a report in progress may hold, as a multiple of its body's size (declared, or
+/// `max_body_bytes` when not): the body, read into one buffer of that size, and the parsed report,
+/// at most about twice its JSON (the smallest endpoint record, ~105 bytes of JSON, is ~130 bytes
+/// parsed, and a growing list holds up to twice its length; the caps hold while parsing).
 pub const BODY_COPIES: usize = 3;
+/// One endpoint of a `GET /v1/weights` page at most: its decision copied out of the book (~300
+/// bytes with its address) and its JSON (~600 bytes), with room for the JSON buffer's growth.
+pub const WEIGHTS_BYTES_PER_ENDPOINT: usize = 2_048;
+/// One cluster of a `GET /v1/weights` page beside its endpoints: its name (at most 512 bytes) twice
+/// (the page's list and the copied decision) and their JSON.
+pub const WEIGHTS_BYTES_PER_CLUSTER: usize = 2_048;
 /// One endpoint in a reply, at most (its JSON: the longest address, every field at its widest).
 pub const REPLY_BYTES_PER_ENDPOINT: usize = 256;
 /// The least a reporter, cluster or observation costs the book (`memory.rs`'s bases, rounded
@@ -44,14 +51,26 @@ pub struct BookBudget {
 }
 
 impl ServiceLimits {
+    /// What a report whose body is `body_bytes` long may hold: `BODY_COPIES x body + reply`,
+    /// reserved before its body is read.
+    pub fn report_cost(&self, body_bytes: usize) -> usize {
+        BODY_COPIES * body_bytes.min(self.max_body_bytes) + self.max_reply_endpoints * REPLY_BYTES_PER_ENDPOINT
+    }
+
+    /// The bytes requests in progress may hold in all, which each reserves before its work
+    /// (`admission::MemoryBudget`): as many of the largest reports as there are request slots,
+    /// `requests x report_cost(max_body_bytes)`.
+    pub fn request_bytes(&self) -> usize {
+        self.max_concurrent_requests.saturating_mul(self.report_cost(self.max_body_bytes))
+    }
+
     /// What connections and requests may hold at most, and the rest for the book: `limit -
-    /// BASELINE - connections x CONNECTION_BYTES - requests x (BODY_COPIES x body + reply)`. Err:
-    /// one line saying what does not fit.
+    /// BASELINE - connections x CONNECTION_BYTES - request_bytes`. Err: one line saying what does
+    /// not fit.
     pub fn book_budget(&self) -> Result<BookBudget, String> {
-        let per_request = BODY_COPIES * self.max_body_bytes + self.max_reply_endpoints * REPLY_BYTES_PER_ENDPOINT;
         let reserved = BASELINE_BYTES
             .saturating_add(self.max_connections.saturating_mul(CONNECTION_BYTES))
-            .saturating_add(self.max_concurrent_requests.saturating_mul(per_request));
+            .saturating_add(self.request_bytes());
         let max_bytes = self.memory_limit_bytes.saturating_sub(reserved);
         if max_bytes < 8 << 20 {
             return Err(format!(

@@ -28,23 +28,30 @@ pub struct ServiceConfig {
     /// per report).
     #[arg(long, env = "TAILWEIGHT_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
-    /// Where a report's principal comes from: the identity whose reporters count as one voice in
-    /// the weights (however many reporter names it uses) and get one share of each limit.
+    /// Where a report's principal comes from (required: there is no safe default): the identity
+    /// whose reporters count as one voice in the weights (however many reporter names it uses) and
+    /// get one share of each limit.
     /// `xfcc`: the URI SAN (SPIFFE ID) of the last element of x-forwarded-client-cert, which the
     /// aggregator's own Istio sidecar appends after verifying the caller's mTLS certificate (trusts
-    /// that only that sidecar can reach this port: the Deployment's default in a mesh).
+    /// that only that sidecar can reach --listen: bind it to 127.0.0.1 behind the sidecar or
+    /// enforce mTLS STRICT; use --read-only-listen for anything else, e.g. kubectl port-forward).
     /// `header:<name>`: that header's value (trusts a proxy in front to set it and to remove it from
     /// callers). `report`: the report's own `reporter` field (trusts every caller to say who it is:
     /// for tests and meshless setups, where one caller inventing names is as many principals).
     /// A request without the identity gets 403.
-    #[arg(long, env = "TAILWEIGHT_IDENTITY", default_value = "report", verbatim_doc_comment)]
-    pub identity: IdentitySource,
+    #[arg(long, env = "TAILWEIGHT_IDENTITY", verbatim_doc_comment)]
+    pub identity: Option<IdentitySource>,
     /// Who may send attestations (`POST /v1/attest`: what a destination served, per source
     /// principal; once a cluster's endpoints attest, only its real callers' reports count).
     /// `namespace`: a principal (SPIFFE id from --identity) in the namespace of the Istio cluster
     /// name's service. `any`: every caller (the meshless harness only: anyone can then attest).
     #[arg(long, env = "TAILWEIGHT_ATTEST_RULE", default_value = "namespace", verbatim_doc_comment)]
     pub attest_rule: crate::attest::AttestRule,
+    /// A second address, `ip:port`, serving only GET /v1/weights, /metrics, /healthz and /readyz
+    /// (never a report, and no header there names a principal): where to inspect the weights from
+    /// outside the mesh, e.g. through kubectl port-forward, which bypasses the sidecar.
+    #[arg(long, env = "TAILWEIGHT_READ_ONLY_LISTEN")]
+    pub read_only_listen: Option<SocketAddr>,
     /// The memory the service may use, in MiB (below the pod's limit: the Deployment's is 256 MiB):
     /// connections and requests in progress get their most (see the flags below), the weight book
     /// the rest, counted as it grows (a report that would exceed it gets 429).
@@ -53,12 +60,14 @@ pub struct ServiceConfig {
     /// Open connections at most, a count; one more is answered 503 with Retry-After and closed.
     #[arg(long, env = "TAILWEIGHT_MAX_CONNECTIONS", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_connections: u64,
-    /// Reports and weight queries in progress at most (reading, handling, answering), a count;
-    /// beyond, 503 with Retry-After at once.
+    /// Reports, weight queries and metrics scrapes in progress at most (reading, handling,
+    /// answering), a count; beyond, 503 with Retry-After at once.
     #[arg(long, env = "TAILWEIGHT_MAX_CONCURRENT_REQUESTS", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub max_concurrent_requests: u64,
-    /// Reports of one principal in progress at most, a count (with --identity xfcc or header:
-    /// one caller cannot hold every slot); beyond, 503 with Retry-After.
+    /// Requests of one principal in progress at most, a count (a principal is the --identity of a
+    /// report, or the peer's IP address); its second and later also only while at least half of
+    /// --max-concurrent-requests are free, so no few principals hold every slot; beyond, 503 with
+    /// Retry-After.
     #[arg(long, env = "TAILWEIGHT_MAX_REQUESTS_PER_PRINCIPAL", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub max_requests_per_principal: u64,
     /// Time a client has to send a request's headers, in milliseconds; also how long an idle
@@ -69,6 +78,10 @@ pub struct ServiceConfig {
     /// in milliseconds; past it, 408.
     #[arg(long, env = "TAILWEIGHT_BODY_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub body_timeout_ms: u64,
+    /// Slowest request body accepted, in bytes per second, after its first second: a slower one
+    /// gets 408 and gives its slot back (0: any rate, up to --body-timeout-ms).
+    #[arg(long, env = "TAILWEIGHT_MIN_BODY_RATE", default_value_t = 64 << 10)]
+    pub min_body_rate: usize,
     /// Largest accepted request body, in bytes; larger gets 413.
     #[arg(long, env = "TAILWEIGHT_MAX_BODY_BYTES", default_value_t = 512 << 10)]
     pub max_body_bytes: usize,
@@ -272,9 +285,18 @@ impl ServiceConfig {
         Duration::from_millis(self.body_timeout_ms)
     }
 
-    /// Defaults with a listen address, for tests.
+    /// The identity source, or the one-line reason to refuse to start without one.
+    pub fn identity_source(&self) -> Result<IdentitySource, String> {
+        self.identity.clone().ok_or_else(|| {
+            "identity: choose where a report's principal comes from with --identity (or TAILWEIGHT_IDENTITY): \
+             `xfcc` behind an Istio sidecar, `header:<name>` behind a proxy that sets it, `report` only for tests"
+                .to_string()
+        })
+    }
+
+    /// Defaults with a listen address and `--identity report`, for tests.
     pub fn for_tests(listen: SocketAddr) -> ServiceConfig {
-        let mut c = ServiceConfig::parse_from(["tailweight-aggregator"]);
+        let mut c = ServiceConfig::parse_from(["tailweight-aggregator", "--identity", "report"]);
         c.listen = listen;
         c
     }
@@ -358,7 +380,10 @@ mod tests {
             ..WeightParams::default()
         };
         assert_eq!(p, expected);
-        assert_eq!(c.identity, IdentitySource::Report);
+        assert_eq!(c.identity, Some(IdentitySource::Report));
+        let unset = ServiceConfig::try_parse_from(["tailweight-aggregator"]).unwrap();
+        let err = unset.identity_source().unwrap_err();
+        assert!(err.starts_with("identity: choose") && err.contains("--identity") && !err.contains('\n'), "{err}");
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //! `tailweight_weights`; this crate is the thin service around it.
 
 pub mod attest;
+pub mod admission;
+pub mod answer;
+pub mod body;
 pub mod budget;
 pub mod config;
 pub mod cpu_source;
@@ -12,6 +15,7 @@ pub mod recompute;
 pub mod routes;
 pub mod scrape;
 pub mod state;
+pub mod weights_page;
 
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -24,6 +28,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
 
 pub use config::ServiceConfig;
+use routes::Listener;
 pub use state::AppState;
 
 /// How long in-flight requests get to finish once shutdown begins.
@@ -46,8 +51,10 @@ pub fn state_from(config: &ServiceConfig) -> Result<Arc<AppState>, String> {
         max_requests_per_principal: config.max_requests_per_principal as usize,
         body_timeout: config.body_timeout(),
         attest_rule: config.attest_rule,
+        min_body_rate: config.min_body_rate,
+        budget: config.service_limits(),
     };
-    let state = AppState::new(params, config.identity.clone(), limits).map_err(|e| format!("metrics: {e}"))?;
+    let state = AppState::new(params, config.identity_source()?, limits).map_err(|e| format!("metrics: {e}"))?;
     Ok(Arc::new(state))
 }
 
@@ -85,26 +92,45 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with_read_only(config, state, listener, None, shutdown).await
+}
+
+/// `serve`, and the read-only router on `read_only` (`--read-only-listen`), if given; both share
+/// the connection permits.
+pub async fn serve_with_read_only(
+    config: ServiceConfig,
+    state: Arc<AppState>,
+    listener: tokio::net::TcpListener,
+    read_only: Option<tokio::net::TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let recompute = tokio::spawn(recompute::run(state.clone(), config.recompute_interval()));
     let poller =
         cpu_source::CpuSource::from_config(&config).map(|source| tokio::spawn(cpu_source::run(source, state.clone())));
-    let service = TowerToHyperService::new(routes::router(state.clone()));
+    let reports = routes::router(state.clone(), Listener::Reports);
+    let inspect = routes::router(state.clone(), Listener::ReadOnly);
     let builder = connection_builder(&config);
     let permits = Arc::new(Semaphore::new(config.max_connections as usize));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
+    let accept_read_only = async |l: &Option<tokio::net::TcpListener>| match l {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    };
     loop {
-        let (tcp, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of file descriptors or the like: wait a little instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let (accepted, router) = tokio::select! {
+            accepted = listener.accept() => (accepted, &reports),
+            accepted = accept_read_only(&read_only) => (accepted, &inspect),
             () = &mut shutdown => break,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors or the like: wait a little instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             state.metrics.connections_refused.inc();
@@ -115,7 +141,8 @@ pub async fn serve(
             continue;
         };
         let _ = tcp.set_nodelay(true);
-        let connection = builder.serve_connection(TokioIo::new(tcp), service.clone());
+        let service = router.clone().layer(axum::Extension(routes::Peer(peer)));
+        let connection = builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service));
         let connection = graceful.watch(connection);
         let metrics_state = state.clone();
         metrics_state.metrics.connections_open.inc();
@@ -128,6 +155,7 @@ pub async fn serve(
     state.start_draining();
     tracing::info!("shutting down: finishing in-flight requests");
     drop(listener);
+    drop(read_only);
     if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await.is_err() {
         tracing::warn!("some connections did not finish within {DRAIN_TIMEOUT:?}");
     }

@@ -35,11 +35,19 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let bound = listener.local_addr()?;
+        let read_only = match config.read_only_listen {
+            Some(addr) => {
+                let l = tokio::net::TcpListener::bind(addr).await?;
+                tracing::info!(listen = %l.local_addr()?, "read-only listener (weights, metrics, probes)");
+                Some(l)
+            }
+            None => None,
+        };
         if let Some(path) = &config.ready_file {
             write_ready_file(path, bound)?;
         }
         tracing::info!(listen = %bound, "tailweight-aggregator listening");
-        tailweight_aggregator::serve(config, state, listener, shutdown_signal()).await
+        tailweight_aggregator::serve_with_read_only(config, state, listener, read_only, shutdown_signal()).await
     });
     match result {
         Ok(()) => {

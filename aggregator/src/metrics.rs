@@ -17,10 +17,14 @@ pub enum RejectReason {
     NoIdentity,
     /// Its principal already has `--max-requests-per-principal` in progress (503).
     PrincipalBusy,
-    /// The body did not arrive within `--body-timeout-ms` (408).
+    /// The body did not arrive within `--body-timeout-ms`, or slower than `--min-body-rate` (408).
     Timeout,
     /// An attestation from a principal `--attest-rule` does not let speak for its cluster (403).
     NotAllowed,
+    /// Every request slot is taken (503).
+    Overloaded,
+    /// What it may cost does not fit the requests' memory budget now (503).
+    Memory,
     Cap(Rejection),
 }
 
@@ -35,6 +39,8 @@ impl RejectReason {
             RejectReason::PrincipalBusy => "principal_busy",
             RejectReason::Timeout => "timeout",
             RejectReason::NotAllowed => "attest_not_allowed",
+            RejectReason::Memory => "memory",
+            RejectReason::Overloaded => "overloaded",
             RejectReason::Cap(r) => r.as_str(),
         }
     }
@@ -49,6 +55,8 @@ impl RejectReason {
             RejectReason::PrincipalBusy,
             RejectReason::Timeout,
             RejectReason::NotAllowed,
+            RejectReason::Memory,
+            RejectReason::Overloaded,
         ]
         .into_iter()
         .chain(Rejection::ALL.into_iter().map(RejectReason::Cap))
@@ -148,7 +156,7 @@ impl AggregatorMetrics {
                 "tailweight_requests_shed_total",
                 "Requests refused before handling, by reason",
                 "reason",
-                &["overloaded", "timeout"],
+                &["overloaded", "principal_busy", "memory", "slow_body", "timeout"],
             )?,
             connections_open: r.gauge("tailweight_connections_open", "Connections open")?,
             connections_refused: r.counter(
@@ -179,7 +187,9 @@ impl AggregatorMetrics {
         self.reports_rejected.with_label_values(&[reason.as_str()]).inc();
     }
 
-    /// A request refused before handling: `overloaded` or `timeout`.
+    /// A request refused before or while reading it: `overloaded` (every slot taken),
+    /// `principal_busy` (its principal holds its share of them), `memory` (its reservation does not
+    /// fit), `slow_body` (slower than `--min-body-rate`) or `timeout`.
     pub fn shed(&self, reason: &str) {
         self.shed.with_label_values(&[reason]).inc();
     }

@@ -1,49 +1,73 @@
 //! HTTP API: `POST /v1/report`, `POST /v1/attest` (`attest.rs`), `GET /v1/weights[?cluster=|?after=&limit=]`, `GET /metrics`,
-//! `/healthz`, `/readyz`. Every 4xx and 5xx body is one line of text naming the problem; 503s carry
-//! `Retry-After`. Reports and weight queries share `--max-concurrent-requests` (beyond: shed at
-//! once) and the `--body-timeout-ms` deadline.
+//! `/healthz`, `/readyz`; the read-only listener serves all but the report and the attestation. Every 4xx and 5xx body
+//! is one line of text naming the problem; 503s carry `Retry-After`. Reports, weight queries and
+//! metrics each take a slot of their principal (`admission.rs`; beyond: shed at once) and are held
+//! to the `--body-timeout-ms` deadline; a report reserves what it may cost from the memory budget
+//! before its body is read, and a weights page before it is copied.
 
+use crate::admission::SlotRefusal;
+use crate::body::{declared_length, read_body, BodyError};
 use crate::metrics::RejectReason;
 use crate::state::AppState;
-use axum::body::{Body, Bytes};
+use crate::weights_page::{self, WeightsQuery};
+use axum::body::Body;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
-use http_body_util::BodyExt;
-use serde::Deserialize;
+use axum::{Extension, Router};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 use tailweight_wire::attest::MAX_ATTESTATION_BYTES;
 use tailweight_wire::protocol::{ATTEST_PATH, REPORT_PATH};
 use tailweight_wire::report::read::{parse_report, ReportError};
 use tailweight_wire::validate::Invalid;
-use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::{BoxError, ServiceBuilder};
 
-/// Seconds a shed request is told to wait (`Retry-After`).
-pub const RETRY_AFTER_S: u64 = 1;
+pub use crate::answer::RETRY_AFTER_S;
+use crate::answer::{json, retry_later, text};
 
-pub fn router(state: Arc<AppState>) -> Router {
-    let shed_state = state.clone();
-    let limits = ServiceBuilder::new()
+/// The address a request's connection comes from (a request extension set per connection).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub SocketAddr);
+
+/// Which listener a router serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// `--listen`: reports, and everything else.
+    Reports,
+    /// `--read-only-listen`: weights, metrics and probes; never a report, and no header names a
+    /// principal there (a caller that reaches it around the sidecar could write any).
+    ReadOnly,
+}
+
+pub fn router(state: Arc<AppState>, listener: Listener) -> Router {
+    let timeout_state = state.clone();
+    let deadline = ServiceBuilder::new()
         .layer(HandleErrorLayer::new(move |e: BoxError| {
-            let state = shed_state.clone();
+            let state = timeout_state.clone();
             async move { refused_before_handling(&state, e) }
         }))
-        .load_shed()
-        .layer(GlobalConcurrencyLimitLayer::new(state.limits.max_concurrent_requests))
         .timeout(state.limits.body_timeout);
-    let limited = Router::new()
-        .route(REPORT_PATH, post(report))
-        .route(ATTEST_PATH, post(attest))
-        .route("/v1/weights", get(weights))
-        .layer(limits);
+    let mut limited = Router::new().route("/v1/weights", get(weights)).route("/metrics", get(metrics));
+    limited = match listener {
+        Listener::Reports => limited.route(REPORT_PATH, post(report)).route(ATTEST_PATH, post(attest)),
+        Listener::ReadOnly => {
+            let read_only = || async {
+                text(StatusCode::FORBIDDEN, "listener: read-only (reports and attestations go to --listen, through the sidecar)")
+            };
+            limited.route(REPORT_PATH, post(read_only)).route(ATTEST_PATH, post(read_only))
+        }
+    };
+    let limited = limited.layer(deadline);
+    let limited = match listener {
+        Listener::Reports => limited,
+        Listener::ReadOnly => limited.layer(Extension(listener)),
+    };
     Router::new()
         .merge(limited)
-        .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .method_not_allowed_fallback(|| async {
@@ -58,16 +82,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// 503 with Retry-After when `--max-concurrent-requests` are in progress, 408 past
-/// `--body-timeout-ms`.
+/// 408 past `--body-timeout-ms`.
 fn refused_before_handling(state: &AppState, e: BoxError) -> Response {
-    if e.is::<tower::load_shed::error::Overloaded>() {
-        state.metrics.shed("overloaded");
-        return retry_later(format!(
-            "overloaded: {} requests in progress; retry after {RETRY_AFTER_S} s",
-            state.limits.max_concurrent_requests
-        ));
-    }
     if e.is::<tower::timeout::error::Elapsed>() {
         state.metrics.shed("timeout");
         return text(
@@ -78,27 +94,56 @@ fn refused_before_handling(state: &AppState, e: BoxError) -> Response {
     text(StatusCode::INTERNAL_SERVER_ERROR, format!("request: {e}"))
 }
 
-/// 503 with `Retry-After` and a one-line reason.
-fn retry_later(line: String) -> Response {
-    let mut response = text(StatusCode::SERVICE_UNAVAILABLE, line);
-    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
-    response
+/// Who a request counts against: the principal `--identity` names (on the report listener), else
+/// the peer's IP address.
+fn requester(state: &AppState, headers: &HeaderMap, peer: Option<&Peer>, read_only: bool) -> String {
+    let vouched = if read_only { None } else { state.identity.principal(headers).ok().flatten() };
+    vouched.unwrap_or_else(|| match peer {
+        Some(Peer(addr)) => format!("peer:{}", addr.ip()),
+        None => "peer:unknown".to_string(),
+    })
 }
 
-/// A 4xx (or 5xx) with a one-line text body.
-fn text(status: StatusCode, line: impl Into<String>) -> Response {
-    let mut line: String = line.into().replace(['\r', '\n'], " ");
-    line.push('\n');
-    (status, [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"))], line).into_response()
+/// The slot a request of `principal` takes, or its 503 (counted as shed).
+fn slot_or_503(state: &AppState, principal: &str) -> Result<crate::admission::Slot, (&'static str, String)> {
+    state.enter(principal).map_err(|refusal| match refusal {
+        SlotRefusal::Full => (
+            "overloaded",
+            format!(
+                "overloaded: {} requests in progress; retry after {RETRY_AFTER_S} s",
+                state.limits.max_concurrent_requests
+            ),
+        ),
+        SlotRefusal::PrincipalBusy => (
+            "principal_busy",
+            format!("principal: {principal:?} holds its share of the request slots; retry after {RETRY_AFTER_S} s"),
+        ),
+    })
 }
 
-fn json(body: Vec<u8>) -> Response {
-    (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
+/// A slot for a GET (weights, metrics), or the line of the 503 to answer.
+fn requester_slot(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: Option<Extension<Peer>>,
+    listener: Option<Extension<Listener>>,
+) -> Result<crate::admission::Slot, String> {
+    let read_only = listener.is_some_and(|Extension(l)| l == Listener::ReadOnly);
+    let principal = requester(state, headers, peer.as_ref().map(|Extension(p)| p), read_only);
+    slot_or_503(state, &principal).map_err(|(reason, line)| {
+        state.metrics.shed(reason);
+        line
+    })
 }
 
-async fn report(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+async fn report(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    peer: Option<Extension<Peer>>,
+    body: Body,
+) -> Response {
     let started = Instant::now();
-    let response = match handle_report(&state, &headers, body).await {
+    let response = match handle_report(&state, &headers, peer.as_ref().map(|Extension(p)| p), body).await {
         Ok(reply) => {
             state.metrics.reports_accepted.inc();
             json(reply)
@@ -121,26 +166,93 @@ fn refuse(state: &AppState, (reason, status, line): Refusal) -> Response {
     }
 }
 
-/// Bodies larger than this are parsed off the request's worker (`spawn_blocking`).
-const PARSE_ELSEWHERE_BYTES: usize = 64 * 1024;
-
-/// Identity, body, parse, merge (under the book's lock, with what the reply needs), reply (after).
-async fn handle_report(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, Refusal> {
+/// The identity `--identity` vouches for (403 without one where it is required), and the slot of
+/// the requester (503 when its share or every slot is taken).
+fn identity_and_slot(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: Option<&Peer>,
+) -> Result<(Option<String>, crate::admission::Slot), Refusal> {
     let vouched = state
         .identity
         .principal(headers)
         .map_err(|e| (RejectReason::NoIdentity, StatusCode::FORBIDDEN, e.to_string()))?;
-    let _slot = match &vouched {
-        Some(principal) => Some(state.enter(principal).ok_or_else(|| {
-            let line = format!(
-                "principal: {} reports of {principal:?} in progress; retry after {RETRY_AFTER_S} s",
-                state.limits.max_requests_per_principal
-            );
-            (RejectReason::PrincipalBusy, StatusCode::SERVICE_UNAVAILABLE, line)
-        })?),
-        None => None,
+    let principal = requester(state, headers, peer, false);
+    let slot = slot_or_503(state, &principal).map_err(|(reason, line)| {
+        state.metrics.shed(reason);
+        let reason = if reason == "overloaded" { RejectReason::Overloaded } else { RejectReason::PrincipalBusy };
+        (reason, StatusCode::SERVICE_UNAVAILABLE, line)
+    })?;
+    Ok((vouched, slot))
+}
+
+/// The body, at most `limit` bytes, after reserving `cost` bytes of the requests' memory budget
+/// (held by the returned reservation while the request is handled).
+async fn reserved_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    cost: usize,
+    what: &str,
+) -> Result<(crate::admission::Reservation, Vec<u8>), Refusal> {
+    let Some(reservation) = state.memory.reserve(cost) else {
+        state.metrics.shed("memory");
+        let line = format!("memory: {what} of up to {cost} bytes does not fit the requests' budget now; retry after {RETRY_AFTER_S} s");
+        return Err((RejectReason::Memory, StatusCode::SERVICE_UNAVAILABLE, line));
     };
-    let bytes = read_limited(headers, body, state.limits.max_body_bytes).await?;
+    let bytes = read_body(body, declared_length(headers), limit, state.limits.min_body_rate).await.map_err(|e| match e {
+        BodyError::TooLarge { .. } => (RejectReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
+        BodyError::TooSlow { .. } => {
+            state.metrics.shed("slow_body");
+            (RejectReason::Timeout, StatusCode::REQUEST_TIMEOUT, e.to_string())
+        }
+        BodyError::Broken(_) => (RejectReason::Malformed, StatusCode::BAD_REQUEST, e.to_string()),
+    })?;
+    Ok((reservation, bytes))
+}
+
+/// `POST /v1/attest`: identity, slot and memory as a report's, the body (at most
+/// `MAX_ATTESTATION_BYTES`), held to `--attest-rule` (`attest::accept`), into the book. 204 when taken.
+async fn attest(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    peer: Option<Extension<Peer>>,
+    body: Body,
+) -> Response {
+    let handled = async {
+        let (vouched, _slot) = identity_and_slot(&state, &headers, peer.as_ref().map(|Extension(p)| p))?;
+        let limit = MAX_ATTESTATION_BYTES.min(state.limits.max_body_bytes);
+        let cost = state.limits.report_cost(declared_length(&headers).unwrap_or(limit).min(limit));
+        let (_reservation, bytes) = reserved_body(&state, &headers, body, limit, cost, "an attestation").await?;
+        let attestation = crate::attest::accept(state.limits.attest_rule, vouched.as_deref(), &bytes)?;
+        let now = state.now_us();
+        state
+            .book()
+            .attest(&attestation, now)
+            .map_err(|r| (RejectReason::Cap(r), StatusCode::TOO_MANY_REQUESTS, format!("{}: {r}", r.as_str())))
+    };
+    match handled.await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(refusal) => refuse(&state, refusal),
+    }
+}
+
+/// Bodies larger than this are parsed off the request's worker (`spawn_blocking`).
+const PARSE_ELSEWHERE_BYTES: usize = 64 * 1024;
+
+/// Identity, slot, memory, body, parse, merge (under the book's lock, with what the reply needs),
+/// reply (after). Nothing of the body is read before the slot and the bytes it may cost are held.
+async fn handle_report(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: Option<&Peer>,
+    body: Body,
+) -> Result<Vec<u8>, Refusal> {
+    let (vouched, _slot) = identity_and_slot(state, headers, peer)?;
+    let limit = state.limits.max_body_bytes;
+    let cost = state.limits.report_cost(declared_length(headers).unwrap_or(limit));
+    let (_reservation, bytes) = reserved_body(state, headers, body, limit, cost, "a report").await?;
     // A large body is parsed on the blocking pool, so that the reports behind it on this worker
     // do not wait the milliseconds it takes.
     let parsed = if bytes.len() > PARSE_ELSEWHERE_BYTES {
@@ -173,122 +285,30 @@ async fn handle_report(state: &AppState, headers: &HeaderMap, body: Body) -> Res
     Ok(reply)
 }
 
-/// `POST /v1/attest`: identity and slot as a report's, the body (at most `MAX_ATTESTATION_BYTES`),
-/// held to `--attest-rule` (`attest::accept`), into the book. 204 when taken.
-async fn attest(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    let handled = async {
-        let vouched = state
-            .identity
-            .principal(&headers)
-            .map_err(|e| (RejectReason::NoIdentity, StatusCode::FORBIDDEN, e.to_string()))?;
-        let _slot = match &vouched {
-            Some(principal) => Some(state.enter(principal).ok_or_else(|| {
-                let line = format!("principal: requests of {principal:?} in progress; retry after {RETRY_AFTER_S} s");
-                (RejectReason::PrincipalBusy, StatusCode::SERVICE_UNAVAILABLE, line)
-            })?),
-            None => None,
-        };
-        let bytes = read_limited(&headers, body, MAX_ATTESTATION_BYTES.min(state.limits.max_body_bytes)).await?;
-        let attestation = crate::attest::accept(state.limits.attest_rule, vouched.as_deref(), &bytes)?;
-        let now = state.now_us();
-        state
-            .book()
-            .attest(&attestation, now)
-            .map_err(|r| (RejectReason::Cap(r), StatusCode::TOO_MANY_REQUESTS, format!("{}: {r}", r.as_str())))
-    };
-    match handled.await {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(refusal) => refuse(&state, refusal),
-    }
-}
-
-/// The body, or 413 if it is (or says it will be) larger than `limit`.
-async fn read_limited(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, Refusal> {
-    let too_large = || {
-        (RejectReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, format!("body: larger than the limit of {limit} bytes"))
-    };
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(too_large());
-    }
-    match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(e) => Err((RejectReason::Malformed, StatusCode::BAD_REQUEST, format!("body: could not be read: {e}"))),
-    }
-}
-
-/// `GET /v1/weights` pages: clusters by name, at most this many per page by default, at most
-/// `MAX_PAGE_CLUSTERS` on request, and no more clusters once a page holds `PAGE_ENDPOINTS` endpoints.
-const PAGE_CLUSTERS: usize = 64;
-const MAX_PAGE_CLUSTERS: usize = 1_024;
-const PAGE_ENDPOINTS: usize = 8_192;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WeightsQuery {
-    cluster: Option<String>,
-    after: Option<String>,
-    limit: Option<usize>,
-}
-
-/// One cluster (`?cluster=`), or a page of clusters by name after `?after=` (`?limit=`, default 64,
-/// at most 1,024; fewer once the page holds 8,192 endpoints) with the name to ask `after` next
-/// (`next`, null on the last page). The book's lock is held to copy the names, then the page.
 async fn weights(
     State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    peer: Option<Extension<Peer>>,
+    listener: Option<Extension<Listener>>,
     query: Result<Query<WeightsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let Ok(Query(q)) = query else {
-        return text(
-            StatusCode::BAD_REQUEST,
-            "query: expected `cluster=<name>`, or `after=<name>` and `limit=<count>`",
-        );
+    let _slot = match requester_slot(&state, &headers, peer, listener) {
+        Ok(slot) => slot,
+        Err(line) => return retry_later(line),
     };
-    let limit = q.limit.unwrap_or(PAGE_CLUSTERS);
-    if limit == 0 || limit > MAX_PAGE_CLUSTERS {
-        return text(StatusCode::BAD_REQUEST, format!("limit: {limit} is outside 1..={MAX_PAGE_CLUSTERS}"));
-    }
-    let (mut names, counts) = match &q.cluster {
-        Some(name) => (vec![name.clone()], state.book().counts()),
-        None => {
-            let book = state.book();
-            (book.cluster_names(), book.counts())
-        }
-    };
-    names.sort_unstable();
-    let after = q.after.as_deref().unwrap_or("");
-    let page: Vec<&str> =
-        names.iter().map(String::as_str).filter(|n| q.cluster.is_some() || *n > after).take(limit).collect();
-    let (mut decisions, now) = {
-        let book = state.book();
-        (book.decisions_of(page.iter().copied()), state.now_us())
-    };
-    if let Some(name) = &q.cluster {
-        if decisions.is_empty() {
-            return text(StatusCode::NOT_FOUND, format!("cluster: {name:?} is not tracked"));
-        }
-    }
-    let mut endpoints = 0;
-    let fits = decisions
-        .iter()
-        .position(|d| {
-            endpoints += d.endpoints.len();
-            endpoints > PAGE_ENDPOINTS
-        })
-        .map_or(decisions.len(), |at| at.max(1));
-    decisions.truncate(fits);
-    let more = q.cluster.is_none() && names.iter().filter(|n| n.as_str() > after).count() > decisions.len();
-    let next = more.then(|| decisions.last().map(|d| d.name.clone())).flatten();
-    let body = serde_json::json!({ "now_us": now, "counts": counts, "clusters": decisions, "next": next });
-    match serde_json::to_vec_pretty(&body) {
-        Ok(bytes) => json(bytes),
-        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("weights: {e}")),
-    }
+    weights_page::weights(&state, query.ok().map(|Query(q)| q))
 }
 
-async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+async fn metrics(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    peer: Option<Extension<Peer>>,
+    listener: Option<Extension<Listener>>,
+) -> Response {
+    let _slot = match requester_slot(&state, &headers, peer, listener) {
+        Ok(slot) => slot,
+        Err(line) => return retry_later(line),
+    };
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"))],

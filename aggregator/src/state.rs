@@ -1,10 +1,12 @@
 //! Shared state: the weight book behind one mutex (held for microseconds: parsing, rendering and
-//! serialising happen outside it), metrics, the identity source, the requests each principal has in
-//! progress, and the monotonic clock every time argument comes from.
+//! serialising happen outside it), metrics, the identity source, the request slots and the memory
+//! set aside for requests in progress (`admission.rs`), and the monotonic clock every time argument
+//! comes from.
 
+use crate::admission::{MemoryBudget, Slot, SlotRefusal, Slots};
+use crate::budget::ServiceLimits;
 use crate::identity::IdentitySource;
 use crate::metrics::AggregatorMetrics;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -22,6 +24,17 @@ pub struct RequestLimits {
     pub body_timeout: std::time::Duration,
     /// Who may attest for a cluster (`--attest-rule`).
     pub attest_rule: crate::attest::AttestRule,
+    /// Slowest body accepted, in bytes per second after `body::BODY_RATE_GRACE` (0: any).
+    pub min_body_rate: usize,
+    /// What the memory budget sets aside for requests (`budget.rs`).
+    pub budget: ServiceLimits,
+}
+
+impl RequestLimits {
+    /// What a report with a body of `body_bytes` reserves (`ServiceLimits::report_cost`).
+    pub fn report_cost(&self, body_bytes: usize) -> usize {
+        self.budget.report_cost(body_bytes)
+    }
 }
 
 pub struct AppState {
@@ -29,7 +42,8 @@ pub struct AppState {
     pub metrics: AggregatorMetrics,
     pub identity: IdentitySource,
     pub limits: RequestLimits,
-    in_progress: Arc<PrincipalSlots>,
+    slots: Arc<Slots>,
+    pub memory: MemoryBudget,
     started: Instant,
     /// First recompute done and not shutting down.
     ready: AtomicBool,
@@ -43,7 +57,8 @@ impl AppState {
             book: Mutex::new(WeightBook::new(params)),
             metrics: AggregatorMetrics::new()?,
             identity,
-            in_progress: Arc::new(PrincipalSlots { limit: limits.max_requests_per_principal, held: Mutex::default() }),
+            slots: Slots::new(limits.max_concurrent_requests, limits.max_requests_per_principal),
+            memory: MemoryBudget::new(limits.budget.request_bytes()),
             limits,
             started: Instant::now(),
             ready: AtomicBool::new(false),
@@ -62,10 +77,9 @@ impl AppState {
         self.book.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// A slot for one more request of `principal`, held until the guard drops; None while it has
-    /// `max_requests_per_principal` in progress.
-    pub fn enter(&self, principal: &str) -> Option<PrincipalSlot> {
-        self.in_progress.enter(principal)
+    /// A slot for one more request of `principal`, held until the guard drops (`Slots::enter`).
+    pub fn enter(&self, principal: &str) -> Result<Slot, SlotRefusal> {
+        self.slots.enter(principal)
     }
 
     pub fn set_ready(&self) {
@@ -78,44 +92,5 @@ impl AppState {
 
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Requests in progress per principal. Hand-written: tower's concurrency limits keep one count for
-/// all callers, and no maintained crate keys one by caller.
-#[derive(Debug)]
-struct PrincipalSlots {
-    limit: usize,
-    held: Mutex<HashMap<String, usize>>,
-}
-
-impl PrincipalSlots {
-    fn enter(self: &Arc<Self>, principal: &str) -> Option<PrincipalSlot> {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let n = held.entry(principal.to_string()).or_insert(0);
-        if *n >= self.limit {
-            return None;
-        }
-        *n += 1;
-        Some(PrincipalSlot { slots: self.clone(), principal: principal.to_string() })
-    }
-}
-
-/// One request of a principal in progress (see `AppState::enter`).
-#[derive(Debug)]
-pub struct PrincipalSlot {
-    slots: Arc<PrincipalSlots>,
-    principal: String,
-}
-
-impl Drop for PrincipalSlot {
-    fn drop(&mut self) {
-        let mut held = self.slots.held.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = held.get_mut(&self.principal) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                held.remove(&self.principal);
-            }
-        }
     }
 }

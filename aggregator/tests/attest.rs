@@ -34,7 +34,7 @@ async fn start() -> Aggregator {
     let addr: SocketAddr = listener.local_addr().unwrap();
     let mut config = ServiceConfig::for_tests(addr);
     config.recompute_interval_ms = 20;
-    config.identity = "xfcc".parse().unwrap();
+    config.identity = Some("xfcc".parse().unwrap());
     let state = tailweight_aggregator::state_from(&config).unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(tailweight_aggregator::serve(config, state, listener, async {

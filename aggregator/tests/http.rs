@@ -344,7 +344,7 @@ fn xfcc(sa: &str) -> String {
 
 #[tokio::test]
 async fn with_xfcc_identity_a_reports_principal_is_the_meshs_and_ids_it_invents_are_one_voice() {
-    let s = TestAggregator::start(|c| c.identity = "xfcc".parse().unwrap()).await;
+    let s = TestAggregator::start(|c| c.identity = Some("xfcc".parse().unwrap())).await;
     let (status, body) = s.post(report("pod-a", 10, &["10.0.0.1:80"]).to_string()).await;
     assert_eq!(
         (status, body.as_str()),
@@ -368,7 +368,7 @@ async fn with_xfcc_identity_a_reports_principal_is_the_meshs_and_ids_it_invents_
 #[tokio::test]
 async fn with_a_header_identity_each_principal_holds_its_share_of_the_limits() {
     let s = TestAggregator::start(|c| {
-        c.identity = "header:x-principal".parse().unwrap();
+        c.identity = Some("header:x-principal".parse().unwrap());
         c.max_endpoints_per_cluster = 4;
         c.principal_share = 0.25;
     })
@@ -441,7 +441,9 @@ async fn beyond_the_concurrent_requests_a_request_is_shed_with_retry_after() {
     assert_eq!(r.status().as_u16(), 503);
     assert_eq!(r.headers()["retry-after"], "1");
     assert_eq!(r.text().await.unwrap(), "overloaded: 1 requests in progress; retry after 1 s\n");
-    // Health and metrics are never shed.
+    // Weight queries and metrics take a slot too; health is never shed.
+    assert_eq!(s.get("/v1/weights").await.0, 503);
+    assert_eq!(s.get("/metrics").await.0, 503);
     assert_eq!(s.get("/healthz").await.0, 200);
     drop(held);
     s.stop().await;
@@ -485,7 +487,7 @@ async fn beyond_the_connection_limit_a_connection_gets_503_and_is_closed() {
 #[tokio::test]
 async fn one_principal_cannot_hold_every_request_slot() {
     let s = TestAggregator::start(|c| {
-        c.identity = "header:x-principal".parse().unwrap();
+        c.identity = Some("header:x-principal".parse().unwrap());
         c.max_requests_per_principal = 1;
     })
     .await;
@@ -494,7 +496,10 @@ async fn one_principal_cannot_hold_every_request_slot() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let body = report("pod-a", 10, &["10.0.0.1:80"]).to_string();
     let (status, line) = s.post_with(&[("x-principal", "mallory")], body.clone()).await;
-    assert_eq!((status, line.as_str()), (503, "principal: 1 reports of \"mallory\" in progress; retry after 1 s\n"));
+    assert_eq!(
+        (status, line.as_str()),
+        (503, "principal: \"mallory\" holds its share of the request slots; retry after 1 s\n")
+    );
     assert_eq!(s.post_with(&[("x-principal", "alice")], body).await.0, 200);
     drop(held);
     s.stop().await;
@@ -513,4 +518,91 @@ async fn large_bodies_are_parsed_as_well() {
     assert_eq!(status, 400);
     assert!(line.starts_with("malformed report: "), "{line}");
     s.stop().await;
+}
+
+/// A held request: headers and the first byte of a body that never finishes.
+fn held_report(principal: &str) -> Vec<u8> {
+    format!("POST /v1/report HTTP/1.1\r\nhost: x\r\nx-principal: {principal}\r\ncontent-length: 100\r\n\r\n{{")
+        .into_bytes()
+}
+
+#[tokio::test]
+async fn four_principals_cannot_hold_every_slot_and_weights_queries_take_one() {
+    let s = TestAggregator::start(|c| {
+        c.identity = Some("header:x-principal".parse().unwrap());
+        c.max_concurrent_requests = 8;
+        c.max_requests_per_principal = 4;
+        c.min_body_rate = 0;
+    })
+    .await;
+    // Each of four principals tries to hold four: the first gets 4 (half of 8), the others 1 each;
+    // one slot stays free.
+    let mut held = Vec::new();
+    for p in ["m0", "m1", "m2", "m3"] {
+        for _ in 0..4 {
+            held.push(s.raw(&held_report(p)).await);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let page = s.state.metrics.render();
+    assert_eq!(metric(&page, "tailweight_requests_shed_total{reason=\"principal_busy\"}"), 9.0, "{page}");
+    let body = report("pod-a", 10, &["10.0.0.1:80"]).to_string();
+    assert_eq!(s.post_with(&[("x-principal", "alice")], body.clone()).await.0, 200);
+    let weights = reqwest::Client::new().get(format!("{}/v1/weights", s.url)).header("x-principal", "bob");
+    assert_eq!(weights.send().await.unwrap().status().as_u16(), 200);
+    // A principal holding slots gets none of the last ones for a weights query either.
+    let weights = reqwest::Client::new().get(format!("{}/v1/weights", s.url)).header("x-principal", "m0");
+    assert_eq!(weights.send().await.unwrap().status().as_u16(), 503);
+    drop(held);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_trickled_body_is_cut_off_with_408_and_its_slot_is_freed() {
+    let s = TestAggregator::start(|c| {
+        c.identity = Some("header:x-principal".parse().unwrap());
+        c.max_requests_per_principal = 1;
+        c.min_body_rate = 1_000;
+    })
+    .await;
+    // One byte, then nothing: past the grace second it is below any rate.
+    let tcp = s.raw(&held_report("mallory")).await;
+    let response = until_closed(tcp).await;
+    assert!(response.starts_with("HTTP/1.1 408"), "{response}");
+    assert!(response.contains("body: slower than 1000 bytes/s"), "{response}");
+    let body = report("pod-a", 10, &["10.0.0.1:80"]).to_string();
+    assert_eq!(s.post_with(&[("x-principal", "mallory")], body).await.0, 200);
+    let page = s.state.metrics.render();
+    assert_eq!(metric(&page, "tailweight_requests_shed_total{reason=\"slow_body\"}"), 1.0);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn the_read_only_listener_serves_weights_and_never_takes_a_report() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let read_only = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let inspect = format!("http://{}", read_only.local_addr().unwrap());
+    let mut config = ServiceConfig::for_tests(listener.local_addr().unwrap());
+    config.identity = Some("xfcc".parse().unwrap());
+    let state = tailweight_aggregator::state_from(&config).unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task =
+        tokio::spawn(tailweight_aggregator::serve_with_read_only(config, state, listener, Some(read_only), async {
+            let _ = stopped.await;
+        }));
+    let body = report("pod-a", 10, &["10.0.0.1:80"]).to_string();
+    let forged = reqwest::Client::new()
+        .post(format!("{inspect}/v1/report"))
+        .header("x-forwarded-client-cert", xfcc("frontend"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status().as_u16(), 403);
+    assert!(forged.text().await.unwrap().starts_with("listener: read-only"));
+    for path in ["/v1/weights", "/metrics", "/healthz"] {
+        assert_eq!(reqwest::get(format!("{inspect}{path}")).await.unwrap().status().as_u16(), 200, "{path}");
+    }
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
 }

@@ -219,8 +219,8 @@ def section_fleet_memory(group: ProcGroup, variants: dict, s: Settings, tmp: Pat
     # One synthetic reporter stands for the whole fleet: give its identity the whole book (by
     # default one principal may hold a quarter of it), and the book room for 64 x 1,000 endpoints
     # (the aggregator's own memory is not what this measures).
-    agg = aggregator.start(group, "fleet-aggregator", args=["--worker-threads", "1", "--principal-share", "1",
-                                                            "--memory-limit-mib", "1024"])
+    agg = aggregator.start(group, "fleet-aggregator", args=["--identity=report", "--worker-threads", "1",
+                                                            "--principal-share", "1", "--memory-limit-mib", "1024"])
     names = configs.fleet_cluster_names(s.fleet_clusters)
     addresses_file = tmp / "fleet-addresses.txt"
     addresses_file.write_text("\n".join(backends.addresses) + "\n")
@@ -343,7 +343,7 @@ def section_light(group: ProcGroup, variants: dict, s: Settings, tmp: Path) -> t
     heap costs in CPU). Then, with --flat-minutes, RSS every 30 s under `flat_rps`."""
     backends = emu.start(group, [emu.BackendSettings(workers=16, base_ms=0.2, payload_bytes=s.payload)] * 3,
                          name="light-emulator")
-    agg = aggregator.start(group, "light-aggregator", args=["--worker-threads", "1"])
+    agg = aggregator.start(group, "light-aggregator", args=["--identity=report", "--worker-threads", "1"])
     for p in (backends.proc, agg.proc):
         measure.pin(p.pid, LOAD_CORE)
     bootstraps = {v: configs.client(w, backends.addresses, agg.port) for v, w in variants.items()}

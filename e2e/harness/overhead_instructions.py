@@ -131,7 +131,7 @@ def measure_one(group: ProcGroup, name: str, cfg: str, requests: int, idle_s: fl
 
 def section(group: ProcGroup, variants: dict, s, tmp: Path, log: Callable[[str], None]) -> dict:
     backends = emu.start(group, [emu.BackendSettings(workers=8, base_ms=1)] * 15, name="callgrind-emulator")
-    agg = aggregator.start(group, "callgrind-aggregator", args=["--worker-threads", "1"])
+    agg = aggregator.start(group, "callgrind-aggregator", args=["--identity=report", "--worker-threads", "1"])
     out = {"requests": s.instruction_requests, "idle_s": s.instruction_idle_s, "variants": {}}
     cfgs = bootstraps(variants, backends.addresses, agg.port)
     if s.instruction_probes:

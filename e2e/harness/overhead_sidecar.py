@@ -77,7 +77,7 @@ def section(group: ProcGroup, variants: dict, s, tmp: Path, log: Callable[[str],
     by thread kind, requests, errors, seconds}}}."""
     backends = emu.start(group, [emu.BackendSettings(workers=64, base_ms=10, speed=x, jitter=0.2, payload_bytes=1024)
                                  for x in SEED_SPEEDS], name="sidecar-emulator")
-    agg = aggregator.start(group, "sidecar-aggregator", args=["--worker-threads", "1"])
+    agg = aggregator.start(group, "sidecar-aggregator", args=["--identity=report", "--worker-threads", "1"])
     for p in (backends.proc, agg.proc):
         measure.pin(p.pid, 0)
     cfgs = bootstraps(variants, backends.addresses, agg.port)

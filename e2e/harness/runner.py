@@ -332,7 +332,8 @@ class PolicyRun:
                                                 f"{operator.RULE.median_weight:g}/median"}
         elif self.policy in REPORTING_POLICIES:
             # Stamps move traffic, and capacity from stale ORCA votes would then drift (sim/README.md).
-            args = list(STAMPS_AGGREGATOR_ARGS) if self.policy == "tailweight_stamps" else []
+            # Meshless: each Envoy's report names its reporter, and nothing else could vouch for it.
+            args = ["--identity=report", *(STAMPS_AGGREGATOR_ARGS if self.policy == "tailweight_stamps" else [])]
             self.aggregator = aggregator_mod.start(group, args=args)
             self.cpu.track("aggregator", self.aggregator.proc.pid)
             self.tap = ReportTap(self.aggregator.port).start()

@@ -298,7 +298,7 @@ class SoakRun(runner.PolicyRun):
                 self.progress.update(f"[soak] {now:.0f} s: aggregator killed", force=True)
             elif k.killed_s is not None and k.restarted_s is None and now >= k.plan.at_s + k.plan.down_s:
                 k.name = f"aggregator-{n}"
-                self.aggregator = aggregator_mod.start(self.group, name=k.name)
+                self.aggregator = aggregator_mod.start(self.group, name=k.name, args=["--identity=report"])
                 self.tap.forward_to(self.aggregator.port)
                 self.cpu.track(k.name, self.aggregator.proc.pid, from_zero=True)
                 self.soak.processes[k.name] = self.aggregator.proc

@@ -21,7 +21,10 @@ class Aggregator:
 def start(group: ProcGroup, name: str = "aggregator", args: Sequence[str] = (), binary: Path | None = None,
           timeout_s: float = 30.0) -> Aggregator:
     """Start `binary` (default: `make native`'s build) with `args`, wait until it listens and
-    answers /readyz."""
+    answers /readyz. `args` name `--identity` (the binary has no default: say whom reports are
+    trusted from); without it this raises ValueError before starting anything."""
+    if not any(a == "--identity" or a.startswith("--identity=") for a in args):
+        raise ValueError("aggregator.start: pass --identity explicitly (e.g. --identity=report for a meshless test)")
     ready_file = group.ready_file(name)
     proc = group.start(name, [binary or paths.binary("tailweight-aggregator"), "--listen", "127.0.0.1:0",
                               "--ready-file", ready_file, *args])

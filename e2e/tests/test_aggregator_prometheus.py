@@ -80,7 +80,7 @@ def stack(tmp_path):
     try:
         prom = Prometheus(group, [f"127.0.0.1:{exporter.port}"], tmp_path / "prometheus", job="e2e")
         agg = aggregator.start(group, args=[
-            "--cpu-url", prom.url, "--cpu-query", "tailweight_e2e_cpu",
+            "--identity=report", "--cpu-url", prom.url, "--cpu-query", "tailweight_e2e_cpu",
             "--cpu-ip-label", "endpoint", "--cpu-interval-ms", "300", "--cpu-timeout-ms", "1000",
             "--recompute-interval-ms", "200", "--log", "info",
         ])

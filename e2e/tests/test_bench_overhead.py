@@ -135,7 +135,7 @@ def test_the_shipped_sidecar_bootstrap_override_makes_envoy_release_free_heap(gr
 
 
 def test_synthetic_reports_make_the_aggregator_list_every_endpoint(group):
-    agg = aggregator.start(group)
+    agg = aggregator.start(group, args=["--identity=report"])
     addresses = [f"127.0.0.1:{20000 + i}" for i in range(300)]
     for tick in range(2):
         body = overhead_reporter.report_body("synthetic", 1, 1000, "fleet_00", addresses, tick)

@@ -26,7 +26,7 @@ def run_cli(argv, binary=None, check=True):
 
 def test_endpoints_shows_suspended_ramping_and_healthy_endpoints(group, tmp_path):
     backends = emu.start(group, [emu.BackendSettings(workers=4, base_ms=2.0) for _ in range(3)])
-    agg = aggregator.start(group, args=["--recompute-interval-ms", "200"])
+    agg = aggregator.start(group, args=["--identity=report", "--recompute-interval-ms", "200"])
     plugin = envoy_configs.plugin_config_for("tailweight", report_interval_ms=250, extra={
         "per_endpoint_metrics": True, "recovery_ramp_ms": 120_000, "probe_interval_ms": 100})
     proxy = envoy.start(group, "envoy-client", envoy_configs.render_client_envoy(

@@ -44,7 +44,7 @@ def test_every_panel_has_data_and_a_failing_endpoint_shows_as_ejected(group, tmp
     queries = panel_queries()
     assert len(queries) == 10 and EJECTIONS in queries, list(queries)
     backends = emu.start(group, [emu.BackendSettings(workers=4, base_ms=2.0) for _ in range(3)])
-    agg = aggregator.start(group, args=["--recompute-interval-ms", "200"])
+    agg = aggregator.start(group, args=["--identity=report", "--recompute-interval-ms", "200"])
     # One sidecar stands for many: its explorations (left to least_request) keep reaching a failing
     # endpoint after it suspended it, as the probes of a mesh's many sidecars would, so the
     # aggregator gets the evidence to eject it.

@@ -55,7 +55,7 @@ def report(reporter, endpoint, round_, errors_per_round):
 def test_a_server_role_attests_what_it_served_and_only_callers_count(group, app):
     # --identity report: a report's principal is its reporter field; --attest-rule any: the harness
     # has no mesh identities, so anyone may attest.
-    agg = aggregator.start(group, args=["--attest-rule", "any", "--recompute-interval-ms", "50"])
+    agg = aggregator.start(group, args=["--identity=report", "--attest-rule", "any", "--recompute-interval-ms", "50"])
     server = attesting_server(group, app, agg)
     endpoint = server.address()
     serve(server, 20)
@@ -80,7 +80,7 @@ def test_a_server_role_attests_what_it_served_and_only_callers_count(group, app)
 def test_the_aggregator_refuses_attestations_its_rule_does_not_allow(group, app):
     # The default rule (namespace) needs a mesh identity in the service's namespace: a meshless
     # caller has none, so every attestation is refused, counted, and traffic is untouched.
-    agg = aggregator.start(group)
+    agg = aggregator.start(group, args=["--identity=report"])
     server = attesting_server(group, app, agg)
     serve(server, 20)
     assert wait_for(lambda: server.stat(STAT + "attestations_failed") >= 2), server.stats(STAT)

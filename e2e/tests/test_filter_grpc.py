@@ -101,7 +101,7 @@ def test_long_streams_count_in_flight_only_until_their_first_headers(group, tmp_
     flight (the aggregator's merged in-flight per endpoint, from the filter's reports), and their
     latency samples are times to first headers, not stream durations."""
     backends = grpc_backends(group, 2, base_ms=5)
-    agg = aggregator.start(group)
+    agg = aggregator.start(group, args=["--identity=report"])
     plugin = envoy_configs.plugin_config_for("tailweight", extra={"explore_ratio": 0.0})
     proxy = grpc_client(group, backends.addresses, plugin, policy="tailweight", aggregator_port=agg.port)
     destination = f"127.0.0.1:{proxy.port()}"

@@ -318,6 +318,27 @@ impl WeightBook {
         self.principal_ids.get(principal).copied()
     }
 
+    /// A page of clusters by name: the first `limit` names after `after` (in byte order) with each
+    /// one's endpoint count, and whether more names follow. Holds `limit` references, never a copy
+    /// of every name (O(clusters x log limit)).
+    pub fn cluster_page(&self, after: &str, limit: usize) -> (Vec<(&str, usize)>, bool) {
+        let mut page = std::collections::BinaryHeap::with_capacity(limit.saturating_add(1).min(4_096));
+        let mut more = false;
+        for (name, cluster) in self.clusters.iter().filter(|(name, _)| name.as_str() > after) {
+            page.push((name.as_str(), cluster.endpoints.len()));
+            if page.len() > limit {
+                page.pop();
+                more = true;
+            }
+        }
+        (page.into_sorted_vec(), more)
+    }
+
+    /// How many endpoints a cluster has (None: not tracked).
+    pub fn cluster_endpoints(&self, name: &str) -> Option<usize> {
+        self.clusters.get(name).map(|c| c.endpoints.len())
+    }
+
     /// What the last recompute decided, for all clusters or one (sorted by name).
     pub fn decisions(&self, cluster: Option<&str>) -> Vec<ClusterDecision> {
         let mut out: Vec<ClusterDecision> = match cluster {

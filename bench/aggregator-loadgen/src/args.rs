@@ -57,6 +57,16 @@ pub(crate) struct LoadgenArgs {
     pub callers_matrix: bool,
     #[command(flatten)]
     pub attack: AttackArgs,
+    /// The worst bodies instead (bodies.rs): peak RSS per body at each --memory-limits-mib; its
+    /// section replaces the one of the same title in --md (the rest of that file is kept).
+    #[arg(long)]
+    pub worst_bodies: bool,
+    /// Budgets the worst bodies run at, in MiB.
+    #[arg(long, value_delimiter = ',', default_value = "192,128")]
+    pub memory_limits_mib: Vec<u64>,
+    /// Rounds of eight concurrent requests per body.
+    #[arg(long, default_value_t = 5)]
+    pub body_rounds: usize,
 }
 
 /// The attacks' settings.

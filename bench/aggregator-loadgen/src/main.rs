@@ -8,6 +8,7 @@
 
 mod args;
 mod callers;
+mod bodies;
 mod drive;
 mod fleet;
 mod hostile;
@@ -46,6 +47,11 @@ fn main() -> std::process::ExitCode {
 async fn run(args: LoadgenArgs) -> Result<(), String> {
     if args.reporters == 0 || args.endpoints == 0 || args.clusters == 0 || args.connections == 0 {
         return Err("reporters, endpoints, clusters and connections must be > 0".into());
+    }
+    if args.worst_bodies {
+        let binary = args.aggregator.as_ref().ok_or("--worst-bodies needs --aggregator PATH")?;
+        let (rows, md) = bodies::run(binary, args.server_cpu, &args.memory_limits_mib, args.body_rounds).await?;
+        return results::publish_section(&args, &rows, &md, bodies::TITLE);
     }
     let mut _server = None;
     let (addr, pid) = match (&args.aggregator, args.target) {

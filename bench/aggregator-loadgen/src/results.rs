@@ -89,3 +89,24 @@ pub(crate) fn publish(args: &LoadgenArgs, results: &impl Serialize, md: String) 
     }
     Ok(())
 }
+
+/// Print a section's markdown, write its JSON to `--json`, and put it in `--md` in place of the
+/// section that starts with `title` (or at the end), keeping the rest of that file.
+pub(crate) fn publish_section(
+    args: &LoadgenArgs,
+    results: &impl Serialize,
+    section: &str,
+    title: &str,
+) -> Result<(), String> {
+    print!("{section}");
+    if let Some(path) = &args.json {
+        let body = serde_json::to_vec_pretty(results).map_err(|e| e.to_string())?;
+        std::fs::write(path, body).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.md {
+        let old = std::fs::read_to_string(path).unwrap_or_default();
+        let kept = old.find(title).map_or(old.as_str(), |at| &old[..at]).trim_end();
+        std::fs::write(path, format!("{kept}\n{section}")).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}

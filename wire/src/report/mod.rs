@@ -15,8 +15,8 @@ use crate::protocol::{Limits, INTERVAL_MS, MAX_CPU, MAX_INFLIGHT, MAX_LATENCY_US
 use crate::validate::Invalid;
 use crate::validate::{check_clusters, check_name, check_range, check_unique_addresses, check_version, in_range};
 
+/// Read with serde by `read::parse_report` only (bounded seeds: the caps hold while parsing).
 #[derive(Debug, Clone, PartialEq)]
-#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
 pub struct Report {
     pub version: u32,
     /// Who reports: pod name and namespace, or the Envoy node id.
@@ -29,37 +29,10 @@ pub struct Report {
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
-#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
 pub struct ClusterReport {
     /// Envoy cluster name, e.g. `outbound|8080||svc.ns.svc.cluster.local`.
     pub name: String,
-    #[cfg_attr(feature = "serde", serde(deserialize_with = "presized_vec"))]
     pub endpoints: Vec<EndpointReport>,
-}
-
-/// A JSON array into a Vec that starts with room for 16 (JSON gives no length up front, and
-/// growing from nothing copies a typical report's endpoints three times).
-#[cfg(feature = "serde")]
-fn presized_vec<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: serde::Deserialize<'de>,
-{
-    struct Items<T>(std::marker::PhantomData<T>);
-    impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Items<T> {
-        type Value = Vec<T>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a sequence")
-        }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
-            let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(16).min(16));
-            while let Some(item) = seq.next_element()? {
-                items.push(item);
-            }
-            Ok(items)
-        }
-    }
-    d.deserialize_seq(Items(std::marker::PhantomData))
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

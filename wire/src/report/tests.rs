@@ -195,14 +195,14 @@ mod read {
                     let c = v["clusters"][0].clone();
                     v["clusters"] = json!([c.clone(), c.clone(), c]);
                 }),
-                "clusters: 3 is more than the limit of 2",
+                "clusters: more than the limit of 2 (refused at number 3)",
             ),
             (
                 Box::new(|v| {
                     let e = v["clusters"][0]["endpoints"][0].clone();
                     v["clusters"][0]["endpoints"] = json!([e.clone(), e.clone(), e.clone(), e]);
                 }),
-                "endpoints: 4 is more than the limit of 3",
+                "clusters[0].endpoints: more than the limit of 3 (refused at number 4)",
             ),
         ];
         for (mutate, needle) in cases {
@@ -232,7 +232,7 @@ mod read {
             .replacen("\"endpoints\":[", "\"endpoints\":{\"a\":[", 1)
             .replacen("]}]", "]}}]", 1);
         let err = parse_report(text.as_bytes(), &Limits::default()).unwrap_err().to_string();
-        assert!(err.starts_with("malformed report: invalid type: map, expected a sequence"), "{err}");
+        assert!(err.starts_with("malformed report: invalid type: map, expected an array of endpoints"), "{err}");
     }
 
     #[test]
@@ -251,5 +251,42 @@ mod read {
         v["reporter"] = serde_json::json!("");
         let empty = Invalid::Field { field: "reporter".into(), problem: "must not be empty".into() };
         assert_eq!(parse(&v.to_string()), ReportError::Invalid(empty));
+    }
+
+    /// The caps hold while parsing: what follows the cluster (or endpoint) past the limit is never
+    /// read, so a body that is broken after it is refused for the cap, not as malformed.
+    #[test]
+    fn caps_stop_the_parse_at_the_first_item_past_them() {
+        let limits = Limits { max_clusters: 16, max_endpoints_per_cluster: 3 };
+        let head = r#"{"version":1,"reporter":"r","incarnation":1,"interval_ms":1000,"clusters":["#;
+        let empty = r#"{"name":"","endpoints":[]}"#;
+        let attack = format!("{head}{}", vec![empty; 19_000].join(","));
+        let truncated = format!("{head}{},{{this is not JSON", vec![empty; 17].join(","));
+        let cap = Invalid::field("clusters", "more than the limit of 16 (refused at number 17)".to_string());
+        for body in [attack, truncated] {
+            assert_eq!(parse_report(body.as_bytes(), &limits), Err(ReportError::Invalid(cap.clone())));
+        }
+        let e = serde_json::to_string(&value()["clusters"][0]["endpoints"][0]).unwrap();
+        let body = format!(r#"{head}{{"name":"c","endpoints":[{e},{e},{e},{e},garbage"#);
+        let cap = Invalid::field("clusters[0].endpoints", "more than the limit of 3 (refused at number 4)".to_string());
+        assert_eq!(parse_report(body.as_bytes(), &limits), Err(ReportError::Invalid(cap)));
+        // Sixteen are fine as far as the caps go (the empty names are what is wrong with them).
+        let sixteen = format!("{head}{}]}}", vec![empty; 16].join(","));
+        let err = parse_report(sixteen.as_bytes(), &limits).unwrap_err().to_string();
+        assert!(err.starts_with("clusters[0].name"), "{err}");
+    }
+
+    #[test]
+    fn repeated_and_missing_fields_are_malformed() {
+        for body in [
+            r#"{"version":1,"version":1,"reporter":"r","incarnation":1,"interval_ms":1000,"clusters":[]}"#,
+            r#"{"version":1,"reporter":"r","incarnation":1,"interval_ms":1000,"clusters":[{"name":"a","name":"b","endpoints":[]}]}"#,
+            r#"{"version":1,"reporter":"r","incarnation":1,"interval_ms":1000}"#,
+            r#"{"version":1,"reporter":"r","incarnation":1,"interval_ms":1000,"clusters":[{"name":"a"}]}"#,
+            r#"{"version":1,"reporter":"r","incarnation":1,"interval_ms":1000,"clusters":[]} x"#,
+        ] {
+            let err = parse_report(body.as_bytes(), &Limits::default()).unwrap_err();
+            assert!(matches!(err, ReportError::Malformed(_)), "{body}: {err}");
+        }
     }
 }
