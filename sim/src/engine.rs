@@ -343,8 +343,6 @@ impl<'s, P: Policy> Engine<'s, P> {
         let s = &mut self.servers[r.endpoint as usize];
         if failed {
             s.errors += 1;
-        } else {
-            s.note_latency(latency_ns);
         }
         if self.recorded(&r) {
             self.m.recorded += 1;

@@ -33,6 +33,10 @@ options:
   --variant LIST         research variant of tailweight's deployment: mean_inflight (the view's
                          in-flight is qps x latency: the aggregator's --view-inflight mean), orca_max_age_ms=N, smoothing_ms=N (aggregator
                          parameters), subset=N (each proxy's cluster is a deterministic subset of N)
+  --prequal LIST         Prequal's parameters (default: the paper's): legacy (first: the simulator's
+                         earlier Prequal), probes=X, pool=N, max_age_ms=N, reuse=N|paper, delta=X,
+                         remove=X, q_rif=X, rif_history=N|pool, latency=rif|ewma, answer=arrival|send,
+                         per_server=on|off, targets=distinct|any, min_pool=N
   --threads N            policies (and sweep points) run in parallel (default 1)";
 
 struct Args {
@@ -91,6 +95,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 o.cswrr_periods_s = Some((number(&flag, b.trim())?, number(&flag, u.trim())?));
             }
             "--variant" => o.variant = Some(value("variant list")?),
+            "--prequal" => o.prequal = Some(value("Prequal parameter list")?),
             "--threads" => a.threads = number(&flag, &value("count")?)?,
             other => return Err(format!("unknown option {other:?}")),
         }

@@ -80,7 +80,16 @@ pub fn run_policy(setup: &Setup, name: &str, filter: &FilterConfig) -> Result<Po
             let capacities: Vec<f64> = setup.endpoints.iter().map(|s| s.capacity_rps()).collect();
             simulate(setup, Operator::new(c, &capacities, seed))?.0
         }
-        "prequal" => simulate(setup, Prequal::new(c, e, seed))?.0,
+        "prequal" => {
+            let (m, pq) = simulate(setup, Prequal::new(c, e, &setup.prequal, seed))?;
+            let s = pq.stats;
+            let picks = s.picks.max(1) as f64;
+            extra.insert("prequal_random_share".into(), s.random_picks as f64 / picks);
+            extra.insert("prequal_hot_share".into(), s.hot_picks as f64 / picks);
+            extra.insert("prequal_mean_pool".into(), s.pooled_sum as f64 / picks);
+            extra.insert("prequal_probes_per_query".into(), s.probes_sent as f64 / picks);
+            m
+        }
         "tailweight_local" | "tailweight" => {
             let (m, tw) = simulate(setup, Tailweight::new(c, e, filter, name == "tailweight", &setup.variant, seed))?;
             let picks = (tw.steered + tw.fallbacks).max(1) as f64;

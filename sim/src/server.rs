@@ -6,8 +6,6 @@ use std::collections::VecDeque;
 
 /// Seconds of per-second snapshots kept for the one-minute CPU rate.
 const CPU_WINDOW_S: usize = 60;
-/// How quickly the server's own latency estimate (for Prequal's probes) follows completions.
-const LATENCY_EWMA_ALPHA: f64 = 0.1;
 
 /// One simulated endpoint.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,8 +62,6 @@ pub struct Server {
     pub cpu: f64,
     window: WindowMarks,
     cpu_marks: VecDeque<f64>,
-    /// Recent latency of its responses (what a Prequal probe reports).
-    pub latency_ns: f64,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -79,7 +75,6 @@ impl Server {
     pub fn new(spec: EndpointSpec) -> Server {
         Server {
             speed: spec.speed,
-            latency_ns: spec.base_ns * spec.speed,
             spec,
             status: Status::Up,
             busy: 0,
@@ -113,10 +108,6 @@ impl Server {
         self.busy_integral += self.busy as f64 * now_ns.saturating_sub(self.changed_ns) as f64;
         self.changed_ns = now_ns;
         self.busy = self.busy.saturating_add_signed(delta);
-    }
-
-    pub fn note_latency(&mut self, latency_ns: u64) {
-        self.latency_ns += LATENCY_EWMA_ALPHA * (latency_ns as f64 - self.latency_ns);
     }
 
     /// Close the one-second window ending now: refresh the ORCA figures and the minute's CPU.

@@ -3,6 +3,7 @@
 //! what the file asks for that the simulator does not model (the mesh keys: docs/scenario.md).
 
 use crate::cswrr_periods::Periods;
+use crate::policy::prequal_config::PrequalConfig;
 use crate::scenario::{
     action_name, positive, Action, BackendGroup, Protocol, Retries, Scenario, Service, HARNESS_ONLY, POLICIES, SIM_ONLY,
 };
@@ -25,6 +26,8 @@ pub struct Overrides {
     pub cswrr_periods_s: Option<(f64, f64)>,
     /// Research variant of the tailweight deployment (see `variant`).
     pub variant: Option<String>,
+    /// Prequal's parameters (see `PrequalConfig::parse`).
+    pub prequal: Option<String>,
 }
 
 /// What an event does to the simulated endpoints (the file's actions but join and leave: the
@@ -65,6 +68,7 @@ pub struct Setup {
     pub filter_config: String,
     pub cswrr: Periods,
     pub variant: Variant,
+    pub prequal: PrequalConfig,
     pub events: Vec<TimedEvent>,
     pub policies: Vec<String>,
 }
@@ -144,6 +148,7 @@ impl Setup {
                 Periods { blackout_ns: secs_to_ns(blackout), update_ns: secs_to_ns(update) }
             },
             variant: Variant::parse(o.variant.as_deref().or(s.sim.variant.as_deref()).unwrap_or(""))?,
+            prequal: PrequalConfig::parse(o.prequal.as_deref().unwrap_or(""))?,
             events,
             policies: default_policies(s.policies.as_deref()),
         })

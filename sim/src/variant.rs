@@ -17,6 +17,11 @@ pub struct Variant {
     pub orca_max_age_ms: Option<u64>,
     /// The aggregator's weight smoothing time constant, milliseconds (None: the default, 2 s).
     pub smoothing_ms: Option<u64>,
+    /// Each pick also probes this many random endpoints (a fraction carries over), Prequal's way
+    /// (`probe_transit`): the server-role sidecar answers with the endpoint's requests in flight,
+    /// which reaches the pick as a load stamp a round trip after sending (0: no probes). Only
+    /// with load stamps on (`load_stamp_max_age_ms` in the filter configuration).
+    pub probe_stamps: f64,
 }
 
 impl Variant {
@@ -36,6 +41,11 @@ impl Variant {
                         format!("variant: smoothing_ms: expected a positive number of milliseconds, got {n:?}")
                     })?)
                 }
+                Some(("probe_stamps", n)) => {
+                    v.probe_stamps = n.trim().parse().ok().filter(|n: &f64| n.is_finite() && *n > 0.0).ok_or_else(|| {
+                        format!("variant: probe_stamps: expected a positive number of probes per request, got {n:?}")
+                    })?
+                }
                 Some(("subset", n)) => {
                     v.subset =
                         n.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
@@ -44,7 +54,7 @@ impl Variant {
                 }
                 _ => {
                     return Err(format!(
-                    "variant: {item:?} is unknown (known: mean_inflight, orca_max_age_ms=N, smoothing_ms=N, subset=N)"
+                    "variant: {item:?} is unknown (known: mean_inflight, orca_max_age_ms=N, smoothing_ms=N, subset=N, probe_stamps=X)"
                 ))
                 }
             }
@@ -70,6 +80,9 @@ impl Variant {
         }
         if self.subset > 0 {
             parts.push(format!("subset={}", self.subset));
+        }
+        if self.probe_stamps > 0.0 {
+            parts.push(format!("probe_stamps={}", self.probe_stamps));
         }
         parts.join(",")
     }
@@ -105,11 +118,19 @@ mod tests {
 
     #[test]
     fn variants_parse_and_refuse_unknown_items_naming_them() {
-        let v = Variant::parse("mean_inflight, subset=20,orca_max_age_ms=3000").unwrap();
-        assert_eq!(v, Variant { subset: 20, mean_inflight: true, orca_max_age_ms: Some(3000), smoothing_ms: None });
+        let v = Variant::parse("mean_inflight, subset=20,orca_max_age_ms=3000,probe_stamps=1.5").unwrap();
+        let expected = Variant {
+            subset: 20,
+            mean_inflight: true,
+            orca_max_age_ms: Some(3000),
+            probe_stamps: 1.5,
+            ..Default::default()
+        };
+        assert_eq!(v, expected);
         assert_eq!(Variant::parse(&v.label()).unwrap(), v);
         assert!(Variant::parse("").unwrap().is_default());
         assert!(Variant::parse("subset=0").unwrap_err().contains("subset"));
+        assert!(Variant::parse("probe_stamps=0").unwrap_err().contains("probe_stamps"));
         assert!(Variant::parse("stamps").unwrap_err().contains("\"stamps\" is unknown"));
     }
 

@@ -14,6 +14,10 @@ pub mod operator;
 pub mod operator_rule;
 pub mod peak_ewma;
 pub mod prequal;
+pub mod prequal_config;
+pub mod prequal_pool;
+pub mod prequal_server;
+pub mod probe_transit;
 pub mod round_robin;
 pub mod tailweight;
 

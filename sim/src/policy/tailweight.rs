@@ -16,9 +16,13 @@
 //! subset (the fallback draws there, the view lists only it); `orca_max_age_ms` and
 //! `smoothing_ms` set the book's parameters, and `mean_inflight` its view in-flight (`ViewInflight::Mean`, the
 //! aggregator's `--view-inflight mean`: the decision's qps x latency; see sim/README.md).
+//! With `probe_stamps=X` each pick also probes X random endpoints (`probe_transit`); the answers
+//! (the endpoint's requests in flight when the probe reached it) reach `note_stamp` as stamps.
 
 use super::active::Active;
+use super::probe_transit::ProbeTransit;
 use super::{phase, Choice, Ctx, Outcome, Policy, Timer};
+use crate::server::Status;
 use crate::variant::{deterministic_subsets, Variant};
 use serde::Serialize;
 use std::net::SocketAddrV4;
@@ -44,6 +48,7 @@ const TICK: u8 = 0;
 const REPORT_ARRIVES: u8 = 1;
 const REPLY_ARRIVES: u8 = 2;
 const RECOMPUTE: u8 = 3;
+const PROBES_ARRIVE: u8 = 4;
 
 /// One report (and reply) in this many is serialised to measure the bytes per endpoint entry.
 const BYTES_SAMPLE_EVERY: u64 = 64;
@@ -160,6 +165,11 @@ pub struct Tailweight {
     pub steered: u64,
     /// Responses carry server-side load stamps (the filter configuration enables them).
     load_stamps: bool,
+    /// Research variant `probe_stamps`: probes per pick, each client's fraction carried over, and
+    /// the probes on the network.
+    probes_per_pick: f64,
+    probe_credit: Vec<f64>,
+    probes: ProbeTransit,
 }
 
 impl Tailweight {
@@ -212,6 +222,27 @@ impl Tailweight {
             fallbacks: 0,
             steered: 0,
             load_stamps: config.pick.load_stamp_max_age_us > 0,
+            probes_per_pick: variant.probe_stamps,
+            probe_credit: vec![0.0; if variant.probe_stamps > 0.0 { clients as usize } else { 0 }],
+            probes: ProbeTransit::default(),
+        }
+    }
+
+    /// Variant `probe_stamps`: answers that came back become stamps, then this pick's probes go out.
+    fn probe(&mut self, client: u32, ctx: &mut Ctx) {
+        while let Some(a) = self.probes.deliver(ctx.now_ns) {
+            let served = self.addresses[a.endpoint as usize].as_str();
+            self.balancers[a.client as usize].note_stamp(CLUSTER, served, LoadStamp { rif: a.rif }, a.at_ns / 1_000);
+        }
+        let credit = &mut self.probe_credit[client as usize];
+        *credit += self.probes_per_pick;
+        let at_server_ns = ctx.now_ns + ctx.network_delay_ns;
+        if *credit >= 1.0 {
+            ctx.after(ctx.network_delay_ns, Timer { kind: PROBES_ARRIVE, arg: 0 });
+        }
+        while *credit >= 1.0 {
+            *credit -= 1.0;
+            self.probes.send(client, self.rng.below(self.addresses.len()) as u32, at_server_ns);
         }
     }
 
@@ -338,6 +369,9 @@ impl Policy for Tailweight {
     }
 
     fn pick(&mut self, client: u32, ctx: &mut Ctx) -> Choice {
+        if self.probes_per_pick > 0.0 {
+            self.probe(client, ctx);
+        }
         let pick = self.balancers[client as usize].pick(CLUSTER, ctx.now_ns / 1_000);
         let steered = match &pick {
             Pick::Steer { header, first_len, epoch } => {
@@ -411,6 +445,11 @@ impl Policy for Tailweight {
                         agg.ready[client] = Some((reply, ctx.now_ns / 1_000));
                     }
                 }
+            }
+            PROBES_ARRIVE => {
+                let servers = ctx.servers;
+                let up = |e: u32| Some(&servers[e as usize]).filter(|s| s.status == Status::Up);
+                self.probes.arrive(ctx.now_ns, ctx.network_delay_ns, |e| up(e).map(|s| (s.in_flight(), 0.0)));
             }
             RECOMPUTE => {
                 if let Some(agg) = &mut self.aggregator {
