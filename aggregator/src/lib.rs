@@ -2,9 +2,9 @@
 //! in-flight, latency, ejection) for the clusters they asked about. Weight logic lives in
 //! `tailweight_weights`; this crate is the thin service around it.
 
-pub mod attest;
 pub mod admission;
 pub mod answer;
+pub mod attest;
 pub mod body;
 pub mod budget;
 pub mod config;

@@ -56,7 +56,10 @@ pub fn router(state: Arc<AppState>, listener: Listener) -> Router {
         Listener::Reports => limited.route(REPORT_PATH, post(report)).route(ATTEST_PATH, post(attest)),
         Listener::ReadOnly => {
             let read_only = || async {
-                text(StatusCode::FORBIDDEN, "listener: read-only (reports and attestations go to --listen, through the sidecar)")
+                text(
+                    StatusCode::FORBIDDEN,
+                    "listener: read-only (reports and attestations go to --listen, through the sidecar)",
+                )
             };
             limited.route(REPORT_PATH, post(read_only)).route(ATTEST_PATH, post(read_only))
         }
@@ -198,17 +201,20 @@ async fn reserved_body(
 ) -> Result<(crate::admission::Reservation, Vec<u8>), Refusal> {
     let Some(reservation) = state.memory.reserve(cost) else {
         state.metrics.shed("memory");
-        let line = format!("memory: {what} of up to {cost} bytes does not fit the requests' budget now; retry after {RETRY_AFTER_S} s");
+        let line = format!(
+            "memory: {what} of up to {cost} bytes does not fit the requests' budget now; retry after {RETRY_AFTER_S} s"
+        );
         return Err((RejectReason::Memory, StatusCode::SERVICE_UNAVAILABLE, line));
     };
-    let bytes = read_body(body, declared_length(headers), limit, state.limits.min_body_rate).await.map_err(|e| match e {
-        BodyError::TooLarge { .. } => (RejectReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
-        BodyError::TooSlow { .. } => {
-            state.metrics.shed("slow_body");
-            (RejectReason::Timeout, StatusCode::REQUEST_TIMEOUT, e.to_string())
-        }
-        BodyError::Broken(_) => (RejectReason::Malformed, StatusCode::BAD_REQUEST, e.to_string()),
-    })?;
+    let bytes =
+        read_body(body, declared_length(headers), limit, state.limits.min_body_rate).await.map_err(|e| match e {
+            BodyError::TooLarge { .. } => (RejectReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
+            BodyError::TooSlow { .. } => {
+                state.metrics.shed("slow_body");
+                (RejectReason::Timeout, StatusCode::REQUEST_TIMEOUT, e.to_string())
+            }
+            BodyError::Broken(_) => (RejectReason::Malformed, StatusCode::BAD_REQUEST, e.to_string()),
+        })?;
     Ok((reservation, bytes))
 }
 

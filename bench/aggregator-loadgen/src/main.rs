@@ -7,8 +7,8 @@
 //! Pin this driver to another core yourself (`taskset -c 0 tailweight-loadgen ...`).
 
 mod args;
-mod callers;
 mod bodies;
+mod callers;
 mod drive;
 mod fleet;
 mod hostile;
