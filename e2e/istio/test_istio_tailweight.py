@@ -468,8 +468,9 @@ def test_metrics_visible_to_a_mesh_prometheus(mesh):
     for name, kind in wanted.items():
         assert envoy.get(name) == kind, (name, sorted(k for k in envoy if k.startswith("tailweight")))
         assert merged.get(name) == kind, (name, sorted(k for k in merged if k.startswith("tailweight")))
-    # The per-endpoint counters too (perEndpointMetrics), one series per endpoint.
-    assert any(re.fullmatch(r"tailweight_endpoint_[0-9_]+_picks", k) for k in envoy), sorted(envoy)
+    # The per-endpoint counters too (perEndpointMetrics): one series per endpoint and cluster, or one
+    # name with upstream_endpoint/upstream_cluster labels where the bootstrap override tags them.
+    assert any(re.fullmatch(r"tailweight_endpoint_(.+_)?picks", k) for k in envoy), sorted(envoy)
     replica = mesh.live[0]
     aggregator = prometheus_text(f"http://{tm.LOCALHOST}:{replica.sidecar.status_port}/stats/prometheus")
     assert aggregator.get("tailweight_reports_accepted_total") == "counter", sorted(aggregator)
