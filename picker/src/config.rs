@@ -263,6 +263,18 @@ fn fields(members: &[(String, Value)]) -> Result<FilterConfig, FieldError> {
             .then(|| header_name(&mut f, "attest_source_header", "")),
     };
     f.reject_unknown()?;
+    // An endpoint this proxy's picker avoids (its latency estimate looks bad) is tried again once the
+    // estimate is older than `stale_after_ms`; forgotten before that, it would drop out of this
+    // proxy's reports and picks while it is still in the cluster.
+    if config.endpoint_ttl_ms.saturating_mul(1_000) <= config.pick.stale_after_us {
+        let stale_ms = config.pick.stale_after_us / 1_000;
+        let problem = format!(
+            "must be more than `stale_after_ms` ({stale_ms}): an endpoint the picker avoids is tried again only \
+             once its latency estimate is that old, and would be forgotten first; got {}",
+            config.endpoint_ttl_ms
+        );
+        return Err(f.error("endpoint_ttl_ms", problem));
+    }
     let server = config.role == FilterRole::Server;
     if server && config.aggregator.is_some() && config.attest_clusters.is_empty() {
         return Err(f.error(

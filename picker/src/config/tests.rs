@@ -123,6 +123,8 @@ fn every_error_names_the_field() {
         (r#"{"attest_clusters": ["c"], "aggregator": {"cluster": "a"}}"#, "field `attest_clusters`: needs role"),
         (r#"{"role": "server", "attest_clusters": ["c"]}"#, "field `attest_clusters`: needs role \"server\" and an"),
         (r#"{"role": "server", "attest_source_header": "X-P"}"#, "field `attest_source_header`: expected a lower"),
+        (r#"{"endpoint_ttl_ms": 4000}"#, "field `endpoint_ttl_ms`: must be more than `stale_after_ms` (5000)"),
+        (r#"{"endpoint_ttl_ms": 4000, "stale_after_ms": 4000}"#, "field `endpoint_ttl_ms`: must be more than"),
         (r#"{"load_stamp_pool": 0}"#, "field `load_stamp_pool`: expected an integer in 1..=64, got 0"),
         (r#"{"load_stamp_max_fresh_share": 2}"#, "field `load_stamp_max_fresh_share`: expected a number in 0..=1"),
         (r#"{"load_stamp_max_age_ms": 1e9}"#, "field `load_stamp_max_age_ms`: expected an integer in 0..=10000"),
@@ -178,4 +180,10 @@ fn override_values() {
     assert!(!is_override_value("10.0.0.1:80,"));
     assert!(!is_override_value("evil.example.com:80"));
     assert!(!is_override_value(""));
+}
+
+#[test]
+fn a_short_endpoint_ttl_is_accepted_with_a_shorter_stale_after() {
+    let c = FilterConfig::parse(br#"{"endpoint_ttl_ms": 4000, "stale_after_ms": 2000}"#).unwrap();
+    assert_eq!((c.endpoint_ttl_ms, c.pick.stale_after_us), (4_000, 2_000_000));
 }
