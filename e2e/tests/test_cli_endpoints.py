@@ -40,32 +40,47 @@ def test_endpoints_shows_suspended_ramping_and_healthy_endpoints(group, tmp_path
             proc.popen.wait(seconds + 60)
         return proc
 
+    def states_are(want):
+        def check():
+            load("probe", 1)
+            report = json.loads(run_cli([*base, "--window-s", "0", "-o", "json"]).stdout)
+            got = {e["address"]: e["state"] for e in report["endpoints"]}
+            assert got == want, got
+            return report
+        return check
+
     load("warm", 3)
     backends.event([1, 2], "fail")
-    load("failing", 3)
+    # A failing endpoint the picker already avoids (its failures make it look slow) is suspended only
+    # once its failure ratio passes one half, which can take a few seconds after the warm-up's
+    # successes: wait for both, so that the recovering one starts from a suspension.
+    wait_for(states_are({healthy: "healthy", failing: "suspended", recovering: "suspended"}), 60,
+             "both failing endpoints suspended in the CLI", proxy.proc, interval_s=0.5)
     backends.event([2], "recover")
+    wait_for(states_are({healthy: "healthy", failing: "suspended", recovering: "ramping"}), 60,
+             "suspended and ramping endpoints in the CLI", proxy.proc, interval_s=0.5)
 
-    def states():
-        load("probe", 1)
-        report = json.loads(run_cli([*base, "--window-s", "0", "-o", "json"]).stdout)
-        got = {e["address"]: e["state"] for e in report["endpoints"]}
-        assert got == {healthy: "healthy", failing: "suspended", recovering: "ramping"}, got
-        return report
-
-    wait_for(states, 60, "suspended and ramping endpoints in the CLI", proxy.proc, interval_s=0.5)
-
-    background = load("during", 6, wait=False)
+    background = load("during", 8, wait=False)
+    picks = "wasmcustom.tailweight.picks"
+    before = proxy.stat(picks)
+    wait_for(lambda: proxy.stat(picks) > before + 10, 30, "the background load flowing", proxy.proc)
     report = json.loads(run_cli([*base, "--window-s", "2", "-o", "json"]).stdout)
     background.popen.wait(70)
     rows = {e["address"]: e for e in report["endpoints"]}
     assert report["cluster"] == CLUSTER and report["window_s"] == 2 and report["view_age_ms"] is not None, report
     assert set(rows) == set(backends.addresses), rows
+    assert sum(r["picks"] for r in rows.values()) >= 30, rows
     assert abs(sum(r["share"] for r in rows.values()) - 1) < 1e-9, rows
-    assert rows[healthy]["share"] > rows[recovering]["share"] and rows[healthy]["share"] > rows[failing]["share"], rows
+    # The suspended one gets probes only; the ramping one is picked again. (Its share against the
+    # healthy one's is not fixed: with two candidates the picker compares both on every request, and
+    # the ramp scales only how often the recovered one is drawn.)
+    assert rows[healthy]["share"] > rows[failing]["share"] and rows[recovering]["picks"] > 0, rows
     assert rows[healthy]["latency_ms"] > 0 and rows[healthy]["inflight"] is not None, rows[healthy]
     assert rows[healthy]["weight"] > 0 and rows[recovering]["weight"] > 0, rows
-    # The failing one, while its probes' failures keep it in the reports, weighs less.
-    assert rows[failing]["weight"] is None or rows[failing]["weight"] < rows[healthy]["weight"], rows
+    # The failing one is in the aggregator's book only through its probes' failures, a few a second
+    # and none between the loads: how far its weight has fallen depends on that timing (the weights'
+    # unit tests hold its fall), so here only that what the CLI shows is a published weight.
+    assert rows[failing]["weight"] is None or rows[failing]["weight"] >= 0.05, rows
 
     plugin_name = tmp_path / "kubectl-tailweight"
     os.symlink(paths.binary("tailweight"), plugin_name)
