@@ -201,9 +201,23 @@ def test_header_values_that_are_not_utf8_are_malformed_values_not_a_crash(group)
     assert client.stat("picks") + client.stat("explorations") + client.stat("fallbacks") == 30
 
 
+EMPTY_REPLY = b'{"version":1,"ttl_ms":3000,"clusters":[]}'
+REPLIES = {
+    "garbage": b"not json",
+    # Valid JSON even when cut at the limit: only a size check before reading refuses it.
+    "oversized": EMPTY_REPLY + b" " * (4 << 20),
+    "foreign": json.dumps({"version": 1, "ttl_ms": 3000, "clusters": [{"name": "not-reported", "endpoints": [
+        {"address": "10.9.9.9:80", "weight": 1.0, "inflight": 0, "peer_inflight": 0, "latency_us": 1000}]}]}).encode(),
+}
+REPLY_PROBLEMS = {"garbage": "malformed reply", "slow": "aggregator answered 504", "down": "aggregator answered 503",
+                  "oversized": "bytes, over the limit of 4194304", "foreign": 'it has a view of "not-reported"'}
+
+
 class Recorder:
     """Stands in for the aggregator's network side: records every report and answers per `mode`
-    (ok: a valid empty reply; garbage; slow: answers after the filter's timeout)."""
+    (ok: a valid empty reply; garbage; slow: answers after the filter's timeout; oversized: a valid
+    reply padded past the filter's 4 MiB limit; foreign: a valid reply with a view of a cluster the
+    report did not name)."""
 
     def __init__(self, mode="ok"):
         self.mode, self.reports, self.lock = mode, [], threading.Lock()
@@ -215,7 +229,7 @@ class Recorder:
             self.reports.append((time.monotonic(), request.headers.get("x-tailweight-shard"), json.loads(request.body)))
         if self.mode == "slow":
             time.sleep(1.0)
-        return Reply(body=b"not json" if self.mode == "garbage" else b'{"version":1,"ttl_ms":3000,"clusters":[]}')
+        return Reply(body=REPLIES.get(self.mode, EMPTY_REPLY))
 
     def snapshot(self):
         with self.lock:
@@ -329,7 +343,7 @@ def test_per_endpoint_pick_counters_count_each_endpoints_picks(group, tmp_path):
     assert labelled == expected, (labelled, expected)
 
 
-@pytest.mark.parametrize("mode", ["garbage", "slow", "down"])
+@pytest.mark.parametrize("mode", ["garbage", "slow", "down", "oversized", "foreign"])
 def test_misbehaving_aggregator_never_fails_a_request(group, tmp_path, mode):
     recorder = Recorder(mode)
     port = recorder.port
@@ -343,8 +357,9 @@ def test_misbehaving_aggregator_never_fails_a_request(group, tmp_path, mode):
         total, errors = run_fortio(group, tmp_path, client.url, qps=100, connections=4, seconds=4)
         assert total >= 300 and errors == 0
         assert client.stat("reports_failed") > 0
-        assert client.stat("reports_ok") == 0
+        assert client.stat("reports_ok") == 0 and client.stat("views_applied") == 0
         assert client.stat("picks") > 0.8 * total, "local-only decisions continue"
+        assert REPLY_PROBLEMS[mode] in client.envoy.proc.log(), mode
     finally:
         if mode != "down":
             recorder.close()

@@ -13,8 +13,10 @@ use tailweight_wire::reply::read::read_reply;
 use tailweight_wire::report::write::write_report;
 use tailweight_wire::report::{ClusterReport, Report};
 
-/// Largest reply body read (bigger ones are cut short and then fail to parse).
+/// Largest reply body read: a bigger one is refused before a byte of it is copied into the VM.
 const MAX_REPLY_BYTES: usize = 4 << 20;
+/// Of a refusal's body, the bytes quoted in the log line.
+const MAX_REASON_BYTES: usize = 200;
 /// Log the first failure and then every n-th, so a dead aggregator does not flood the log.
 const LOG_EVERY: u64 = 100;
 
@@ -83,26 +85,36 @@ impl Reporter {
     pub fn on_response(&mut self, token: u32, body_size: usize, metrics: &Metrics, now_us: u64) {
         let Some(at) = self.pending.iter().position(|(t, _)| *t == token) else { return };
         let (_, cluster) = self.pending.swap_remove(at);
-        let status = host::call_response_header(":status");
-        let body = host::call_response_body(body_size.min(MAX_REPLY_BYTES));
-        match status.as_deref() {
+        match host::call_response_header(":status").as_deref() {
             Some("200") => {}
             Some(code) => {
-                let reason = String::from_utf8_lossy(&body[..body.len().min(200)]).replace('\n', " ");
+                let body = host::call_response_body(body_size.min(MAX_REASON_BYTES));
+                let reason = String::from_utf8_lossy(&body).replace('\n', " ");
                 return self.fail(metrics, &format!("aggregator answered {code} for {cluster}: {reason}"));
             }
             None => return self.fail(metrics, &format!("aggregator call for {cluster} failed or timed out")),
         }
-        match read_reply(&body, &Limits::default()) {
-            Ok(reply) => {
-                for view in reply.clusters {
-                    shared::store_view(&StoredView { received_us: now_us, ttl_ms: reply.ttl_ms, view });
-                }
-                shared::views_stored();
-                metrics::inc(metrics.reports_ok);
-            }
-            Err(reason) => self.fail(metrics, &format!("ignoring aggregator reply for {cluster}: {reason}")),
+        if body_size > MAX_REPLY_BYTES {
+            let problem = format!("{body_size} bytes, over the limit of {MAX_REPLY_BYTES}");
+            return self.fail(metrics, &format!("ignoring aggregator reply for {cluster}: {problem}"));
         }
+        let body = host::call_response_body(body_size);
+        let reply = match read_reply(&body, &Limits::default()) {
+            Ok(reply) => reply,
+            Err(reason) => return self.fail(metrics, &format!("ignoring aggregator reply for {cluster}: {reason}")),
+        };
+        // A report names one cluster, and the reply answers for it: views of others (which only a
+        // faulty or hostile aggregator sends) would fill shared data with clusters this proxy
+        // does not steer.
+        if let Some(other) = reply.clusters.iter().find(|v| v.name != cluster) {
+            let other = tailweight_wire::json::quoted(&other.name);
+            return self.fail(metrics, &format!("ignoring aggregator reply for {cluster}: it has a view of {other}"));
+        }
+        for view in reply.clusters {
+            shared::store_view(&StoredView { received_us: now_us, ttl_ms: reply.ttl_ms, view });
+        }
+        shared::views_stored();
+        metrics::inc(metrics.reports_ok);
     }
 
     fn fail(&mut self, metrics: &Metrics, message: &str) {
