@@ -70,6 +70,16 @@ impl Beat {
     pub fn of_words([version, at_us]: [u64; 2]) -> Beat {
         Beat { version, at_us }
     }
+
+    /// The VM is gone when this, its last beat, is older than the endpoint ttl and than `live_ms` (a
+    /// quiet worker beats at its slowest tick; the main thread's VM marks itself gone with a beat at
+    /// 0): a VM of an earlier configuration, destroyed. What it saw of endpoints is older than the
+    /// ttl, so its snapshot leaves this Envoy's reports (its cumulative counters with it: the
+    /// aggregator takes the drop as a counter reset, one window), and its slot is read rarely, so
+    /// per-tick work does not grow with reconfigurations. A VM that beats again is read again.
+    pub fn gone(self, now_us: u64, ttl_ms: u64, live_ms: u64) -> bool {
+        now_us.saturating_sub(self.at_us) > ttl_ms.max(live_ms).saturating_mul(1_000)
+    }
 }
 
 /// What the last report was made of: the digest of its slot versions (0: none yet), the requests
@@ -93,6 +103,17 @@ impl LastReport {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_vm_is_gone_once_silent_for_longer_than_the_ttl_and_the_live_window() {
+        let (s, beat) = (1_000_000, |at_us| Beat { version: 1, at_us });
+        assert!(!beat(100 * s).gone(104 * s, 4_000, 3_000), "within the ttl");
+        assert!(beat(100 * s).gone(104 * s + 1, 4_000, 3_000));
+        assert!(!beat(100 * s).gone(104 * s + 1, 1_000, 6_000), "a quiet worker beating slowly is not gone");
+        assert!(beat(0).gone(61 * s, 60_000, 3_000), "the main thread's VM marks itself gone with a beat at 0");
+        assert!(!beat(105 * s).gone(104 * s, 1_000, 1_000), "a beat from the future (clock skew between VMs)");
+    }
+
     use super::*;
 
     #[test]

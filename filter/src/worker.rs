@@ -27,6 +27,9 @@ struct SiblingSlot {
     number: u64,
     version: u64,
     live: bool,
+    /// Silent for longer than the endpoint ttl (see `Beat::gone`): its snapshot is dropped and its
+    /// beat read only every `SLOTS_REREAD_TICKS` ticks.
+    gone: bool,
     snapshot: Slot,
 }
 
@@ -223,32 +226,42 @@ impl Worker {
     /// Read the other VMs' heartbeats, and the slots whose version moved. True if anything the
     /// siblings' stats come from changed (a new snapshot, or a VM that came or went).
     fn read_siblings(&mut self, own_slot: u64, now_us: u64) -> bool {
-        let live_after =
-            now_us.saturating_sub(LIVE_TICKS * tick::slowest_tick_ms(self.config.sync_interval_ms) * 1_000);
+        let live_ms = LIVE_TICKS * tick::slowest_tick_ms(self.config.sync_interval_ms);
+        let live_after = now_us.saturating_sub(live_ms * 1_000);
         let mut changed = false;
-        if self.full_ticks % SLOTS_REREAD_TICKS == 0 {
+        let reread = self.full_ticks % SLOTS_REREAD_TICKS == 0;
+        if reread {
             self.slots_claimed = shared::slots_claimed();
         }
         self.full_ticks += 1;
         for number in (0..self.slots_claimed).filter(|n| *n != own_slot) {
+            let known = self.siblings.iter().position(|s| s.number == number);
+            if !reread && known.is_some_and(|at| self.siblings[at].gone) {
+                continue;
+            }
             let Some(beat) = shared::read_beat(number) else { continue };
             let live = beat.at_us >= live_after;
-            let at = match self.siblings.iter().position(|s| s.number == number) {
-                Some(at) => at,
-                None => {
-                    self.siblings.push(SiblingSlot { number, version: 0, live, snapshot: Slot::default() });
-                    self.siblings.len() - 1
-                }
-            };
+            let gone = beat.gone(now_us, self.config.endpoint_ttl_ms, live_ms);
+            let at = known.unwrap_or_else(|| {
+                self.siblings.push(SiblingSlot { number, version: 0, live, gone: false, snapshot: Slot::default() });
+                self.siblings.len() - 1
+            });
             let sibling = &mut self.siblings[at];
-            if sibling.version != beat.version {
+            if gone {
+                if !sibling.snapshot.clusters.is_empty() {
+                    sibling.snapshot = Slot::default();
+                    changed = true;
+                }
+                // Read again once it beats: whatever it publishes then is new.
+                sibling.version = beat.version;
+            } else if sibling.version != beat.version {
                 if let Some(snapshot) = shared::read_slot(number) {
                     (sibling.snapshot, sibling.version) = (snapshot, beat.version);
                     changed = true;
                 }
             }
             changed |= sibling.live != live;
-            sibling.live = live;
+            (sibling.live, sibling.gone) = (live, gone);
         }
         changed
     }
