@@ -354,6 +354,17 @@ impl WeightBook {
         names.into_iter().filter_map(|name| self.decision_of(name)).collect()
     }
 
+    /// Each tracked cluster's name and how many of its endpoints the last recompute decided (what
+    /// `decisions_of` would copy), in name order: borrowed, a reference a cluster, so that a caller
+    /// can choose what to copy before it copies anything.
+    pub fn decided_counts(&self) -> Vec<(&str, usize)> {
+        let decided = |c: &ClusterRecord| c.endpoints.iter().filter(|e| e.decision.is_some()).count();
+        let mut counts: Vec<(&str, usize)> =
+            self.clusters.iter().map(|(name, c)| (name.as_str(), decided(c))).collect();
+        counts.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        counts
+    }
+
     fn decision_of(&self, name: &str) -> Option<ClusterDecision> {
         let c = self.clusters.get(name)?;
         let mut endpoints: Vec<EndpointDecision> = c.endpoints.iter().filter_map(|e| e.decision.clone()).collect();

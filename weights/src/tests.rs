@@ -1337,3 +1337,20 @@ fn reports_land_on_their_endpoints_when_indices_move_and_orders_change() {
 }
 
 mod evidence;
+
+#[test]
+fn decided_counts_are_what_decisions_of_would_copy_in_name_order() {
+    let mut book = WeightBook::new(WeightParams::default());
+    let cluster = |name: &str, addresses: &[&str]| ClusterReport {
+        name: name.into(),
+        endpoints: addresses.iter().map(|a| EndpointReport { address: a.to_string(), ..Default::default() }).collect(),
+    };
+    book.ingest(&report_of("r0", vec![cluster("b", &[A, B]), cluster("a", &[C])]), SEC).unwrap();
+    book.recompute(SEC);
+    // Reported but not recomputed yet: a cluster without decided endpoints.
+    book.ingest(&report_of("r1", vec![cluster("c", &[A])]), SEC).unwrap();
+    assert_eq!(book.decided_counts(), vec![("a", 1), ("b", 2), ("c", 0)]);
+    for (name, decided) in book.decided_counts() {
+        assert_eq!(book.decisions_of([name])[0].endpoints.len(), decided, "{name}");
+    }
+}
