@@ -129,8 +129,7 @@ impl WeightBook {
         };
         let p = &self.params;
         let interval_us = p.interval_us(report.interval_ms);
-        let ttl_us = ((interval_us as f64 * p.reporter_ttl_intervals) as u64).max(p.min_reporter_ttl_us);
-        let expires_us = now_us.saturating_add(ttl_us);
+        let expires_us = now_us.saturating_add(p.reporter_ttl_us(interval_us));
         let Entered { id, superseded, mut routes } =
             self.enter_incarnation(report, principal, interval_us, expires_us, now_us);
         let WeightBook { clusters, principals, observations, next_layout, bytes, .. } = self;
