@@ -13,7 +13,7 @@ use crate::params::WeightParams;
 use crate::recompute::{self, Attested, Scratch};
 use crate::record::{ClusterRecord, PrincipalRecord, ReporterRecord, Totals};
 use crate::rejection::Rejection;
-use crate::reply_plan::{self, ReplyPlan};
+use crate::reply_plan::{self, Asking, ReplyPlan};
 use crate::route::Route;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -465,9 +465,7 @@ impl WeightBook {
         clusters: impl IntoIterator<Item = &'a str>,
         now_us: u64,
     ) -> Reply {
-        let asking = self.asking(principal, reporter);
-        let ttl_ms = reply_plan::view_ttl_ms(&self.params, asking);
-        reply_plan::typed(&self.clusters, asking, ttl_ms, clusters, now_us)
+        reply_plan::typed(&self.clusters, &self.asking(principal, reporter, now_us), clusters)
     }
 
     /// What a reply to `reporter` of `principal` about `clusters` needs (call right after
@@ -483,13 +481,12 @@ impl WeightBook {
         now_us: u64,
         max_endpoints: usize,
     ) -> ReplyPlan {
-        let asking = self.asking(principal, reporter);
-        let ttl_ms = reply_plan::view_ttl_ms(&self.params, asking);
-        reply_plan::plan(&self.clusters, asking, ttl_ms, clusters, now_us, max_endpoints)
+        reply_plan::plan(&self.clusters, &self.asking(principal, reporter, now_us), clusters, max_endpoints)
     }
 
-    /// The incarnation of `reporter` of `principal` that reported last.
-    fn asking(&self, principal: &str, reporter: &str) -> Option<&ReporterRecord> {
-        self.principal_id(principal).and_then(|id| self.reporter(reporter, id, None))
+    /// A reply to the incarnation of `reporter` of `principal` that reported last, at `now_us`.
+    fn asking(&self, principal: &str, reporter: &str, now_us: u64) -> Asking<'_> {
+        let last = self.principal_id(principal).and_then(|id| self.reporter(reporter, id, None));
+        Asking::new(&self.params, last, now_us)
     }
 }
