@@ -20,6 +20,7 @@ use axum::{Extension, Router};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
+use tailweight_weights::Rejection;
 use tailweight_wire::attest::MAX_ATTESTATION_BYTES;
 use tailweight_wire::protocol::{ATTEST_PATH, REPORT_PATH};
 use tailweight_wire::report::read::{parse_report, ReportError};
@@ -124,19 +125,24 @@ fn slot_or_503(state: &AppState, principal: &str) -> Result<crate::admission::Sl
     })
 }
 
-/// A slot for a GET (weights, metrics), or the line of the 503 to answer.
-fn requester_slot(
+/// A GET (weights, metrics) served by `serve` while it holds a slot of its requester, or the
+/// requester's 503.
+fn in_requester_slot(
     state: &AppState,
     headers: &HeaderMap,
     peer: Option<Extension<Peer>>,
     listener: Option<Extension<Listener>>,
-) -> Result<crate::admission::Slot, String> {
+    serve: impl FnOnce() -> Response,
+) -> Response {
     let read_only = listener.is_some_and(|Extension(l)| l == Listener::ReadOnly);
     let principal = requester(state, headers, peer.as_ref().map(|Extension(p)| p), read_only);
-    slot_or_503(state, &principal).map_err(|(reason, line)| {
-        state.metrics.shed(reason);
-        line
-    })
+    match slot_or_503(state, &principal) {
+        Ok(_slot) => serve(),
+        Err((reason, line)) => {
+            state.metrics.shed(reason);
+            retry_later(line)
+        }
+    }
 }
 
 async fn report(
@@ -169,36 +175,59 @@ fn refuse(state: &AppState, (reason, status, line): Refusal) -> Response {
     }
 }
 
-/// The identity `--identity` vouches for (403 without one where it is required), and the slot of
-/// the requester (503 when its share or every slot is taken).
-fn identity_and_slot(
+/// What a POST (a report or an attestation) is handled with once admitted: the identity
+/// `--identity` vouches for and the body, read while its slot and memory reservation were held
+/// (and held until this is dropped).
+struct Admitted {
+    vouched: Option<String>,
+    bytes: Vec<u8>,
+    _slot: crate::admission::Slot,
+    _reservation: crate::admission::Reservation,
+}
+
+/// Identity, slot, memory, then the body of a POST (at most `limit` bytes; `what` it is, for the
+/// 503): nothing of the body is read before the slot and the bytes it may cost are held.
+async fn admit(
     state: &AppState,
     headers: &HeaderMap,
     peer: Option<&Peer>,
-) -> Result<(Option<String>, crate::admission::Slot), Refusal> {
-    let vouched = state
-        .identity
-        .principal(headers)
-        .map_err(|e| (RejectReason::NoIdentity, StatusCode::FORBIDDEN, e.to_string()))?;
+    body: Body,
+    limit: usize,
+    what: &str,
+) -> Result<Admitted, Refusal> {
+    let vouched = vouched_identity(state, headers)?;
+    let slot = post_slot(state, headers, peer)?;
+    let (reservation, bytes) = reserved_body(state, headers, body, limit, what).await?;
+    Ok(Admitted { vouched, bytes, _slot: slot, _reservation: reservation })
+}
+
+/// The identity `--identity` vouches for (403 without one where it is required).
+fn vouched_identity(state: &AppState, headers: &HeaderMap) -> Result<Option<String>, Refusal> {
+    state.identity.principal(headers).map_err(|e| (RejectReason::NoIdentity, StatusCode::FORBIDDEN, e.to_string()))
+}
+
+/// The slot of a POST's requester (503 when its share or every slot is taken).
+fn post_slot(state: &AppState, headers: &HeaderMap, peer: Option<&Peer>) -> Result<crate::admission::Slot, Refusal> {
     let principal = requester(state, headers, peer, false);
-    let slot = slot_or_503(state, &principal).map_err(|(reason, line)| {
+    slot_or_503(state, &principal).map_err(|(reason, line)| {
         state.metrics.shed(reason);
         let reason = if reason == "overloaded" { RejectReason::Overloaded } else { RejectReason::PrincipalBusy };
         (reason, StatusCode::SERVICE_UNAVAILABLE, line)
-    })?;
-    Ok((vouched, slot))
+    })
 }
 
-/// The body, at most `limit` bytes, after reserving `cost` bytes of the requests' memory budget
-/// (held by the returned reservation while the request is handled).
+/// The body, at most `limit` bytes, after reserving what a body of its declared length (else
+/// `limit`) may cost from the requests' memory budget (`report_cost`; held by the returned
+/// reservation while the request is handled).
 async fn reserved_body(
     state: &AppState,
     headers: &HeaderMap,
     body: Body,
     limit: usize,
-    cost: usize,
     what: &str,
 ) -> Result<(crate::admission::Reservation, Vec<u8>), Refusal> {
+    let declared = declared_length(headers);
+    let cost = state.limits.report_cost(declared.unwrap_or(limit).min(limit));
     let Some(reservation) = state.memory.reserve(cost) else {
         state.metrics.shed("memory");
         let line = format!(
@@ -206,20 +235,24 @@ async fn reserved_body(
         );
         return Err((RejectReason::Memory, StatusCode::SERVICE_UNAVAILABLE, line));
     };
-    let bytes =
-        read_body(body, declared_length(headers), limit, state.limits.min_body_rate).await.map_err(|e| match e {
-            BodyError::TooLarge { .. } => (RejectReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
-            BodyError::TooSlow { .. } => {
-                state.metrics.shed("slow_body");
-                (RejectReason::Timeout, StatusCode::REQUEST_TIMEOUT, e.to_string())
-            }
-            BodyError::Broken(_) => (RejectReason::Malformed, StatusCode::BAD_REQUEST, e.to_string()),
-        })?;
+    let bytes = read_body(body, declared, limit, state.limits.min_body_rate).await.map_err(|e| match e {
+        BodyError::TooLarge { .. } => (RejectReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
+        BodyError::TooSlow { .. } => {
+            state.metrics.shed("slow_body");
+            (RejectReason::Timeout, StatusCode::REQUEST_TIMEOUT, e.to_string())
+        }
+        BodyError::Broken(_) => (RejectReason::Malformed, StatusCode::BAD_REQUEST, e.to_string()),
+    })?;
     Ok((reservation, bytes))
 }
 
-/// `POST /v1/attest`: identity, slot and memory as a report's, the body (at most
-/// `MAX_ATTESTATION_BYTES`), held to `--attest-rule` (`attest::accept`), into the book. 204 when taken.
+/// A cap of the book's that a report or an attestation would pass: 429 naming it.
+fn over_cap(rejection: Rejection) -> Refusal {
+    (RejectReason::Cap(rejection), StatusCode::TOO_MANY_REQUESTS, format!("{}: {rejection}", rejection.as_str()))
+}
+
+/// `POST /v1/attest`: admitted as a report is (`admit`; the body at most `MAX_ATTESTATION_BYTES`),
+/// held to `--attest-rule` (`attest::accept`), into the book. 204 when taken.
 async fn attest(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -227,16 +260,13 @@ async fn attest(
     body: Body,
 ) -> Response {
     let handled = async {
-        let (vouched, _slot) = identity_and_slot(&state, &headers, peer.as_ref().map(|Extension(p)| p))?;
         let limit = MAX_ATTESTATION_BYTES.min(state.limits.max_body_bytes);
-        let cost = state.limits.report_cost(declared_length(&headers).unwrap_or(limit).min(limit));
-        let (_reservation, bytes) = reserved_body(&state, &headers, body, limit, cost, "an attestation").await?;
-        let attestation = crate::attest::accept(state.limits.attest_rule, vouched.as_deref(), &bytes)?;
+        let peer = peer.as_ref().map(|Extension(p)| p);
+        let admitted = admit(&state, &headers, peer, body, limit, "an attestation").await?;
+        let attestation =
+            crate::attest::accept(state.limits.attest_rule, admitted.vouched.as_deref(), &admitted.bytes)?;
         let now = state.now_us();
-        state
-            .book()
-            .attest(&attestation, now)
-            .map_err(|r| (RejectReason::Cap(r), StatusCode::TOO_MANY_REQUESTS, format!("{}: {r}", r.as_str())))
+        state.book().attest(&attestation, now).map_err(over_cap)
     };
     match handled.await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
@@ -247,18 +277,16 @@ async fn attest(
 /// Bodies larger than this are parsed off the request's worker (`spawn_blocking`).
 const PARSE_ELSEWHERE_BYTES: usize = 64 * 1024;
 
-/// Identity, slot, memory, body, parse, merge (under the book's lock, with what the reply needs),
-/// reply (after). Nothing of the body is read before the slot and the bytes it may cost are held.
+/// Admission (`admit`), parse, merge (under the book's lock, with what the reply needs), reply
+/// (after).
 async fn handle_report(
     state: &AppState,
     headers: &HeaderMap,
     peer: Option<&Peer>,
     body: Body,
 ) -> Result<Vec<u8>, Refusal> {
-    let (vouched, _slot) = identity_and_slot(state, headers, peer)?;
-    let limit = state.limits.max_body_bytes;
-    let cost = state.limits.report_cost(declared_length(headers).unwrap_or(limit));
-    let (_reservation, bytes) = reserved_body(state, headers, body, limit, cost, "a report").await?;
+    let admitted = admit(state, headers, peer, body, state.limits.max_body_bytes, "a report").await?;
+    let bytes = admitted.bytes;
     // A large body is parsed on the blocking pool, so that the reports behind it on this worker
     // do not wait the milliseconds it takes.
     let parsed = if bytes.len() > PARSE_ELSEWHERE_BYTES {
@@ -277,13 +305,12 @@ async fn handle_report(
         };
         (reason, StatusCode::BAD_REQUEST, e.to_string())
     })?;
-    let principal = vouched.as_deref().unwrap_or(&report.reporter);
+    let principal = admitted.vouched.as_deref().unwrap_or(&report.reporter);
     let now = state.now_us();
     let names = report.clusters.iter().map(|c| c.name.as_str());
     let plan = {
         let mut book = state.book();
-        book.ingest_as(&report, principal, now)
-            .map_err(|r| (RejectReason::Cap(r), StatusCode::TOO_MANY_REQUESTS, format!("{}: {r}", r.as_str())))?;
+        book.ingest_as(&report, principal, now).map_err(over_cap)?;
         book.reply_plan(principal, &report.reporter, names, now, state.limits.max_reply_endpoints)
     };
     let mut reply = Vec::with_capacity(64 + 200 * plan.endpoints());
@@ -298,11 +325,7 @@ async fn weights(
     listener: Option<Extension<Listener>>,
     query: Result<Query<WeightsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let _slot = match requester_slot(&state, &headers, peer, listener) {
-        Ok(slot) => slot,
-        Err(line) => return retry_later(line),
-    };
-    weights_page::weights(&state, query.ok().map(|Query(q)| q))
+    in_requester_slot(&state, &headers, peer, listener, || weights_page::weights(&state, query.ok().map(|Query(q)| q)))
 }
 
 async fn metrics(
@@ -311,16 +334,11 @@ async fn metrics(
     peer: Option<Extension<Peer>>,
     listener: Option<Extension<Listener>>,
 ) -> Response {
-    let _slot = match requester_slot(&state, &headers, peer, listener) {
-        Ok(slot) => slot,
-        Err(line) => return retry_later(line),
-    };
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"))],
-        crate::scrape::page(&state),
-    )
-        .into_response()
+    in_requester_slot(&state, &headers, peer, listener, || {
+        let page = crate::scrape::page(&state);
+        (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"))], page)
+            .into_response()
+    })
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {

@@ -18,18 +18,19 @@ use tailweight_weights::ClusterDecision;
 /// Endpoint series on one page at most (each endpoint is three series).
 pub const MAX_ENDPOINT_SERIES: usize = 4_096;
 
-/// The whole `/metrics` page (counts refreshed from the book first).
+/// The whole `/metrics` page (counts refreshed from the book first). Under the book's lock: the
+/// clusters' names and decided endpoint counts (borrowed), then copies of the decisions of only
+/// the clusters the page lists (`listed`: at most `MAX_ENDPOINT_SERIES` endpoints); the page after.
 pub fn page(state: &AppState) -> String {
-    let (counts, decisions, max_bytes) = {
+    let (counts, decisions, omitted, max_bytes) = {
         let book = state.book();
-        let mut names = book.cluster_names();
-        names.sort_unstable();
-        (book.counts(), book.decisions_of(names.iter().map(String::as_str)), book.params().max_bytes)
+        let (names, omitted) = listed(book.decided_counts());
+        (book.counts(), book.decisions_of(names), omitted, book.params().max_bytes)
     };
     state.metrics.set_counts(&counts);
     let mut families = state.metrics.gather();
     // Made from fixed names and help texts: an Err would be a bug here, and an empty page the honest answer.
-    if let Ok(per_endpoint) = endpoint_families(&decisions, max_bytes) {
+    if let Ok(per_endpoint) = families_of(decisions.iter(), omitted, max_bytes) {
         families.extend(per_endpoint);
     }
     let mut buf = Vec::new();
@@ -39,9 +40,36 @@ pub fn page(state: &AppState) -> String {
     String::from_utf8(buf).unwrap_or_default()
 }
 
-/// The per-endpoint gauges of `decisions` (up to `MAX_ENDPOINT_SERIES` endpoints) and the book's
-/// budget, `max_bytes`.
+/// The clusters a page lists, of `clusters` (each with its endpoint count) in the order given:
+/// whole clusters while their endpoints fit `MAX_ENDPOINT_SERIES`, none without endpoints (they
+/// have no series); and how many endpoints the others hold.
+fn listed<T>(clusters: impl IntoIterator<Item = (T, usize)>) -> (Vec<T>, usize) {
+    let (mut shown, mut series, mut omitted) = (Vec::new(), 0usize, 0usize);
+    for (cluster, endpoints) in clusters {
+        if series + endpoints > MAX_ENDPOINT_SERIES {
+            omitted += endpoints;
+        } else if endpoints > 0 {
+            series += endpoints;
+            shown.push(cluster);
+        }
+    }
+    (shown, omitted)
+}
+
+/// The per-endpoint gauges of `decisions` (up to `MAX_ENDPOINT_SERIES` endpoints, `listed`) and the
+/// book's budget, `max_bytes`.
 pub fn endpoint_families(decisions: &[ClusterDecision], max_bytes: usize) -> prometheus::Result<Vec<MetricFamily>> {
+    let (shown, omitted) = listed(decisions.iter().map(|d| (d, d.endpoints.len())));
+    families_of(shown.into_iter(), omitted, max_bytes)
+}
+
+/// The per-endpoint gauges of the listed clusters, with the count of the endpoints left out,
+/// `omitted`, and the book's budget, `max_bytes`.
+fn families_of<'a>(
+    listed: impl Iterator<Item = &'a ClusterDecision>,
+    omitted: usize,
+    max_bytes: usize,
+) -> prometheus::Result<Vec<MetricFamily>> {
     let labels = ["upstream_cluster", "upstream_endpoint"];
     let weight = GaugeVec::new(
         Opts::new("tailweight_endpoint_weight", "The endpoint's weight in the last recompute (mean 1 per cluster)"),
@@ -53,7 +81,7 @@ pub fn endpoint_families(decisions: &[ClusterDecision], max_bytes: usize) -> pro
     )?;
     let ejected =
         GaugeVec::new(Opts::new("tailweight_endpoint_ejected", "1 while the aggregator ejects the endpoint"), &labels)?;
-    let omitted = IntGauge::new(
+    let omitted_gauge = IntGauge::new(
         "tailweight_endpoint_series_omitted",
         "Tracked endpoints left off this page (beyond the per-page limit of endpoint series)",
     )?;
@@ -62,14 +90,7 @@ pub fn endpoint_families(decisions: &[ClusterDecision], max_bytes: usize) -> pro
         "Bytes the weight book may hold (its share of --memory-limit-mib); compare tailweight_book_bytes",
     )?;
     budget.set(i64::try_from(max_bytes).unwrap_or(i64::MAX));
-    let mut listed = 0usize;
-    let mut left_out = 0usize;
-    for cluster in decisions {
-        if listed + cluster.endpoints.len() > MAX_ENDPOINT_SERIES {
-            left_out += cluster.endpoints.len();
-            continue;
-        }
-        listed += cluster.endpoints.len();
+    for cluster in listed {
         for e in &cluster.endpoints {
             let values = [cluster.name.as_str(), e.address.as_str()];
             weight.with_label_values(&values).set(e.weight);
@@ -77,9 +98,9 @@ pub fn endpoint_families(decisions: &[ClusterDecision], max_bytes: usize) -> pro
             ejected.with_label_values(&values).set(if e.ejected { 1.0 } else { 0.0 });
         }
     }
-    omitted.set(i64::try_from(left_out).unwrap_or(i64::MAX));
+    omitted_gauge.set(i64::try_from(omitted).unwrap_or(i64::MAX));
     let mut families = Vec::new();
-    for collector in [&weight as &dyn Collector, &qps, &ejected, &omitted, &budget] {
+    for collector in [&weight as &dyn Collector, &qps, &ejected, &omitted_gauge, &budget] {
         // A vector with no series yet is no family at all (the encoder refuses empty ones).
         families.extend(collector.collect().into_iter().filter(|f| !f.get_metric().is_empty()));
     }
@@ -157,5 +178,12 @@ mod tests {
     fn nothing_tracked_means_no_endpoint_series() {
         let page = text(&endpoint_families(&[], 1).unwrap());
         assert!(!page.contains("tailweight_endpoint_weight{"), "{page}");
+    }
+
+    #[test]
+    fn a_page_lists_whole_clusters_in_order_while_they_fit_and_none_without_endpoints() {
+        let clusters = [("a", 0), ("b", MAX_ENDPOINT_SERIES - 1), ("c", 2), ("d", 0), ("e", 1), ("f", 1)];
+        assert_eq!(listed(clusters), (vec!["b", "e"], 3));
+        assert_eq!(listed::<&str>([]), (vec![], 0));
     }
 }

@@ -17,6 +17,8 @@ mod digest;
 mod pairs;
 mod shared_layout;
 
+// The host glue, for wasm32 only. One `cfg` per module, not a macro stating the list once:
+// modules declared by a macro are invisible to rustfmt and to tools/rust_structure.py.
 #[cfg(target_arch = "wasm32")]
 mod abi;
 #[cfg(target_arch = "wasm32")]

@@ -13,7 +13,7 @@ use crate::params::WeightParams;
 use crate::recompute::{self, Attested, Scratch};
 use crate::record::{ClusterRecord, PrincipalRecord, ReporterRecord, Totals};
 use crate::rejection::Rejection;
-use crate::reply_plan::{self, ReplyPlan};
+use crate::reply_plan::{self, Asking, ReplyPlan};
 use crate::route::Route;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -129,8 +129,7 @@ impl WeightBook {
         };
         let p = &self.params;
         let interval_us = p.interval_us(report.interval_ms);
-        let ttl_us = ((interval_us as f64 * p.reporter_ttl_intervals) as u64).max(p.min_reporter_ttl_us);
-        let expires_us = now_us.saturating_add(ttl_us);
+        let expires_us = now_us.saturating_add(p.reporter_ttl_us(interval_us));
         let Entered { id, superseded, mut routes } =
             self.enter_incarnation(report, principal, interval_us, expires_us, now_us);
         let WeightBook { clusters, principals, observations, next_layout, bytes, .. } = self;
@@ -354,6 +353,17 @@ impl WeightBook {
         names.into_iter().filter_map(|name| self.decision_of(name)).collect()
     }
 
+    /// Each tracked cluster's name and how many of its endpoints the last recompute decided (what
+    /// `decisions_of` would copy), in name order: borrowed, a reference a cluster, so that a caller
+    /// can choose what to copy before it copies anything.
+    pub fn decided_counts(&self) -> Vec<(&str, usize)> {
+        let decided = |c: &ClusterRecord| c.endpoints.iter().filter(|e| e.decision.is_some()).count();
+        let mut counts: Vec<(&str, usize)> =
+            self.clusters.iter().map(|(name, c)| (name.as_str(), decided(c))).collect();
+        counts.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        counts
+    }
+
     fn decision_of(&self, name: &str) -> Option<ClusterDecision> {
         let c = self.clusters.get(name)?;
         let mut endpoints: Vec<EndpointDecision> = c.endpoints.iter().filter_map(|e| e.decision.clone()).collect();
@@ -455,9 +465,7 @@ impl WeightBook {
         clusters: impl IntoIterator<Item = &'a str>,
         now_us: u64,
     ) -> Reply {
-        let asking = self.asking(principal, reporter);
-        let ttl_ms = reply_plan::view_ttl_ms(&self.params, asking);
-        reply_plan::typed(&self.clusters, asking, ttl_ms, clusters, now_us)
+        reply_plan::typed(&self.clusters, &self.asking(principal, reporter, now_us), clusters)
     }
 
     /// What a reply to `reporter` of `principal` about `clusters` needs (call right after
@@ -473,13 +481,12 @@ impl WeightBook {
         now_us: u64,
         max_endpoints: usize,
     ) -> ReplyPlan {
-        let asking = self.asking(principal, reporter);
-        let ttl_ms = reply_plan::view_ttl_ms(&self.params, asking);
-        reply_plan::plan(&self.clusters, asking, ttl_ms, clusters, now_us, max_endpoints)
+        reply_plan::plan(&self.clusters, &self.asking(principal, reporter, now_us), clusters, max_endpoints)
     }
 
-    /// The incarnation of `reporter` of `principal` that reported last.
-    fn asking(&self, principal: &str, reporter: &str) -> Option<&ReporterRecord> {
-        self.principal_id(principal).and_then(|id| self.reporter(reporter, id, None))
+    /// A reply to the incarnation of `reporter` of `principal` that reported last, at `now_us`.
+    fn asking(&self, principal: &str, reporter: &str, now_us: u64) -> Asking<'_> {
+        let last = self.principal_id(principal).and_then(|id| self.reporter(reporter, id, None));
+        Asking::new(&self.params, last, now_us)
     }
 }

@@ -96,8 +96,7 @@ pub(crate) fn enter(
         return Err(Rejection::MemoryBudget);
     }
     let interval_us = p.interval_us(a.interval_ms);
-    let ttl_us = ((interval_us as f64 * p.reporter_ttl_intervals) as u64).max(p.min_reporter_ttl_us);
-    let expires_us = now_us.saturating_add(ttl_us);
+    let expires_us = now_us.saturating_add(p.reporter_ttl_us(interval_us));
     let cluster = evidence.entry(a.cluster.clone()).or_default();
     let endpoint = cluster.endpoints.entry(a.endpoint.clone()).or_insert_with(|| EndpointEvidence {
         expires_us,

@@ -169,6 +169,12 @@ impl WeightParams {
         (u64::from(interval_ms) * 1_000).min(self.max_interval_us)
     }
 
+    /// How long a sender of `interval_us` (a reporter, or an attesting endpoint) stays live
+    /// without a word: `max(interval_us x reporter_ttl_intervals, min_reporter_ttl_us)`.
+    pub fn reporter_ttl_us(&self, interval_us: u64) -> u64 {
+        ((interval_us as f64 * self.reporter_ttl_intervals) as u64).max(self.min_reporter_ttl_us)
+    }
+
     /// The age beyond which a reporter's ORCA utilisation is not voted: `orca_max_age_us`, or
     /// `cpu_max_age_us` when that is 0.
     pub fn orca_vote_max_age_us(&self) -> u64 {

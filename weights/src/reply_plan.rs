@@ -105,28 +105,41 @@ impl ReplyPlan {
     }
 }
 
+/// Who a reply is for and when: what `plan` and `typed` share.
+pub(crate) struct Asking<'a> {
+    /// The asker's incarnation that reported last (None: a reporter the book does not hold).
+    pub reporter: Option<&'a ReporterRecord>,
+    /// The reply's ttl (`view_ttl_ms`).
+    pub ttl_ms: u32,
+    pub now_us: u64,
+}
+
+impl<'a> Asking<'a> {
+    pub fn new(p: &WeightParams, reporter: Option<&'a ReporterRecord>, now_us: u64) -> Self {
+        Asking { reporter, ttl_ms: view_ttl_ms(p, reporter), now_us }
+    }
+}
+
 /// The reply's ttl: `view_ttl_intervals` of the asking reporter's intervals (1 s if unknown), at
 /// least `min_view_ttl_us`.
-pub(crate) fn view_ttl_ms(p: &WeightParams, asking: Option<&ReporterRecord>) -> u32 {
+fn view_ttl_ms(p: &WeightParams, asking: Option<&ReporterRecord>) -> u32 {
     let interval_us = asking.map_or(1_000_000, |r| r.interval_us);
     let ttl_us = ((interval_us as f64 * p.view_ttl_intervals) as u64).max(p.min_view_ttl_us);
     (ttl_us / 1_000).min(u64::from(u32::MAX)) as u32
 }
 
-/// The plan of a reply to `asking` (None: a reporter the book does not hold) about `names`: each
+/// The plan of a reply to `asking` about `names`: each
 /// known cluster's published view in the order given, as long as the reply carries at most
 /// `max_endpoints` endpoints (a cluster that would take it past is left out), and the asker's own
 /// in-flight counts. Costs a reference count per cluster and a lookup per endpoint the asker has
 /// in flight.
 pub(crate) fn plan<'a>(
     clusters: &HashMap<String, ClusterRecord>,
-    asking: Option<&ReporterRecord>,
-    ttl_ms: u32,
+    asking: &Asking,
     names: impl IntoIterator<Item = &'a str>,
-    now_us: u64,
     max_endpoints: usize,
 ) -> ReplyPlan {
-    let mut plan = ReplyPlan { ttl_ms, clusters: Vec::new() };
+    let mut plan = ReplyPlan { ttl_ms: asking.ttl_ms, clusters: Vec::new() };
     let mut budget = max_endpoints;
     for (i, name) in names.into_iter().enumerate() {
         let Some(cluster) = clusters.get(name) else { continue };
@@ -139,9 +152,9 @@ pub(crate) fn plan<'a>(
             continue;
         }
         budget -= published.endpoints();
-        let own = match asking {
+        let own = match asking.reporter {
             None => Own::ByPosition(Vec::new()),
-            Some(r) => own_inflight(cluster, published, r, i, now_us),
+            Some(r) => own_inflight(cluster, published, r, i, asking.now_us),
         };
         plan.clusters.push(PlannedCluster { view: PlannedView::Published(published.clone()), own });
     }
@@ -186,10 +199,8 @@ fn own_inflight(
 /// endpoints not yet recomputed.
 pub(crate) fn typed<'a>(
     clusters: &HashMap<String, ClusterRecord>,
-    asking: Option<&ReporterRecord>,
-    ttl_ms: u32,
+    asking: &Asking,
     names: impl IntoIterator<Item = &'a str>,
-    now_us: u64,
 ) -> Reply {
     let mut views = Vec::new();
     for name in names {
@@ -203,7 +214,7 @@ pub(crate) fn typed<'a>(
                     address: e.address.clone(),
                     weight: d.weight,
                     inflight: d.view_inflight,
-                    peer_inflight: (d.view_inflight - e.own_inflight(asking, now_us)).max(0.0),
+                    peer_inflight: (d.view_inflight - e.own_inflight(asking.reporter, asking.now_us)).max(0.0),
                     latency_us: d.latency_us,
                     cpu: d.cpu,
                     ejected: d.ejected,
@@ -212,5 +223,5 @@ pub(crate) fn typed<'a>(
             .collect();
         views.push(ClusterView { name: name.to_string(), endpoints });
     }
-    Reply { version: protocol::VERSION, ttl_ms, clusters: views }
+    Reply { version: protocol::VERSION, ttl_ms: asking.ttl_ms, clusters: views }
 }

@@ -79,6 +79,13 @@ impl World {
         self.book.recompute(self.now);
     }
 
+    /// `seconds` of `step`, each with the same `traffic`.
+    fn steps(&mut self, seconds: u64, reporters: &[&str], traffic: impl Fn(usize) -> Vec<(&'static str, Traffic)>) {
+        for _ in 0..seconds {
+            self.step(reporters, &traffic);
+        }
+    }
+
     fn weights(&self) -> BTreeMap<String, f64> {
         self.book.decisions(Some(CLUSTER))[0].endpoints.iter().map(|e| (e.address.clone(), e.weight)).collect()
     }
@@ -110,9 +117,7 @@ fn assert_mean_one(w: &BTreeMap<String, f64>) {
 #[test]
 fn a_five_times_slower_endpoint_ends_with_a_fifth_of_the_weight_by_latency() {
     let mut w = World::new(WeightParams::default());
-    for _ in 0..40 {
-        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000)), (C, ok(50, 50_000))]);
-    }
+    w.steps(40, &REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000)), (C, ok(50, 50_000))]);
     let weights = w.weights();
     assert_mean_one(&weights);
     let ratio = weights[C] / weights[A];
@@ -126,9 +131,7 @@ fn a_five_times_slower_endpoint_ends_with_a_fifth_of_the_weight_by_cpu() {
     // Same request rates; C burns 5x the CPU per request. Latency says nothing (equal).
     let mut w = World::new(WeightParams::default());
     let t = |cpu| Traffic { cpu: Some(cpu), ..ok(50, 10_000) };
-    for _ in 0..40 {
-        w.step(&REPORTERS, |_| vec![(A, t(0.1)), (B, t(0.1)), (C, t(0.5))]);
-    }
+    w.steps(40, &REPORTERS, |_| vec![(A, t(0.1)), (B, t(0.1)), (C, t(0.5))]);
     let weights = w.weights();
     assert!((weights[C] / weights[A] - 0.2).abs() < 0.01, "{weights:?}");
     assert_eq!(w.decision(C).method, Method::Cpu);
@@ -142,13 +145,9 @@ fn a_standing_queue_lowers_the_weight_until_it_drains() {
     let p = WeightParams::default();
     let mut w = World::new(p.clone());
     let t = |inflight| Traffic { cpu: Some(0.5), inflight, ..ok(50, 10_000) };
-    for _ in 0..20 {
-        w.step(&REPORTERS, |_| vec![(A, t(0)), (B, t(0)), (C, t(0))]);
-    }
+    w.steps(20, &REPORTERS, |_| vec![(A, t(0)), (B, t(0)), (C, t(0))]);
     assert!((w.weights()[C] - 1.0).abs() < 1e-6, "{:?}", w.weights());
-    for _ in 0..20 {
-        w.step(&REPORTERS, |_| vec![(A, t(0)), (B, t(0)), (C, t(25))]);
-    }
+    w.steps(20, &REPORTERS, |_| vec![(A, t(0)), (B, t(0)), (C, t(25))]);
     // Capacity 4 x 50 / 0.5 = 400 rps; the 99 waiting beyond one in service drain in 5 s at
     // 19.8 rps: the target is 380.2 / mean(400, 400, 380.2).
     let c = w.decision(C);
@@ -156,15 +155,11 @@ fn a_standing_queue_lowers_the_weight_until_it_drains() {
     let expected = 380.2 / ((400.0 + 400.0 + 380.2) / 3.0);
     assert!((c.target - expected).abs() < 1e-9, "{} vs {expected}", c.target);
     assert!((w.weights()[C] - expected).abs() < 1e-3, "{:?}", w.weights());
-    for _ in 0..20 {
-        w.step(&REPORTERS, |_| vec![(A, t(0)), (B, t(0)), (C, t(0))]);
-    }
+    w.steps(20, &REPORTERS, |_| vec![(A, t(0)), (B, t(0)), (C, t(0))]);
     assert!((w.weights()[C] - 1.0).abs() < 1e-3, "back once drained: {:?}", w.weights());
     // Off: capacity alone.
     let mut off = World::new(WeightParams { backlog_drain_us: 0.0, ..p });
-    for _ in 0..20 {
-        off.step(&REPORTERS, |_| vec![(A, t(0)), (B, t(0)), (C, t(25))]);
-    }
+    off.steps(20, &REPORTERS, |_| vec![(A, t(0)), (B, t(0)), (C, t(25))]);
     assert!((off.weights()[C] - 1.0).abs() < 1e-6, "{:?}", off.weights());
 }
 
@@ -210,12 +205,8 @@ fn littles_law_learns_concurrency_of_saturated_endpoints() {
     // Same service time (10 ms); A serves 4 at a time, B one. Both saturated: queueing triples the
     // latency; throughput reveals the concurrency (A 400/s, B 100/s).
     let mut w = World::new(WeightParams::default());
-    for _ in 0..5 {
-        w.step(&["r0"], |_| vec![(A, ok(10, 10_000)), (B, ok(10, 10_000))]);
-    }
-    for _ in 0..60 {
-        w.step(&["r0"], |_| vec![(A, ok(400, 30_000)), (B, ok(100, 30_000))]);
-    }
+    w.steps(5, &["r0"], |_| vec![(A, ok(10, 10_000)), (B, ok(10, 10_000))]);
+    w.steps(60, &["r0"], |_| vec![(A, ok(400, 30_000)), (B, ok(100, 30_000))]);
     let (a, b) = (w.decision(A), w.decision(B));
     // Under sustained queueing the service-time estimate creeps up (it cannot tell a slower endpoint
     // from a queue forever), which scales both concurrencies alike: their ratio is what matters.
@@ -228,9 +219,7 @@ fn littles_law_learns_concurrency_of_saturated_endpoints() {
 fn errors_eject_and_recovery_readmits() {
     let mut w = World::new(WeightParams::default());
     let failing = Traffic { errors: 40, ..ok(50, 1_000) };
-    for _ in 0..5 {
-        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, failing)]);
-    }
+    w.steps(5, &REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, failing)]);
     assert!(w.decision(B).ejected, "{:?}", w.decision(B));
     assert!(!w.decision(A).ejected);
     let reply = w.book.reply("r0", [CLUSTER], w.now);
@@ -238,27 +227,19 @@ fn errors_eject_and_recovery_readmits() {
     assert!(b.ejected);
     // Failing fast must not look like capacity: each failure costs failure_cost_us. (The weight
     // moves at most x1.5 per recompute, and the first window only had B's fast EWMA to go by.)
-    for _ in 0..10 {
-        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, failing)]);
-    }
+    w.steps(10, &REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, failing)]);
     assert!(w.decision(B).weight < 0.1 * w.decision(A).weight, "{:?}", w.weights());
-    for _ in 0..10 {
-        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000))]);
-    }
+    w.steps(10, &REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000))]);
     assert!(!w.decision(B).ejected, "{:?}", w.decision(B));
 }
 
 #[test]
 fn a_readmitted_endpoint_resumes_its_weight_instead_of_climbing_from_the_floor() {
     let mut w = World::new(WeightParams::default());
-    for _ in 0..20 {
-        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000))]);
-    }
+    w.steps(20, &REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000))]);
     let healthy = w.decision(B).weight;
     let down = Traffic { errors: 50, ..ok(50, 1_000) };
-    for _ in 0..20 {
-        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, down)]);
-    }
+    w.steps(20, &REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, down)]);
     assert!(w.decision(B).ejected);
     let mut steps = 0;
     while w.decision(B).ejected || w.decision(B).weight < 0.8 * healthy {
@@ -271,9 +252,7 @@ fn a_readmitted_endpoint_resumes_its_weight_instead_of_climbing_from_the_floor()
 #[test]
 fn an_ejected_endpoint_without_traffic_fades_back_to_probing() {
     let mut w = World::new(WeightParams::default());
-    for _ in 0..5 {
-        w.step(&["r0"], |_| vec![(A, ok(50, 10_000)), (B, Traffic { errors: 50, ..ok(50, 1_000) })]);
-    }
+    w.steps(5, &["r0"], |_| vec![(A, ok(50, 10_000)), (B, Traffic { errors: 50, ..ok(50, 1_000) })]);
     assert!(w.decision(B).ejected);
     let mut readmitted_after = None;
     for i in 0..60 {
@@ -314,9 +293,7 @@ fn a_few_requests_weigh_in_proportion_to_their_evidence() {
 fn smoothing_and_the_step_bound_hold_on_every_recompute() {
     let p = WeightParams::default();
     let mut w = World::new(p.clone());
-    for _ in 0..20 {
-        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000)), (C, ok(50, 10_000))]);
-    }
+    w.steps(20, &REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000)), (C, ok(50, 10_000))]);
     let mut prev = w.weights();
     assert!(prev.values().all(|x| (x - 1.0).abs() < 1e-9), "{prev:?}");
     // C becomes 20x slower at once: its target is ~0.14 of A's. The weight must get there gradually.
@@ -474,9 +451,7 @@ fn a_liar_cannot_eject_a_healthy_endpoint_nor_inflate_inflight_beyond_the_clip()
     assert!(a.inflight <= 4.0 + p.sum_clip, "{}", a.inflight);
     // A lone reporter, however, is all the evidence there is.
     let mut w = World::new(p);
-    for _ in 0..5 {
-        w.step(&["only"], |_| vec![(A, Traffic { errors: 50, ..ok(50, 10_000) })]);
-    }
+    w.steps(5, &["only"], |_| vec![(A, Traffic { errors: 50, ..ok(50, 10_000) })]);
     assert!(w.decision(A).ejected);
 }
 
@@ -496,9 +471,7 @@ fn world_of_principals(
     }
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut w = World::new(WeightParams::default());
-    for _ in 0..40 {
-        w.step(&names, |i| if i < honest { truth.to_vec() } else { lie.to_vec() });
-    }
+    w.steps(40, &names, |i| if i < honest { truth.to_vec() } else { lie.to_vec() });
     w
 }
 
@@ -586,9 +559,7 @@ fn invented_reporter_ids_of_the_trusted_principal_can_eject_a_healthy_endpoint()
     let mut w = World::new(WeightParams::default());
     let names = ["r0", "r1", "r2", "r3", "fake0", "fake1"];
     let failing = Traffic { errors: 1_000_000, ..ok(1_000_000, 10_000) };
-    for _ in 0..10 {
-        w.step(&names, |i| if i < 4 { LATENCY_TRUTH.to_vec() } else { vec![(A, failing)] });
-    }
+    w.steps(10, &names, |i| if i < 4 { LATENCY_TRUTH.to_vec() } else { vec![(A, failing)] });
     assert!(w.decision(A).ejected);
 }
 
@@ -760,9 +731,7 @@ fn a_claimed_interval_beyond_the_server_bound_does_not_extend_the_ttl() {
 #[test]
 fn another_principal_reusing_a_reporter_name_leaves_it_alone() {
     let mut w = World::new(WeightParams::default());
-    for _ in 0..3 {
-        w.step(&["alice/pod-1", "alice/pod-2"], |_| vec![(A, ok(50, 10_000))]);
-    }
+    w.steps(3, &["alice/pod-1", "alice/pod-2"], |_| vec![(A, ok(50, 10_000))]);
     // Mallory reports as "pod-1" with another incarnation: alice's pod-1 keeps its ttl and window.
     w.now += SEC;
     let mut r = w.report("mallory/pod-1#99", &[(A, ok(1, 10_000))]);
@@ -908,9 +877,7 @@ fn silent_reporters_expire_with_what_they_said() {
 fn a_dead_reporters_inflight_stops_counting_before_expiry_runs() {
     let mut w = World::new(WeightParams::default());
     w.step(&["r0", "r1"], |_| vec![(A, Traffic { inflight: 4, ..ok(10, 1_000) })]);
-    for _ in 0..4 {
-        w.step(&["r0"], |_| vec![(A, Traffic { inflight: 4, ..ok(10, 1_000) })]);
-    }
+    w.steps(4, &["r0"], |_| vec![(A, Traffic { inflight: 4, ..ok(10, 1_000) })]);
     assert_eq!(w.decision(A).inflight, 4.0);
 }
 
@@ -1254,12 +1221,8 @@ fn a_slowed_backend_gets_a_fifth_within_a_few_reports_by_latency() {
 #[test]
 fn a_restarted_reporters_old_incarnation_stops_counting_after_one_interval() {
     let mut w = World::new(WeightParams::default());
-    for _ in 0..5 {
-        w.step(&["r0#1"], |_| vec![(A, ok(50, 10_000))]);
-    }
-    for _ in 0..3 {
-        w.step(&["r0#2"], |_| vec![(A, ok(50, 10_000))]);
-    }
+    w.steps(5, &["r0#1"], |_| vec![(A, ok(50, 10_000))]);
+    w.steps(3, &["r0#2"], |_| vec![(A, ok(50, 10_000))]);
     // Not 100: the old incarnation no longer counts once the new one has a window.
     assert!((w.decision(A).qps - 50.0).abs() < 1e-9, "{:?}", w.decision(A));
     w.book.expire(w.now);
@@ -1269,9 +1232,7 @@ fn a_restarted_reporters_old_incarnation_stops_counting_after_one_interval() {
 #[test]
 fn rates_without_a_recent_window_are_unknown_not_old() {
     let mut w = World::new(WeightParams::default());
-    for _ in 0..5 {
-        w.step(&["r0"], |_| vec![(A, Traffic { cpu: Some(0.5), ..ok(50, 10_000) })]);
-    }
+    w.steps(5, &["r0"], |_| vec![(A, Traffic { cpu: Some(0.5), ..ok(50, 10_000) })]);
     assert_eq!(w.decision(A).method, Method::Cpu);
     // Every report from now on is a reset (a counter went down): no window completes.
     for _ in 0..3 {
@@ -1287,21 +1248,15 @@ fn rates_without_a_recent_window_are_unknown_not_old() {
 fn an_endpoint_without_requests_for_a_moment_keeps_its_capacity_not_the_median() {
     let mut w = World::new(WeightParams::default());
     let t = |requests, cpu| Traffic { cpu: Some(cpu), ..ok(requests, 10_000) };
-    for _ in 0..30 {
-        w.step(&REPORTERS, |_| vec![(A, t(50, 0.1)), (B, t(50, 0.1)), (C, t(10, 0.5))]);
-    }
+    w.steps(30, &REPORTERS, |_| vec![(A, t(50, 0.1)), (B, t(50, 0.1)), (C, t(10, 0.5))]);
     let before = w.weights()[C];
     assert!(before < 0.1, "{:?}", w.weights());
     // Two seconds in which no request reaches C (its ORCA value stays what it was).
-    for _ in 0..2 {
-        w.step(&REPORTERS, |_| vec![(A, t(50, 0.1)), (B, t(50, 0.1)), (C, t(0, 0.5))]);
-    }
+    w.steps(2, &REPORTERS, |_| vec![(A, t(50, 0.1)), (B, t(50, 0.1)), (C, t(0, 0.5))]);
     assert_eq!(w.decision(C).method, Method::Cpu);
     assert!((w.weights()[C] - before).abs() < 0.01, "{before} -> {:?}", w.weights());
     // Long silence: the held capacity runs out, the median it is.
-    for _ in 0..12 {
-        w.step(&REPORTERS, |_| vec![(A, t(50, 0.1)), (B, t(50, 0.1)), (C, t(0, 0.5))]);
-    }
+    w.steps(12, &REPORTERS, |_| vec![(A, t(50, 0.1)), (B, t(50, 0.1)), (C, t(0, 0.5))]);
     assert_eq!(w.decision(C).method, Method::Median);
 }
 
@@ -1325,15 +1280,28 @@ fn reports_land_on_their_endpoints_when_indices_move_and_orders_change() {
     assert!(w.book.decisions(Some(CLUSTER))[0].endpoints.iter().all(|e| e.address != A));
     assert_eq!((w.decision(B).qps, w.decision(C).qps), (20.0, 30.0));
     // Same endpoints, other order; then a new one in the middle.
-    for _ in 0..2 {
-        w.step(&["r0"], |_| vec![(C, ok(30, 10_000)), (B, ok(20, 10_000))]);
-    }
+    w.steps(2, &["r0"], |_| vec![(C, ok(30, 10_000)), (B, ok(20, 10_000))]);
     assert_eq!((w.decision(B).qps, w.decision(C).qps), (20.0, 30.0));
-    for _ in 0..2 {
-        w.step(&["r0"], |_| vec![(C, ok(30, 10_000)), (A, ok(40, 10_000)), (B, ok(20, 10_000))]);
-    }
+    w.steps(2, &["r0"], |_| vec![(C, ok(30, 10_000)), (A, ok(40, 10_000)), (B, ok(20, 10_000))]);
     assert_eq!((w.decision(A).qps, w.decision(B).qps, w.decision(C).qps), (40.0, 20.0, 30.0));
     assert_eq!(w.book.counts().observations, 3);
 }
 
 mod evidence;
+
+#[test]
+fn decided_counts_are_what_decisions_of_would_copy_in_name_order() {
+    let mut book = WeightBook::new(WeightParams::default());
+    let cluster = |name: &str, addresses: &[&str]| ClusterReport {
+        name: name.into(),
+        endpoints: addresses.iter().map(|a| EndpointReport { address: a.to_string(), ..Default::default() }).collect(),
+    };
+    book.ingest(&report_of("r0", vec![cluster("b", &[A, B]), cluster("a", &[C])]), SEC).unwrap();
+    book.recompute(SEC);
+    // Reported but not recomputed yet: a cluster without decided endpoints.
+    book.ingest(&report_of("r1", vec![cluster("c", &[A])]), SEC).unwrap();
+    assert_eq!(book.decided_counts(), vec![("a", 1), ("b", 2), ("c", 0)]);
+    for (name, decided) in book.decided_counts() {
+        assert_eq!(book.decisions_of([name])[0].endpoints.len(), decided, "{name}");
+    }
+}

@@ -49,6 +49,10 @@ struct Shape {
     shared: bool,
 }
 
+/// One of everything, short names, IPv4, overlapping in part: what the shapes below vary.
+const ONE: Shape =
+    Shape { reporters: 1, principals: 1, clusters: 1, endpoints: 1, name_len: 8, ipv6: false, shared: false };
+
 fn name(tag: &str, i: usize, len: usize) -> String {
     let head = format!("{tag}{i}.");
     format!("{head}{}", "n".repeat(len.saturating_sub(head.len())))
@@ -110,63 +114,63 @@ fn report_round(book: &mut WeightBook, shape: Shape, reporters: usize, round: u6
     }
 }
 
-/// Grow a book to `shape` over a few rounds (with recomputes and an expiry), and return the most
-/// it allocated beyond what it counted, and what it counted then.
-fn overshoot(shape: Shape) -> (isize, usize) {
+/// `work` on a book no cap limits, with what the allocator holds beyond what it held before the
+/// book (`held`); one measurement at a time. The book is dropped before the next measurement.
+fn measuring<T>(work: impl FnOnce(&mut WeightBook, &dyn Fn() -> isize) -> T) -> T {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let base = LIVE.load(Ordering::Relaxed);
     let mut book = uncapped_book();
-    let mut worst = (isize::MIN, 0);
-    let mut check = |book: &WeightBook| {
-        let (allocated, counted) = (LIVE.load(Ordering::Relaxed) - base, book.counts().bytes);
-        if allocated - counted as isize > worst.0 {
-            worst = (allocated - counted as isize, counted);
-        }
-    };
-    for round in 1..=3u64 {
-        report_round(&mut book, shape, shape.reporters, round, round * 1_000_000);
-        book.recompute(round * 1_000_000);
-        check(&book);
-    }
-    // Half the reporters fall silent: what they said expires.
-    report_round(&mut book, shape, shape.reporters / 2, 4, 4_000_000);
-    book.expire(5_500_000);
-    book.recompute(5_500_000);
-    check(&book);
+    let held = || LIVE.load(Ordering::Relaxed) - base;
+    let out = work(&mut book, &held);
     drop(book);
-    worst
+    out
+}
+
+/// Every reporter of `shape` reports each of `rounds` (second `round`), each round followed by a
+/// recompute and `after`.
+fn grow(book: &mut WeightBook, shape: Shape, rounds: u64, mut after: impl FnMut(&WeightBook)) {
+    for round in 1..=rounds {
+        report_round(book, shape, shape.reporters, round, round * 1_000_000);
+        book.recompute(round * 1_000_000);
+        after(book);
+    }
+}
+
+/// Grow a book to `shape` over a few rounds (with recomputes and an expiry), and return the most
+/// it allocated beyond what it counted, and what it counted then.
+fn overshoot(shape: Shape) -> (isize, usize) {
+    measuring(|book, held| {
+        let mut worst = (isize::MIN, 0);
+        let mut check = |book: &WeightBook| {
+            let (allocated, counted) = (held(), book.counts().bytes);
+            if allocated - counted as isize > worst.0 {
+                worst = (allocated - counted as isize, counted);
+            }
+        };
+        grow(book, shape, 3, &mut check);
+        // Half the reporters fall silent: what they said expires.
+        report_round(book, shape, shape.reporters / 2, 4, 4_000_000);
+        book.expire(5_500_000);
+        book.recompute(5_500_000);
+        check(book);
+        worst
+    })
 }
 
 #[test]
 fn the_book_counts_at_least_what_it_allocates() {
     // Sizes just past a power of two: hash tables and vectors have just doubled.
     let shapes = [
-        Shape {
-            reporters: 257,
-            principals: 257,
-            clusters: 1,
-            endpoints: 1,
-            name_len: MAX_NAME_LEN,
-            ipv6: false,
-            shared: false,
-        },
-        Shape { reporters: 513, principals: 513, clusters: 1, endpoints: 1, name_len: 8, ipv6: false, shared: false },
-        Shape { reporters: 129, principals: 1, clusters: 1, endpoints: 20, name_len: 20, ipv6: false, shared: false },
-        Shape { reporters: 9, principals: 9, clusters: 1, endpoints: 513, name_len: 20, ipv6: true, shared: false },
-        Shape { reporters: 9, principals: 9, clusters: 1, endpoints: 1_025, name_len: 8, ipv6: false, shared: false },
-        Shape { reporters: 1, principals: 1, clusters: 1, endpoints: 2_049, name_len: 8, ipv6: false, shared: false },
-        Shape { reporters: 40, principals: 5, clusters: 3, endpoints: 50, name_len: 60, ipv6: true, shared: false },
-        Shape {
-            reporters: 2,
-            principals: 2,
-            clusters: 257,
-            endpoints: 1,
-            name_len: MAX_NAME_LEN,
-            ipv6: false,
-            shared: false,
-        },
-        Shape { reporters: 1, principals: 1, clusters: 513, endpoints: 1, name_len: 8, ipv6: false, shared: false },
-        Shape { reporters: 1, principals: 1, clusters: 1, endpoints: 1, name_len: 1, ipv6: false, shared: false },
+        Shape { reporters: 257, principals: 257, name_len: MAX_NAME_LEN, ..ONE },
+        Shape { reporters: 513, principals: 513, ..ONE },
+        Shape { reporters: 129, endpoints: 20, name_len: 20, ..ONE },
+        Shape { reporters: 9, principals: 9, endpoints: 513, name_len: 20, ipv6: true, ..ONE },
+        Shape { reporters: 9, principals: 9, endpoints: 1_025, ..ONE },
+        Shape { endpoints: 2_049, ..ONE },
+        Shape { reporters: 40, principals: 5, clusters: 3, endpoints: 50, name_len: 60, ipv6: true, ..ONE },
+        Shape { reporters: 2, principals: 2, clusters: 257, name_len: MAX_NAME_LEN, ..ONE },
+        Shape { clusters: 513, ..ONE },
+        Shape { name_len: 1, ..ONE },
     ];
     for shape in shapes {
         let (over, counted) = overshoot(shape);
@@ -178,16 +182,10 @@ fn the_book_counts_at_least_what_it_allocates() {
 /// What the book allocates for `shape` after two rounds of reports and recomputes (the counting
 /// allocator's truth; one measurement at a time).
 fn allocated(shape: Shape) -> isize {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let base = LIVE.load(Ordering::Relaxed);
-    let mut book = uncapped_book();
-    for round in 1..=2u64 {
-        report_round(&mut book, shape, shape.reporters, round, round * 1_000_000);
-        book.recompute(round * 1_000_000);
-    }
-    let held = LIVE.load(Ordering::Relaxed) - base;
-    drop(book);
-    held
+    measuring(|book, held| {
+        grow(book, shape, 2, |_| {});
+        held()
+    })
 }
 
 /// Bytes per unit `grow` adds: the difference between 100 and 1,100 units (fixed costs cancel; hash
@@ -208,8 +206,7 @@ fn measure_bytes_per_unit() {
     let (short, long) = (8usize, MAX_NAME_LEN);
     // IPv4 addresses here are 14 bytes, IPv6 ones 23 to 27: the address slopes use 14 and 25.
     let (v4, v6) = (14usize, 25usize);
-    let base =
-        Shape { reporters: 1, principals: 1, clusters: 1, endpoints: 1, name_len: short, ipv6: false, shared: true };
+    let base = Shape { name_len: short, shared: true, ..ONE };
     let reporters = |s: Shape, n| Shape { reporters: n, principals: if s.principals > 1 { n } else { 1 }, ..s };
     let endpoints = |s: Shape, n| Shape { endpoints: n, ..s };
     let clusters = |s: Shape, n| Shape { clusters: n, ..s };

@@ -1,9 +1,10 @@
-//! The checks reports and replies share (version, names, caps, addresses, number ranges), and the
-//! typed error they give: a message that parsed but says something this side refuses.
+//! The checks reports, attestations and replies share (version, names, intervals, caps, addresses,
+//! counters, number ranges), and the typed error they give: a message that parsed but says
+//! something this side refuses.
 
 use crate::address::is_endpoint_address;
 use crate::json;
-use crate::protocol::{Limits, MAX_NAME_LEN, VERSION};
+use crate::protocol::{Limits, INTERVAL_MS, MAX_NAME_LEN, VERSION};
 use std::collections::BinaryHeap;
 
 /// Why a well-formed report or reply was refused; displays as one line naming the field.
@@ -46,6 +47,38 @@ pub(crate) fn check_version(version: u32) -> Result<(), Invalid> {
     }
 }
 
+/// The sender's tick, within `INTERVAL_MS`.
+pub(crate) fn check_interval(interval_ms: u32) -> Result<(), Invalid> {
+    if INTERVAL_MS.contains(&interval_ms) {
+        return Ok(());
+    }
+    let (lo, hi) = (INTERVAL_MS.start(), INTERVAL_MS.end());
+    Err(Invalid::field("interval_ms", format!("{interval_ms} is outside {lo}..={hi}")))
+}
+
+/// `field` holds `count` items, more than its cap `limit`.
+pub(crate) fn over_limit(field: impl Into<String>, count: usize, limit: usize) -> Invalid {
+    Invalid::field(field, format!("{count} is more than the limit of {limit}"))
+}
+
+/// Cumulative counters where the failures are more than the requests (`field`: whose they are).
+pub(crate) fn errors_exceed_requests(field: impl Into<String>, errors: u64, requests: u64) -> Invalid {
+    Invalid::field(field, format!("errors ({errors}) exceed requests ({requests})"))
+}
+
+/// `name`, the value of `field`, is one an earlier item has already (see `first_repeat`).
+pub(crate) fn appears_twice(field: String, name: &str) -> Invalid {
+    Invalid::field(field, format!("{} appears twice", json::quoted(name)))
+}
+
+/// `address` is an endpoint address, `ip:port` (`field` is formatted only for the error).
+pub(crate) fn check_address(field: impl FnOnce() -> String, address: &str) -> Result<(), Invalid> {
+    if is_endpoint_address(address) {
+        return Ok(());
+    }
+    Err(Invalid::field(field(), format!("{} is not ip:port", json::quoted(json::clip(address, 64)))))
+}
+
 /// What `check_name` accepts, without formatting anything.
 fn name_ok(name: &str) -> bool {
     !name.is_empty() && name.len() <= MAX_NAME_LEN && !name.chars().any(char::is_control)
@@ -70,8 +103,7 @@ pub(crate) fn check_clusters<'a>(
     limits: &Limits,
 ) -> Result<(), Invalid> {
     if clusters.len() > limits.max_clusters {
-        let problem = format!("{} is more than the limit of {}", clusters.len(), limits.max_clusters);
-        return Err(Invalid::field("clusters", problem));
+        return Err(over_limit("clusters", clusters.len(), limits.max_clusters));
     }
     let repeated = first_repeat(clusters.clone().map(|(name, _)| name.as_str()));
     for (ci, (name, endpoints)) in clusters.enumerate() {
@@ -79,14 +111,10 @@ pub(crate) fn check_clusters<'a>(
             check_name(&format!("clusters[{ci}].name"), name)?;
         }
         if repeated == Some(ci) {
-            return Err(Invalid::field(
-                format!("clusters[{ci}].name"),
-                format!("{} appears twice", json::quoted(name)),
-            ));
+            return Err(appears_twice(format!("clusters[{ci}].name"), name));
         }
         if endpoints > limits.max_endpoints_per_cluster {
-            let problem = format!("{endpoints} is more than the limit of {}", limits.max_endpoints_per_cluster);
-            return Err(Invalid::field(format!("clusters[{ci}].endpoints"), problem));
+            return Err(over_limit(format!("clusters[{ci}].endpoints"), endpoints, limits.max_endpoints_per_cluster));
         }
     }
     Ok(())
@@ -98,12 +126,7 @@ pub(crate) fn check_unique_addresses<'a>(
     mut addresses: impl Iterator<Item = &'a String> + Clone,
 ) -> Result<(), Invalid> {
     for (ei, address) in addresses.clone().enumerate() {
-        if !is_endpoint_address(address) {
-            return Err(Invalid::field(
-                format!("clusters[{ci}].endpoints[{ei}].address"),
-                format!("{} is not ip:port", json::quoted(json::clip(address, 64))),
-            ));
-        }
+        check_address(|| format!("clusters[{ci}].endpoints[{ei}].address"), address)?;
     }
     if let Some(ei) = first_repeat(addresses.clone().map(String::as_str)) {
         let dup = addresses.nth(ei).map_or("", String::as_str);

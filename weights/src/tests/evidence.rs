@@ -44,24 +44,51 @@ impl Mesh {
                     .iter()
                     .filter_map(|c| {
                         let t = truth.iter().find(|(e, _)| e == endpoint)?.1;
-                        let principal = principal_and_name(c).0.to_string();
-                        let n = self.served.entry((endpoint, principal.clone())).or_default();
-                        (n.0, n.1) = (n.0 + t.requests, n.1 + t.errors);
-                        Some(SourceCount { principal, requests: n.0, errors: n.1 })
+                        Some(serve(&mut self.served, endpoint, principal_and_name(c).0, t.requests, t.errors))
                     })
                     .collect();
-                let a = Attestation {
-                    version: VERSION,
-                    cluster: CLUSTER.into(),
-                    endpoint: endpoint.to_string(),
-                    incarnation: 1,
-                    interval_ms: 1000,
-                    sources,
-                };
-                self.w.book.attest(&a, self.w.now).unwrap();
+                self.w.book.attest(&attestation(endpoint, 1, sources), self.w.now).unwrap();
             }
             self.w.book.recompute(self.w.now);
         }
+    }
+}
+
+/// What `endpoint` served `principal` so far (cumulative, in `served`), after `requests` more of
+/// which `errors` failed.
+fn serve(
+    served: &mut HashMap<(&'static str, String), (u64, u64)>,
+    endpoint: &'static str,
+    principal: &str,
+    requests: u64,
+    errors: u64,
+) -> SourceCount {
+    let n = served.entry((endpoint, principal.to_string())).or_default();
+    (n.0, n.1) = (n.0 + requests, n.1 + errors);
+    SourceCount { principal: principal.to_string(), requests: n.0, errors: n.1 }
+}
+
+/// `endpoint`'s attestation (as incarnation `incarnation`) of what it served `sources`.
+fn attestation(endpoint: &str, incarnation: u64, sources: Vec<SourceCount>) -> Attestation {
+    Attestation {
+        version: VERSION,
+        cluster: CLUSTER.into(),
+        endpoint: endpoint.into(),
+        incarnation,
+        interval_ms: 1000,
+        sources,
+    }
+}
+
+/// One principal's `lie` (any number of reporter ids, no attestations) against 1, 2 or 20 honest
+/// callers moves at most `BOUND` of any endpoint's traffic and ejects nothing.
+fn assert_one_liar_moves_at_most_bound(lie: &[(&'static str, Traffic)]) {
+    for callers in [1, 2, 20] {
+        let fair = mesh(callers, 0, &[], &[]);
+        let lied = mesh(callers, 1, lie, &[]);
+        let moved = traffic_moved(&fair.w, &lied.w, &ALL);
+        assert!(moved <= BOUND, "{callers} callers: moved {moved:.4}, {:?}", lied.w.weights());
+        assert!(!lied.w.decision(A).ejected);
     }
 }
 
@@ -167,23 +194,8 @@ fn a_callers_claims_count_only_up_to_what_the_endpoint_attests() {
         let liar = m.w.report("front1/r1", &lie);
         m.w.book.ingest_as(&liar, "front1", m.w.now).unwrap();
         for endpoint in ALL {
-            let served: Vec<SourceCount> = ["front0", "front1"]
-                .iter()
-                .map(|p| {
-                    let n = m.served.entry((endpoint, p.to_string())).or_default();
-                    n.0 += 50;
-                    SourceCount { principal: p.to_string(), requests: n.0, errors: 0 }
-                })
-                .collect();
-            let a = Attestation {
-                version: VERSION,
-                cluster: CLUSTER.into(),
-                endpoint: endpoint.into(),
-                incarnation: 1,
-                interval_ms: 1000,
-                sources: served,
-            };
-            m.w.book.attest(&a, m.w.now).unwrap();
+            let served = ["front0", "front1"].map(|p| serve(&mut m.served, endpoint, p, 50, 0)).to_vec();
+            m.w.book.attest(&attestation(endpoint, 1, served), m.w.now).unwrap();
         }
         m.w.book.recompute(m.w.now);
     }
@@ -200,13 +212,7 @@ fn without_attestations_one_principal_alone_ejects_nothing_and_moves_at_most_5_p
     // The documented weaker rule: one principal (any number of reporter ids) against 1, 2 or 20
     // honest ones, claiming every request to A fails.
     let lie = [(A, Traffic { errors: 1_000_000, ..ok(1_000_000, 10_000) }), LATENCY_TRUTH[1], LATENCY_TRUTH[2]];
-    for callers in [1, 2, 20] {
-        let fair = mesh(callers, 0, &[], &[]);
-        let lied = mesh(callers, 1, &lie, &[]);
-        let moved = traffic_moved(&fair.w, &lied.w, &ALL);
-        assert!(moved <= BOUND, "{callers} callers: moved {moved:.4}, {:?}", lied.w.weights());
-        assert!(!lied.w.decision(A).ejected);
-    }
+    assert_one_liar_moves_at_most_bound(&lie);
 }
 
 #[test]
@@ -251,14 +257,7 @@ fn attestations_expire_and_their_bytes_are_given_back() {
     // The budget refuses an attestation that would pass it, changing nothing.
     let mut tight = Mesh::new(1, 0);
     tight.w.book = WeightBook::new(WeightParams { max_bytes: 1_000, ..WeightParams::default() });
-    let a = Attestation {
-        version: VERSION,
-        cluster: CLUSTER.into(),
-        endpoint: A.into(),
-        incarnation: 1,
-        interval_ms: 1000,
-        sources: vec![SourceCount { principal: "front0".into(), requests: 1, errors: 0 }],
-    };
+    let a = attestation(A, 1, vec![SourceCount { principal: "front0".into(), requests: 1, errors: 0 }]);
     assert_eq!(tight.w.book.attest(&a, SEC), Err(Rejection::MemoryBudget));
     assert_eq!(tight.w.book.counts().bytes, 0);
 }
@@ -274,15 +273,9 @@ fn the_vms_of_one_destination_attest_apart_and_count_together() {
             for (endpoint, vms) in [(A, incarnations), (B, &[1][..])] {
                 for incarnation in vms {
                     let served = if endpoint == B { 100 } else { 50 };
-                    let a = Attestation {
-                        version: VERSION,
-                        cluster: CLUSTER.into(),
-                        endpoint: endpoint.into(),
-                        incarnation: *incarnation,
-                        interval_ms: 1000,
-                        sources: vec![SourceCount { principal: "front0".into(), requests: served * second, errors: 0 }],
-                    };
-                    w.book.attest(&a, w.now).unwrap();
+                    let sources =
+                        vec![SourceCount { principal: "front0".into(), requests: served * second, errors: 0 }];
+                    w.book.attest(&attestation(endpoint, *incarnation, sources), w.now).unwrap();
                 }
             }
         }
@@ -303,12 +296,6 @@ fn without_attestations_one_principal_with_few_answers_cannot_outweigh_a_caller_
         [(A, ok(5, 1_000_000)), LATENCY_TRUTH[1], LATENCY_TRUTH[2]],
     ];
     for lie in lies {
-        for callers in [1, 2, 20] {
-            let fair = mesh(callers, 0, &[], &[]);
-            let lied = mesh(callers, 1, &lie, &[]);
-            let moved = traffic_moved(&fair.w, &lied.w, &ALL);
-            assert!(moved <= BOUND, "{callers} callers: moved {moved:.4}, {:?}", lied.w.weights());
-            assert!(!lied.w.decision(A).ejected);
-        }
+        assert_one_liar_moves_at_most_bound(&lie);
     }
 }

@@ -16,10 +16,10 @@ pub mod read;
 #[cfg(test)]
 mod tests;
 
-use crate::address::is_endpoint_address;
-use crate::json;
-use crate::protocol::INTERVAL_MS;
-use crate::validate::{check_name, check_version, first_repeat, Invalid};
+use crate::validate::{
+    appears_twice, check_address, check_interval, check_name, check_version, errors_exceed_requests, first_repeat,
+    over_limit, Invalid,
+};
 
 /// Source principals one attestation may name (a destination with more callers than this names
 /// the busiest; the rest stay unproven for that window).
@@ -62,28 +62,19 @@ impl Attestation {
     pub fn validate(&self) -> Result<(), Invalid> {
         check_version(self.version)?;
         check_name("cluster", &self.cluster)?;
-        if !is_endpoint_address(&self.endpoint) {
-            let problem = format!("{} is not ip:port", json::quoted(json::clip(&self.endpoint, 64)));
-            return Err(Invalid::field("endpoint", problem));
-        }
-        if !INTERVAL_MS.contains(&self.interval_ms) {
-            let (lo, hi) = (INTERVAL_MS.start(), INTERVAL_MS.end());
-            return Err(Invalid::field("interval_ms", format!("{} is outside {lo}..={hi}", self.interval_ms)));
-        }
+        check_address(|| "endpoint".into(), &self.endpoint)?;
+        check_interval(self.interval_ms)?;
         if self.sources.len() > MAX_SOURCES {
-            let problem = format!("{} is more than the limit of {MAX_SOURCES}", self.sources.len());
-            return Err(Invalid::field("sources", problem));
+            return Err(over_limit("sources", self.sources.len(), MAX_SOURCES));
         }
         for (i, s) in self.sources.iter().enumerate() {
             check_name(&format!("sources[{i}].principal"), &s.principal)?;
             if s.errors > s.requests {
-                let problem = format!("errors ({}) exceed requests ({})", s.errors, s.requests);
-                return Err(Invalid::field(format!("sources[{i}]"), problem));
+                return Err(errors_exceed_requests(format!("sources[{i}]"), s.errors, s.requests));
             }
         }
         if let Some(i) = first_repeat(self.sources.iter().map(|s| s.principal.as_str())) {
-            let problem = format!("{} appears twice", json::quoted(&self.sources[i].principal));
-            return Err(Invalid::field(format!("sources[{i}].principal"), problem));
+            return Err(appears_twice(format!("sources[{i}].principal"), &self.sources[i].principal));
         }
         Ok(())
     }

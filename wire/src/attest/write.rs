@@ -8,27 +8,19 @@ use crate::json;
 /// The attestation as JSON, fields in `Attestation`'s order.
 pub fn write_attestation(a: &Attestation) -> Vec<u8> {
     let mut out = Vec::with_capacity(160 + a.cluster.len() + a.sources.len() * 96);
-    out.extend_from_slice(b"{\"version\":");
-    json::write_u64(&mut out, u64::from(a.version));
-    out.extend_from_slice(b",\"cluster\":");
-    json::write_str(&mut out, &a.cluster);
-    out.extend_from_slice(b",\"endpoint\":");
-    json::write_str(&mut out, &a.endpoint);
-    out.extend_from_slice(b",\"incarnation\":");
-    json::write_u64(&mut out, a.incarnation);
-    out.extend_from_slice(b",\"interval_ms\":");
-    json::write_u64(&mut out, u64::from(a.interval_ms));
+    json::write_u64_member(&mut out, b"{\"version\":", u64::from(a.version));
+    json::write_str_member(&mut out, b",\"cluster\":", &a.cluster);
+    json::write_str_member(&mut out, b",\"endpoint\":", &a.endpoint);
+    json::write_u64_member(&mut out, b",\"incarnation\":", a.incarnation);
+    json::write_u64_member(&mut out, b",\"interval_ms\":", u64::from(a.interval_ms));
     out.extend_from_slice(b",\"sources\":[");
     for (i, s) in a.sources.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(b"{\"principal\":");
-        json::write_str(&mut out, &s.principal);
-        out.extend_from_slice(b",\"requests\":");
-        json::write_u64(&mut out, s.requests);
-        out.extend_from_slice(b",\"errors\":");
-        json::write_u64(&mut out, s.errors);
+        json::write_str_member(&mut out, b"{\"principal\":", &s.principal);
+        json::write_u64_member(&mut out, b",\"requests\":", s.requests);
+        json::write_u64_member(&mut out, b",\"errors\":", s.errors);
         out.push(b'}');
     }
     out.extend_from_slice(b"]}");

@@ -18,4 +18,7 @@ mod tests;
 
 pub use parse::{number, parse, MAX_DEPTH};
 pub use value::{JsonError, Number, Value};
-pub use write::{clip, escaped, number_text, quoted, write_decimal6, write_str, write_u64, write_value};
+pub use write::{
+    clip, escaped, number_text, quoted, write_decimal6, write_str, write_str_member, write_u64, write_u64_member,
+    write_value,
+};

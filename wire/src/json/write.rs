@@ -132,6 +132,18 @@ pub fn write_u64(out: &mut Vec<u8>, mut n: u64) {
     out.extend_from_slice(&digits[at..]);
 }
 
+/// Append a member's `key` (its separator, name and colon, e.g. `,"requests":`) and the integer `n`.
+pub fn write_u64_member(out: &mut Vec<u8>, key: &[u8], n: u64) {
+    out.extend_from_slice(key);
+    write_u64(out, n);
+}
+
+/// Append a member's `key` (as `write_u64_member`'s) and the string `s`.
+pub fn write_str_member(out: &mut Vec<u8>, key: &[u8], s: &str) {
+    out.extend_from_slice(key);
+    write_str(out, s);
+}
+
 /// Append a non-negative finite `x` with 6 decimals (rounded), e.g. a utilisation `0.625000`; other
 /// values as `0`. (Without the float formatting machinery, which the filter does not need otherwise.)
 pub fn write_decimal6(out: &mut Vec<u8>, x: f64) {

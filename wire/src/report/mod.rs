@@ -11,9 +11,12 @@ pub mod read;
 #[cfg(test)]
 mod tests;
 
-use crate::protocol::{Limits, INTERVAL_MS, MAX_CPU, MAX_INFLIGHT, MAX_LATENCY_US};
+use crate::protocol::{Limits, MAX_CPU, MAX_INFLIGHT, MAX_LATENCY_US};
 use crate::validate::Invalid;
-use crate::validate::{check_clusters, check_name, check_range, check_unique_addresses, check_version, in_range};
+use crate::validate::{
+    check_clusters, check_interval, check_name, check_range, check_unique_addresses, check_version,
+    errors_exceed_requests, in_range,
+};
 
 /// Read with serde by `read::parse_report` only (bounded seeds: the caps hold while parsing).
 #[derive(Debug, Clone, PartialEq)]
@@ -74,20 +77,14 @@ impl Report {
     pub fn validate(&self, limits: &Limits) -> Result<(), Invalid> {
         check_version(self.version)?;
         check_name("reporter", &self.reporter)?;
-        if !INTERVAL_MS.contains(&self.interval_ms) {
-            let (lo, hi) = (INTERVAL_MS.start(), INTERVAL_MS.end());
-            return Err(Invalid::field("interval_ms", format!("{} is outside {lo}..={hi}", self.interval_ms)));
-        }
+        check_interval(self.interval_ms)?;
         check_clusters(self.clusters.iter().map(|c| (&c.name, c.endpoints.len())), limits)?;
         for (ci, cluster) in self.clusters.iter().enumerate() {
             check_unique_addresses(ci, cluster.endpoints.iter().map(|e| &e.address))?;
             for (ei, e) in cluster.endpoints.iter().enumerate() {
                 let at = || format!("clusters[{ci}].endpoints[{ei}]");
                 if e.errors > e.requests {
-                    return Err(Invalid::field(
-                        at(),
-                        format!("errors ({}) exceed requests ({})", e.errors, e.requests),
-                    ));
+                    return Err(errors_exceed_requests(at(), e.errors, e.requests));
                 }
                 if e.inflight > MAX_INFLIGHT {
                     return Err(Invalid::field(at() + ".inflight", format!("{} is above {MAX_INFLIGHT}", e.inflight)));

@@ -14,6 +14,7 @@ use serde::de::{DeserializeSeed, Error as _, IgnoredAny, MapAccess, SeqAccess, V
 use serde::Deserialize;
 use std::cell::RefCell;
 use std::fmt;
+use std::marker::PhantomData;
 
 /// Why a report body was refused; displays as one line naming the problem (and the field).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,11 +119,40 @@ fn once<'de, T: Deserialize<'de>, A: MapAccess<'de>>(
     map: &mut A,
     name: &'static str,
 ) -> Result<(), A::Error> {
+    once_seeded(slot, map, name, PhantomData)
+}
+
+/// A field read once with `seed` (one that carries the caps), as `once`.
+fn once_seeded<'de, S: DeserializeSeed<'de>, A: MapAccess<'de>>(
+    slot: &mut Option<S::Value>,
+    map: &mut A,
+    name: &'static str,
+    seed: S,
+) -> Result<(), A::Error> {
     if slot.is_some() {
         return Err(A::Error::duplicate_field(name));
     }
-    *slot = Some(map.next_value()?);
+    *slot = Some(map.next_value_seed(seed)?);
     Ok(())
+}
+
+/// The elements of a list, each read by `next` (given its index), at most `limit` of them: the
+/// one past it is refused (`ReportSeed::exceeded`, naming the list, `field`) before the rest is read.
+fn capped<'de, T, A: SeqAccess<'de>>(
+    report: ReportSeed<'_>,
+    mut seq: A,
+    limit: usize,
+    field: impl FnOnce() -> String,
+    mut next: impl FnMut(&mut A, usize) -> Result<Option<T>, A::Error>,
+) -> Result<Vec<T>, A::Error> {
+    let mut items = Vec::new();
+    while let Some(item) = next(&mut seq, items.len())? {
+        if items.len() == limit {
+            return Err(report.exceeded(field(), limit));
+        }
+        items.push(item);
+    }
+    Ok(items)
 }
 
 impl<'de> DeserializeSeed<'de> for ReportSeed<'_> {
@@ -146,12 +176,7 @@ impl<'de> Visitor<'de> for ReportSeed<'_> {
                 ReportField::Reporter => once(&mut reporter, &mut map, "reporter")?,
                 ReportField::Incarnation => once(&mut incarnation, &mut map, "incarnation")?,
                 ReportField::IntervalMs => once(&mut interval_ms, &mut map, "interval_ms")?,
-                ReportField::Clusters => {
-                    if clusters.is_some() {
-                        return Err(A::Error::duplicate_field("clusters"));
-                    }
-                    clusters = Some(map.next_value_seed(ClustersSeed(self))?);
-                }
+                ReportField::Clusters => once_seeded(&mut clusters, &mut map, "clusters", ClustersSeed(self))?,
                 ReportField::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -182,18 +207,15 @@ impl<'de> Visitor<'de> for ClustersSeed<'_> {
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an array of clusters")
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let limit = self.0.limits.max_clusters;
-        let mut clusters = Vec::new();
-        loop {
-            let index = clusters.len();
-            let Some(cluster) = seq.next_element_seed(ClusterSeed { report: self.0, index })? else { break };
-            if index == limit {
-                return Err(self.0.exceeded("clusters".into(), limit));
-            }
-            clusters.push(cluster);
-        }
-        Ok(clusters)
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        let report = self.0;
+        capped(
+            report,
+            seq,
+            report.limits.max_clusters,
+            || "clusters".into(),
+            |seq, index| seq.next_element_seed(ClusterSeed { report, index }),
+        )
     }
 }
 
@@ -225,10 +247,8 @@ impl<'de> Visitor<'de> for ClusterSeed<'_> {
             match key {
                 ClusterField::Name => once(&mut name, &mut map, "name")?,
                 ClusterField::Endpoints => {
-                    if endpoints.is_some() {
-                        return Err(A::Error::duplicate_field("endpoints"));
-                    }
-                    endpoints = Some(map.next_value_seed(EndpointsSeed { report: self.report, cluster: self.index })?);
+                    let seed = EndpointsSeed { report: self.report, cluster: self.index };
+                    once_seeded(&mut endpoints, &mut map, "endpoints", seed)?;
                 }
                 ClusterField::Other => {
                     map.next_value::<IgnoredAny>()?;
@@ -260,15 +280,9 @@ impl<'de> Visitor<'de> for EndpointsSeed<'_> {
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an array of endpoints")
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
         let limit = self.report.limits.max_endpoints_per_cluster;
-        let mut endpoints = Vec::new();
-        while let Some(endpoint) = seq.next_element::<EndpointReport>()? {
-            if endpoints.len() == limit {
-                return Err(self.report.exceeded(format!("clusters[{}].endpoints", self.cluster), limit));
-            }
-            endpoints.push(endpoint);
-        }
-        Ok(endpoints)
+        let field = || format!("clusters[{}].endpoints", self.cluster);
+        capped(self.report, seq, limit, field, |seq, _| seq.next_element::<EndpointReport>())
     }
 }

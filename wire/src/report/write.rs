@@ -9,28 +9,22 @@ use crate::json;
 pub fn write_report(report: &Report) -> Vec<u8> {
     let endpoints: usize = report.clusters.iter().map(|c| c.endpoints.len()).sum();
     let mut out = Vec::with_capacity(128 + report.clusters.len() * 64 + endpoints * 200);
-    out.extend_from_slice(b"{\"version\":");
-    json::write_u64(&mut out, u64::from(report.version));
-    out.extend_from_slice(b",\"reporter\":");
-    json::write_str(&mut out, &report.reporter);
-    out.extend_from_slice(b",\"incarnation\":");
-    json::write_u64(&mut out, report.incarnation);
-    out.extend_from_slice(b",\"interval_ms\":");
-    json::write_u64(&mut out, u64::from(report.interval_ms));
+    json::write_u64_member(&mut out, b"{\"version\":", u64::from(report.version));
+    json::write_str_member(&mut out, b",\"reporter\":", &report.reporter);
+    json::write_u64_member(&mut out, b",\"incarnation\":", report.incarnation);
+    json::write_u64_member(&mut out, b",\"interval_ms\":", u64::from(report.interval_ms));
     out.extend_from_slice(b",\"clusters\":[");
     for (ci, c) in report.clusters.iter().enumerate() {
         if ci > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(b"{\"name\":");
-        json::write_str(&mut out, &c.name);
+        json::write_str_member(&mut out, b"{\"name\":", &c.name);
         out.extend_from_slice(b",\"endpoints\":[");
         for (ei, e) in c.endpoints.iter().enumerate() {
             if ei > 0 {
                 out.push(b',');
             }
-            out.extend_from_slice(b"{\"address\":");
-            json::write_str(&mut out, &e.address);
+            json::write_str_member(&mut out, b"{\"address\":", &e.address);
             for (key, n) in [
                 (&b",\"requests\":"[..], e.requests),
                 (b",\"errors\":", e.errors),
@@ -39,8 +33,7 @@ pub fn write_report(report: &Report) -> Vec<u8> {
                 (b",\"latency_ewma_us\":", e.latency_ewma_us),
                 (b",\"latency_age_ms\":", e.latency_age_ms),
             ] {
-                out.extend_from_slice(key);
-                json::write_u64(&mut out, n);
+                json::write_u64_member(&mut out, key, n);
             }
             if let Some(cpu) = e.cpu {
                 out.extend_from_slice(b",\"cpu\":");
@@ -48,8 +41,7 @@ pub fn write_report(report: &Report) -> Vec<u8> {
             }
             for (key, n) in [(&b",\"cpu_age_ms\":"[..], e.cpu_age_ms), (b",\"seen_age_ms\":", e.seen_age_ms)] {
                 if let Some(n) = n {
-                    out.extend_from_slice(key);
-                    json::write_u64(&mut out, n);
+                    json::write_u64_member(&mut out, key, n);
                 }
             }
             out.push(b'}');
