@@ -1,7 +1,7 @@
 # Coverage-guided fuzzing with libFuzzer (cargo-fuzz, nightly) of every parser that takes outside
 # input: reports, replies (the filter's reader), the plugin configuration, ORCA (text and binary),
 # load stamps, the filter's shared data, the simulator's scenarios, the aggregator's XFCC identity
-# and Prometheus responses, and the filter's JSON parser against serde_json (json_diff). The bodies are tailweight-fuzz (fuzz/src/lib.rs);
+# and Prometheus responses, the destinations' attestations, and the filter's JSON parser against serde_json (json_diff). The bodies are tailweight-fuzz (fuzz/src/lib.rs);
 # fuzz/libfuzzer holds one libFuzzer binary per target. `make fuzz` runs each target for FUZZ_RUNS
 # executions (niced, one job) from the kept corpus, then minimises what it found back into
 # fuzz/corpus/<target>, and records the run in bench/results/fuzz.md; `make test` replays that
@@ -12,7 +12,7 @@
 # copy the input into fuzz/findings/<target>/ (never minimised away) so the replay keeps checking it.
 .PHONY: fuzz fuzz-deps
 
-FUZZ_TARGETS := report reply filter_config orca_text orca_bin shared_data scenario json_diff stamp xfcc prometheus
+FUZZ_TARGETS := report reply filter_config orca_text orca_bin shared_data scenario json_diff stamp xfcc prometheus attest
 FUZZ_RUNS ?= 1000000
 FUZZ_MAX_LEN ?= 8192
 FUZZ_WORK := target/fuzz-work

@@ -25,6 +25,11 @@ pub const WEIGHTS_BYTES_PER_ENDPOINT: usize = 2_048;
 pub const WEIGHTS_BYTES_PER_CLUSTER: usize = 2_048;
 /// One endpoint in a reply, at most (its JSON: the longest address, every field at its widest).
 pub const REPLY_BYTES_PER_ENDPOINT: usize = 256;
+/// What a CPU source's query response may hold, as a multiple of its body's size (declared, or
+/// `--cpu-max-response-bytes` when not): the body, read into one buffer, and its parsed series,
+/// each series' labels a map of owned strings: a series of two short labels (~90 bytes of JSON) is
+/// ~350 bytes parsed (map table, four strings, the allocator's headers); an estimate, not measured.
+pub const CPU_RESPONSE_COPIES: usize = 5;
 /// The least a reporter, cluster or observation costs the book (`memory.rs`'s bases, rounded
 /// down): the count caps allow as many as the book's bytes could hold.
 const LEAST_REPORTER_BYTES: usize = 1_000;
@@ -39,6 +44,10 @@ pub struct ServiceLimits {
     pub max_concurrent_requests: usize,
     pub max_body_bytes: usize,
     pub max_reply_endpoints: usize,
+    /// The largest CPU source response read (`--cpu-max-response-bytes`; 0: no CPU source).
+    pub cpu_response_bytes: usize,
+    /// The CPU source's queries held at once per poll (1, or 2 when pod names join to IPs).
+    pub cpu_queries: usize,
 }
 
 /// What follows from the budget for the weight book.
@@ -64,23 +73,42 @@ impl ServiceLimits {
         self.max_concurrent_requests.saturating_mul(self.report_cost(self.max_body_bytes))
     }
 
-    /// What connections and requests may hold at most, and the rest for the book: `limit -
-    /// BASELINE - connections x CONNECTION_BYTES - request_bytes`. Err: one line saying what does
-    /// not fit.
+    /// What a CPU source response whose body is `body_bytes` long may hold:
+    /// `CPU_RESPONSE_COPIES x body`, reserved before its body is read.
+    pub fn cpu_response_cost(&self, body_bytes: usize) -> usize {
+        CPU_RESPONSE_COPIES.saturating_mul(body_bytes.min(self.cpu_response_bytes))
+    }
+
+    /// The bytes the CPU source may hold at once: `queries x cpu_response_cost(max)`.
+    pub fn cpu_bytes(&self) -> usize {
+        self.cpu_queries.saturating_mul(self.cpu_response_cost(self.cpu_response_bytes))
+    }
+
+    /// The bytes work in progress may hold in all (`admission::MemoryBudget`), each piece reserving
+    /// its part before it starts: `request_bytes + cpu_bytes`.
+    pub fn work_bytes(&self) -> usize {
+        self.request_bytes().saturating_add(self.cpu_bytes())
+    }
+
+    /// What connections, requests and the CPU source may hold at most, and the rest for the book:
+    /// `limit - BASELINE - connections x CONNECTION_BYTES - work_bytes`. Err: one line saying what
+    /// does not fit.
     pub fn book_budget(&self) -> Result<BookBudget, String> {
         let reserved = BASELINE_BYTES
             .saturating_add(self.max_connections.saturating_mul(CONNECTION_BYTES))
-            .saturating_add(self.request_bytes());
+            .saturating_add(self.work_bytes());
         let max_bytes = self.memory_limit_bytes.saturating_sub(reserved);
         if max_bytes < 8 << 20 {
             return Err(format!(
                 "memory_limit_mib: {} MiB leaves less than 8 MiB for the weights once {} MiB are set aside for {} \
-                 connections and {} requests of up to {} bytes",
+                 connections, {} requests of up to {} bytes and {} CPU source responses of up to {} bytes",
                 self.memory_limit_bytes >> 20,
                 reserved >> 20,
                 self.max_connections,
                 self.max_concurrent_requests,
-                self.max_body_bytes
+                self.max_body_bytes,
+                self.cpu_queries,
+                self.cpu_response_bytes
             ));
         }
         Ok(BookBudget {
@@ -103,6 +131,8 @@ mod tests {
             max_concurrent_requests: 16,
             max_body_bytes: 512 * 1024,
             max_reply_endpoints: 2_048,
+            cpu_response_bytes: 0,
+            cpu_queries: 0,
         }
     }
 
@@ -114,5 +144,19 @@ mod tests {
         assert_eq!(b.max_observations, b.max_bytes / 800);
         let err = limits(40).book_budget().unwrap_err();
         assert!(err.starts_with("memory_limit_mib: 40 MiB leaves less than 8 MiB") && !err.contains('\n'), "{err}");
+    }
+
+    #[test]
+    fn the_cpu_source_responses_come_out_of_the_book_before_they_are_read() {
+        let without = limits(192);
+        let with = ServiceLimits { cpu_response_bytes: 4 << 20, cpu_queries: 2, ..limits(192) };
+        assert_eq!(without.cpu_bytes(), 0);
+        assert_eq!(with.cpu_bytes(), 2 * CPU_RESPONSE_COPIES * (4 << 20));
+        assert_eq!(with.work_bytes(), with.request_bytes() + with.cpu_bytes());
+        let (a, b) = (without.book_budget().unwrap(), with.book_budget().unwrap());
+        assert_eq!(a.max_bytes - b.max_bytes, with.cpu_bytes());
+        // A response costs by its declared size, never past the largest one read.
+        assert_eq!(with.cpu_response_cost(1_000), CPU_RESPONSE_COPIES * 1_000);
+        assert_eq!(with.cpu_response_cost(usize::MAX), CPU_RESPONSE_COPIES * (4 << 20));
     }
 }

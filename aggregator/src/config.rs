@@ -211,6 +211,11 @@ pub struct ServiceConfig {
     /// Timeout of one CPU poll, in milliseconds.
     #[arg(long, env = "TAILWEIGHT_CPU_TIMEOUT_MS", default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
     pub cpu_timeout_ms: u64,
+    /// Largest query response read from the CPU source, in bytes (a larger one fails the poll and
+    /// the last values stay). With a CPU source, 5x this per query is set aside from the memory
+    /// budget for the poll (the body and its parsed series) and reserved before the body is read.
+    #[arg(long, env = "TAILWEIGHT_CPU_MAX_RESPONSE_BYTES", default_value_t = 4 << 20, value_parser = clap::value_parser!(u64).range(1_024..=1 << 30))]
+    pub cpu_max_response_bytes: u64,
     /// Age after which a CPU value is not used, in milliseconds.
     #[arg(long, env = "TAILWEIGHT_CPU_MAX_AGE_MS", default_value_t = WeightParams::default().cpu_max_age_us / 1_000)]
     pub cpu_max_age_ms: u64,
@@ -234,6 +239,16 @@ impl ServiceConfig {
             max_concurrent_requests: self.max_concurrent_requests as usize,
             max_body_bytes: self.max_body_bytes,
             max_reply_endpoints: self.max_reply_endpoints,
+            cpu_response_bytes: if self.cpu_url.is_some() {
+                usize::try_from(self.cpu_max_response_bytes).unwrap_or(usize::MAX)
+            } else {
+                0
+            },
+            cpu_queries: match (&self.cpu_url, &self.cpu_pod_label) {
+                (None, _) => 0,
+                (Some(_), None) => 1,
+                (Some(_), Some(_)) => 2,
+            },
         }
     }
 

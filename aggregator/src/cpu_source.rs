@@ -1,7 +1,11 @@
 //! CPU utilisation per endpoint IP from a Prometheus-compatible query API (`/api/v1/query`:
 //! Prometheus, VictoriaMetrics, Thanos), polled on its own interval. A failed poll is logged and
 //! counted, never fatal: the last values stay until they are too old for the weight book to use.
+//! A response is read only within `--cpu-max-response-bytes` and after what it may cost (body and
+//! parsed series, `ServiceLimits::cpu_response_cost`) is reserved from the memory budget that
+//! requests reserve from too.
 
+use crate::admission::Reservation;
 use crate::config::ServiceConfig;
 use crate::state::AppState;
 use serde::Deserialize;
@@ -28,6 +32,8 @@ pub struct CpuSource {
     pub ip: IpSource,
     pub interval: Duration,
     pub timeout: Duration,
+    /// The largest response body read, in bytes.
+    pub max_response_bytes: usize,
 }
 
 impl CpuSource {
@@ -43,7 +49,9 @@ impl CpuSource {
             None => IpSource::Label(c.cpu_ip_label.clone()),
         };
         let query = c.cpu_query.replace("{interval}", &format!("{}s", interval.as_secs().max(1)));
-        Some(CpuSource { base_url, query, ip, interval, timeout: Duration::from_millis(c.cpu_timeout_ms) })
+        let timeout = Duration::from_millis(c.cpu_timeout_ms);
+        let max_response_bytes = usize::try_from(c.cpu_max_response_bytes).unwrap_or(usize::MAX);
+        Some(CpuSource { base_url, query, ip, interval, timeout, max_response_bytes })
     }
 }
 
@@ -54,6 +62,12 @@ pub enum PollError {
     Status(u16),
     Decode(String),
     Query(String),
+    /// The body is longer than `limit` (declared, or while it was read).
+    TooLarge {
+        limit: usize,
+    },
+    /// These bytes of the memory budget were not free (requests in progress hold them).
+    Budget(usize),
 }
 
 impl PollError {
@@ -63,6 +77,8 @@ impl PollError {
             PollError::Status(_) => "status",
             PollError::Decode(_) => "decode",
             PollError::Query(_) => "query",
+            PollError::TooLarge { .. } => "too_large",
+            PollError::Budget(_) => "budget",
         }
     }
 }
@@ -74,6 +90,12 @@ impl std::fmt::Display for PollError {
             PollError::Status(s) => write!(f, "HTTP status {s}"),
             PollError::Decode(e) => write!(f, "response is not a query result: {e}"),
             PollError::Query(e) => write!(f, "query failed: {e}"),
+            PollError::TooLarge { limit } => {
+                write!(f, "response is larger than {limit} bytes (--cpu-max-response-bytes); not read further")
+            }
+            PollError::Budget(bytes) => {
+                write!(f, "{bytes} bytes of the memory budget are not free for the response (requests hold them)")
+            }
         }
     }
 }
@@ -166,12 +188,43 @@ pub fn cpu_by_ip(
     out
 }
 
-async fn query(client: &reqwest::Client, base: &str, promql: &str) -> Result<Series, PollError> {
+/// A response's body, read within `limit` bytes after its cost is reserved from the memory budget
+/// (held by the returned reservation until the caller is done with what it parsed): a declared
+/// length over the limit is refused before anything is read, an undeclared body as soon as it
+/// passes the limit.
+async fn read_within(
+    mut response: reqwest::Response,
+    limit: usize,
+    state: &AppState,
+) -> Result<(Vec<u8>, Reservation), PollError> {
+    let declared = response.content_length().and_then(|n| usize::try_from(n).ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(PollError::TooLarge { limit });
+    }
+    let cost = state.limits.budget.cpu_response_cost(declared.unwrap_or(limit));
+    let reservation = state.memory.reserve(cost).ok_or(PollError::Budget(cost))?;
+    let mut body = Vec::with_capacity(declared.unwrap_or(0));
+    while let Some(chunk) = response.chunk().await.map_err(|e| PollError::Request(e.to_string()))? {
+        if body.len() + chunk.len() > limit {
+            return Err(PollError::TooLarge { limit });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, reservation))
+}
+
+async fn query(
+    client: &reqwest::Client,
+    source: &CpuSource,
+    promql: &str,
+    state: &AppState,
+) -> Result<(Series, Reservation), PollError> {
+    let base = &source.base_url;
     let url = reqwest::Url::parse_with_params(&format!("{base}/api/v1/query"), &[("query", promql)])
         .map_err(|e| PollError::Request(format!("bad URL {base:?}: {e}")))?;
     let response = client.get(url).send().await.map_err(|e| PollError::Request(e.to_string()))?;
     let status = response.status();
-    let body = response.bytes().await.map_err(|e| PollError::Request(e.to_string()))?;
+    let (body, reservation) = read_within(response, source.max_response_bytes, state).await?;
     if !status.is_success() {
         // Prometheus explains bad queries in a JSON body with a 400: prefer its words.
         if let Err(PollError::Query(e)) = parse_vector(&body) {
@@ -179,15 +232,19 @@ async fn query(client: &reqwest::Client, base: &str, promql: &str) -> Result<Ser
         }
         return Err(PollError::Status(status.as_u16()));
     }
-    parse_vector(&body)
+    Ok((parse_vector(&body)?, reservation))
 }
 
-/// One poll: query, map to IPs, hand to the weight book. Returns the number of IPs set.
+/// One poll: query, map to IPs, hand to the weight book. Returns the number of IPs set. What the
+/// responses hold stays reserved until they are dropped.
 pub async fn poll_once(client: &reqwest::Client, source: &CpuSource, state: &AppState) -> Result<usize, PollError> {
-    let samples = query(client, &source.base_url, &source.query).await?;
-    let pods = match &source.ip {
-        IpSource::Pod { query: q, .. } => query(client, &source.base_url, q).await?,
-        IpSource::Label(_) => Vec::new(),
+    let (samples, _held) = query(client, source, &source.query, state).await?;
+    let (pods, _held_too) = match &source.ip {
+        IpSource::Pod { query: q, .. } => {
+            let (series, reservation) = query(client, source, q, state).await?;
+            (series, Some(reservation))
+        }
+        IpSource::Label(_) => (Vec::new(), None),
     };
     let by_ip = cpu_by_ip(&samples, &source.ip, &pods);
     let now = state.now_us();
@@ -214,21 +271,34 @@ pub async fn run(source: CpuSource, state: Arc<AppState>) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        match poll_once(&client, &source, &state).await {
-            Ok(n) => {
-                last_ok = Some(Instant::now());
-                state.metrics.cpu_polls.inc();
-                state.metrics.cpu_series.set(n as i64);
-                tracing::debug!(series = n, "cpu source: polled");
-            }
-            Err(e) => {
-                state.metrics.cpu_error(e.kind());
-                tracing::warn!(error = %e, "cpu source: poll failed (keeping the last values)");
-            }
-        }
-        state.metrics.cpu_staleness.set(last_ok.map_or(-1.0, |t| t.elapsed().as_secs_f64()));
+        poll_and_record(&client, &source, &state, &mut last_ok).await;
     }
 }
+
+/// One tick of `run`: a poll, counted in the metrics, and a log line if it failed.
+async fn poll_and_record(
+    client: &reqwest::Client,
+    source: &CpuSource,
+    state: &AppState,
+    last_ok: &mut Option<Instant>,
+) {
+    match poll_once(client, source, state).await {
+        Ok(n) => {
+            *last_ok = Some(Instant::now());
+            state.metrics.cpu_polls.inc();
+            state.metrics.cpu_series.set(n as i64);
+            tracing::debug!(series = n, "cpu source: polled");
+        }
+        Err(e) => {
+            state.metrics.cpu_error(e.kind());
+            tracing::warn!(error = %e, "cpu source: poll failed (keeping the last values)");
+        }
+    }
+    state.metrics.cpu_staleness.set(last_ok.map_or(-1.0, |t| t.elapsed().as_secs_f64()));
+}
+
+#[cfg(test)]
+mod served;
 
 #[cfg(test)]
 mod tests {

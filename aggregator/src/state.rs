@@ -1,6 +1,6 @@
 //! Shared state: the weight book behind one mutex (held for microseconds: parsing, rendering and
 //! serialising happen outside it), metrics, the identity source, the request slots and the memory
-//! set aside for requests in progress (`admission.rs`), and the monotonic clock every time argument
+//! set aside for requests and CPU polls in progress (`admission.rs`), and the monotonic clock every time argument
 //! comes from.
 
 use crate::admission::{MemoryBudget, Slot, SlotRefusal, Slots};
@@ -58,7 +58,7 @@ impl AppState {
             metrics: AggregatorMetrics::new()?,
             identity,
             slots: Slots::new(limits.max_concurrent_requests, limits.max_requests_per_principal),
-            memory: MemoryBudget::new(limits.budget.request_bytes()),
+            memory: MemoryBudget::new(limits.budget.work_bytes()),
             limits,
             started: Instant::now(),
             ready: AtomicBool::new(false),

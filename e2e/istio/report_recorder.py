@@ -4,7 +4,8 @@ Usage: python report_recorder.py LISTEN_IP UPSTREAM_PORT RECORD_FILE READY_FILE
 Listens on LISTEN_IP, a port of the kernel's choosing, reported in READY_FILE ({"port": P}).
 Forwards every request to 127.0.0.1:UPSTREAM_PORT unchanged and appends one JSON line per POST to
 RECORD_FILE: the Host (:authority), x-tailweight-shard and x-forwarded-client-cert headers, the
-report's reporter and cluster names, and the upstream status. This is the plaintext hop inside the
+report's reporter and cluster names (an attestation's cluster, endpoint and {principal: requests}
+of its sources), and the upstream status. This is the plaintext hop inside the
 pod (sidecar -> app), so the test sees what the mesh delivered without touching the mTLS leg.
 """
 import http.client
@@ -41,16 +42,21 @@ def relay(request: Request) -> Reply:
 
 
 def record(request: Request, status: int) -> None:
+    attested = {}
     try:
-        report = json.loads(request.body)
-        reporter = report.get("reporter")
-        clusters = [c.get("name") for c in report.get("clusters", [])]
+        body = json.loads(request.body)
+        if "sources" in body:  # an attestation (/v1/attest)
+            reporter, clusters = None, [body.get("cluster")]
+            attested = {"endpoint": body.get("endpoint"),
+                        "sources": {s.get("principal"): s.get("requests") for s in body.get("sources", [])}}
+        else:
+            reporter, clusters = body.get("reporter"), [c.get("name") for c in body.get("clusters", [])]
     except (ValueError, AttributeError, TypeError):
         reporter, clusters = None, []
     line = json.dumps({"path": request.path, "host": request.headers.get("host"),
                        "shard": request.headers.get("x-tailweight-shard"),
                        "xfcc": request.headers.get("x-forwarded-client-cert"),
-                       "reporter": reporter, "clusters": clusters, "status": status})
+                       "reporter": reporter, "clusters": clusters, "status": status, **attested})
     with lock, open(record_file, "a") as f:
         f.write(line + "\n")
 

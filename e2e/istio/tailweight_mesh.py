@@ -53,6 +53,7 @@ AGG_CLUSTER = f"outbound|{PORT}||{AGG_HOST}"
 REPLICA_LABEL = "tailweight.test/replica"
 OVERRIDE_HEADER = "x-gateway-destination-endpoint"
 SHARD_HEADER = "x-tailweight-shard"
+ATTEST_PATH = "/v1/attest"
 # Reporter names of the reports tests invent (not a filter's).
 INVENTED_REPORTER = "invented-"
 # Host numbers in the control plane's /24 (test_istio_smoke uses .10-.22 of the same one).
@@ -196,13 +197,22 @@ class Replica:
     def clusters(self) -> set[str]:
         return {c["name"] for c in self.weights()["clusters"]}
 
-    def records(self) -> list[dict]:
-        """What the mesh delivered to this replica from the filters: one dict per POST (see
-        report_recorder.py); reports a test made up itself (reporter INVENTED_REPORTER*) are left out."""
+    def posts(self) -> list[dict]:
+        """Every POST the mesh delivered to this replica: one dict each (see report_recorder.py)."""
         if not self.records_path.exists():
             return []
-        records = (json.loads(line) for line in self.records_path.read_text().splitlines() if line)
-        return [r for r in records if not str(r.get("reporter")).startswith(INVENTED_REPORTER)]
+        return [json.loads(line) for line in self.records_path.read_text().splitlines() if line]
+
+    def records(self) -> list[dict]:
+        """The reports the mesh delivered to this replica from the filters (attestations are
+        `attestations()`); reports a test made up itself (reporter INVENTED_REPORTER*) are left out."""
+        return [r for r in self.posts()
+                if r["path"] != ATTEST_PATH and not str(r.get("reporter")).startswith(INVENTED_REPORTER)]
+
+    def attestations(self) -> list[dict]:
+        """The attestations (POST /v1/attest) the mesh delivered to this replica: cluster, endpoint,
+        {principal: requests}, the x-forwarded-client-cert its sidecar wrote, the app's status."""
+        return [r for r in self.posts() if r["path"] == ATTEST_PATH]
 
 
 def start_replica(cp: ControlPlane, index: int) -> Replica:
@@ -216,7 +226,13 @@ def start_replica(cp: ControlPlane, index: int) -> Replica:
     service_account = pod["spec"]["serviceAccountName"]
     ip = cp.ip(FIRST_REPLICA_HOST + index)
     name = f"{AGG_NAME}-{index}"
+    # Its listeners on loopback ports of their own: the report listener on the port the harness
+    # gives it (--listen), the read-only one (the chart's --read-only-listen) on a reserved port.
+    read_only_port = cp.procs.reserve_port()
     args = [a for a in container["args"] if not a.startswith("--listen=")]
+    args = [f"--read-only-listen={LOCALHOST}:{read_only_port}" if a.startswith("--read-only-listen=") else a
+            for a in args]
+    assert f"--read-only-listen={LOCALHOST}:{read_only_port}" in args, container["args"]
     app = aggregator.start(cp.procs, f"{name}-app", args=args, binary=AGGREGATOR)
     records = cp.dir / f"{name}-reports.jsonl"
     relay_ready = cp.procs.ready_file(f"{name}-relay")
@@ -225,10 +241,17 @@ def start_replica(cp: ControlPlane, index: int) -> Replica:
     relay_port = ready_port(relay_ready, relay, 15)  # written once it listens
     labels = {**pod["metadata"]["labels"], REPLICA_LABEL: str(index)}
     annotations = pod["metadata"]["annotations"]
+    # The pod's scrape port is the container's read-only port (the agent scrapes around the
+    # sidecar): here the app's read-only listener.
+    container_ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert annotations["prometheus.io/port"] == str(container_ports["http-read-only"]), annotations
     scrape = {"scrape": annotations["prometheus.io/scrape"], "path": annotations["prometheus.io/path"],
-              "port": str(app.port)}  # the container's port, here the app's own
+              "port": str(read_only_port)}
+    # Egress: istiod's namespace and the aggregator's own Service, which a server-role filter in
+    # this pod attests to (as in a real pod, which sees every Service).
     cp.apply_ingress_sidecar_resource(AGG_NS, name, {REPLICA_LABEL: str(index)}, bind_ip=ip,
-                                      port=PORT, app_port=relay_port)
+                                      port=PORT, app_port=relay_port,
+                                      egress_hosts=("istio-system/*", f"./{AGG_HOST}"))
     cp.apply_workload_entry(AGG_NS, name, ip, labels, ports={"http": PORT}, service_account=service_account,
                             mtls=True)
     sidecar = cp.start_sidecar(AGG_NS, name, ip=ip, labels=labels, service_account=service_account,

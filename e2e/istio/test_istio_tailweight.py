@@ -556,12 +556,16 @@ def test_istioctl_analyze_finds_nothing_for_the_installed_chart(mesh):
     assert [m["code"] for m in messages if m["origin"] == f"Namespace {tm.AGG_NS}"] == ["IST0102"], messages
 
 
-def test_load_stamps_written_by_the_destination_sidecar_only(mesh):
+def test_destination_sidecar_stamps_and_attests_its_callers_over_mtls(mesh):
     """A `services` entry with `loadStamps: true` and no clients, here for the aggregator itself:
     the chart's server-role WasmPlugin (match SERVER, role server) in the aggregator's namespace,
     whose sidecars then stamp every response of their inbound listener; the client's sidecar (not a
     client of that entry: its WasmPlugin does not read stamps) passes the stamp on untouched and
-    stamps nothing itself."""
+    stamps nothing itself. The same plugin attests (attest_clusters from `services`): each replica's
+    sidecar POSTs to /v1/attest, through its own outbound mTLS, that it served the client's SPIFFE
+    ID (the peer certificate its Envoy verified) at its endpoint, and the aggregator accepts it
+    (204: the AuthorizationPolicy let the aggregator's namespace attest, and --attest-rule namespace
+    let its principal speak for its own namespace's cluster)."""
     stamped = {"name": tm.AGG_NAME, "namespace": tm.AGG_NS, "port": tm.PORT, "clients": [], "loadStamps": True}
     mesh.extra_services.append(stamped)
 
@@ -574,17 +578,26 @@ def test_load_stamps_written_by_the_destination_sidecar_only(mesh):
             return None
         return r.headers.get("x-tailweight-load", "") if r.status_code == 200 else None
 
+    client = f"spiffe://cluster.local/ns/{tm.CLIENT_NS}/sa/client"
+    attester = f"spiffe://cluster.local/ns/{tm.AGG_NS}/sa/{tm.AGG_NAME}"
+
+    def attested() -> list[dict]:
+        """The accepted attestations naming the client as a source, at every replica."""
+        return [a for r in mesh.live for a in r.attestations()
+                if a["status"] == 204 and (a.get("sources") or {}).get(client, 0) > 0]
+
     mesh.install()
     try:
-        plugin = mesh.cp.get_json("wasmplugin", f"{tm.RELEASE}-load-stamps", "-n", tm.AGG_NS)
+        plugin = mesh.cp.get_json("wasmplugin", f"{tm.RELEASE}-server", "-n", tm.AGG_NS)
         assert plugin["spec"]["match"] == [{"mode": "SERVER"}] and plugin["spec"]["pluginConfig"]["role"] == "server"
+        assert plugin["spec"]["pluginConfig"]["attest_clusters"] == [tm.AGG_CLUSTER]
         assert "load_stamp_max_age_ms" not in mesh.cp.get_json("wasmplugin", tm.RELEASE, "-n", tm.CLIENT_NS)[
             "spec"]["pluginConfig"], "no client reads the stamps of an entry without clients"
         # istiod pushes the plugin to each replica's sidecar on its own: wait until requests spread
         # over the replicas come back stamped, ten in a row.
         wait_for(lambda: all(re.fullmatch(r"1;rif=\d+", stamp() or "") for _ in range(10)), 90,
                  "ten stamped responses in a row from the aggregator replicas' inbound sidecars")
-        # The destinations in `shop` have no server plugin: nothing stamps their responses.
+        # The destinations in `shop` have no sidecar of their own: nothing stamps their responses.
         assert all("x-tailweight-load" not in r.headers for r in mesh.traffic(rounds=1))
         written = sum(tm.filter_stats(r.sidecar).get("stamps_written", 0) for r in mesh.live)
         assert written >= 10, written  # the ten stamped answers waited for
@@ -592,6 +605,23 @@ def test_load_stamps_written_by_the_destination_sidecar_only(mesh):
         for replica in mesh.live:
             assert "is the WasmPlugin's `match` mode right?" not in tm.envoy_log(replica.sidecar)
         assert "is the WasmPlugin's `match` mode right?" not in tm.envoy_log(mesh.client)
+        # The attestations, end to end over mTLS: from a replica's inbound sidecar, about its own
+        # endpoint, naming the client, delivered by the owning replica's sidecar with the
+        # attester's verified identity, accepted by the aggregator.
+        for _ in range(10):
+            stamp()
+        wait_for(attested, 30, f"an accepted attestation of {client}'s requests")
+        endpoints = {f"{r.ip}:{tm.PORT}" for r in mesh.live}
+        for a in attested():
+            assert a["clusters"] == [tm.AGG_CLUSTER] and a["endpoint"] in endpoints, a
+            assert a["xfcc"] and a["xfcc"].rsplit("URI=", 1)[-1].split(";")[0] == attester, a["xfcc"]
+            assert a["shard"] == tm.AGG_CLUSTER, a
+        # Every attestation the replicas got was accepted, and only one replica gets them (the
+        # shard of the one cluster), like reports.
+        everything = [a for r in mesh.live for a in r.attestations()]
+        assert {a["status"] for a in everything} == {204}, [a for a in everything if a["status"] != 204][:3]
+        assert len({r.index for r in mesh.live if r.attestations()}) == 1
+        assert sum(tm.filter_stats(r.sidecar).get("attestations_sent", 0) for r in mesh.live) >= len(everything)
     finally:
         mesh.extra_services.remove(stamped)
         mesh.install()  # `helm upgrade` without the entry removes the server-role WasmPlugin

@@ -149,14 +149,13 @@ def test_load_stamps_server_plugin_inbound_and_client_reading():
     role on inbound requests; its clients read stamps (the key the filter knows, in its range);
     a client namespace none of whose services is stamped does not."""
     objects = render(files=(CI_VALUES["load-stamps-values"],))
-    server = one(objects, "WasmPlugin", "tailweight-load-stamps")
+    server = one(objects, "WasmPlugin", "tailweight-server", "shop")  # where the stamped service `cart` runs
     spec = server["spec"]
-    assert server["metadata"]["namespace"] == "shop"  # where the stamped service `cart` runs
     assert spec["match"] == [{"mode": "SERVER"}]
     assert spec["failStrategy"] == "FAIL_OPEN" and spec["type"] == "HTTP"
     assert "selector" not in spec and "targetRefs" not in spec, "applies to the whole namespace"
     config = spec["pluginConfig"]
-    assert config["role"] == "server" and "aggregator" not in config, "a server-role filter never reports"
+    assert config["role"] == "server" and "clusters" not in config, "a server-role filter never steers"
     assert set(config) <= filter_config_keys(), set(config) - filter_config_keys()
     web = one(objects, "WasmPlugin", "tailweight", "web")["spec"]
     assert spec["url"] == web["url"], "one module, two roles"
@@ -165,10 +164,86 @@ def test_load_stamps_server_plugin_inbound_and_client_reading():
     # shop calls only catalog, which is not stamped: it reads no stamps.
     assert "load_stamp_max_age_ms" not in one(objects, "WasmPlugin", "tailweight", "shop")["spec"]["pluginConfig"]
     assert rust_const("LOAD_STAMP_HEADER") in (REPO / "docs" / "wire-protocol.md").read_text()
-    # Without stamped services nothing stamps and nothing reads.
-    base = render(files=(CI_VALUES["example-values"],))
-    assert not find(base, "WasmPlugin", "tailweight-load-stamps")
+    # Without stamped services and without attestations nothing stamps and nothing reads.
+    base = render({**values_of("example-values"), "attestations": {"enabled": False}})
+    assert not find(base, "WasmPlugin", "tailweight-server")
     assert all("load_stamp_max_age_ms" not in w["spec"]["pluginConfig"] for w in wasmplugins(base))
+    # Stamps without the aggregator: the server role stamps and attests nothing.
+    alone = render({**values_of("load-stamps-values"), "aggregator": {"enabled": False}})
+    (server,) = find(alone, "WasmPlugin", "tailweight-server")
+    assert server["metadata"]["namespace"] == "shop"
+    assert set(server["spec"]["pluginConfig"]) == {"role", "sync_interval_ms"}
+
+
+def expected_attest_clusters(values: dict) -> dict[str, set[str]]:
+    """What each namespace's server role should attest for, from `services` alone: every port and
+    subset of the services of that namespace, as their clients name the clusters."""
+    expected: dict[str, set[str]] = {}
+    for s in values["services"]:
+        for subset in s.get("subsets") or [""]:
+            expected.setdefault(s["namespace"], set()).add(
+                f"outbound|{s['port']}|{subset}|{s['name']}.{s['namespace']}.svc.cluster.local")
+    return expected
+
+
+def server_plugins(objects: list[dict]) -> dict[str, dict]:
+    """The server-role WasmPlugins' pluginConfig, by namespace."""
+    plugins = [o for o in find(objects, "WasmPlugin") if o["spec"]["match"] == [{"mode": "SERVER"}]]
+    assert all(o["metadata"]["name"] == "tailweight-server" for o in plugins)
+    return {o["metadata"]["namespace"]: o["spec"]["pluginConfig"] for o in plugins}
+
+
+@pytest.mark.parametrize("name", list(CI_VALUES))
+def test_attest_clusters_are_generated_from_the_services_list(name):
+    """Each namespace with a service in `services` gets a server-role filter that attests to the
+    aggregator (its cluster, as the clients' filters name it) for exactly the clusters of that
+    namespace's services, which are the very names its clients steer; the AuthorizationPolicy lets
+    exactly those namespaces POST /v1/attest."""
+    values, objects = values_of(name), render(files=(CI_VALUES[name],))
+    expected = expected_attest_clusters(values)
+    servers = server_plugins(objects)
+    assert {ns: set(c["attest_clusters"]) for ns, c in servers.items()} == expected
+    steered = {c for w in wasmplugins(objects) for c in w["spec"]["pluginConfig"]["clusters"]}
+    client_aggregator = wasmplugins(objects)[0]["spec"]["pluginConfig"]["aggregator"]
+    for config in servers.values():
+        assert config["role"] == "server" and set(config) <= filter_config_keys()
+        assert config["aggregator"] == client_aggregator, "attestations go where the reports go"
+        # A service with no clients listed here still attests (its callers are outside the list).
+        assert set(config["attest_clusters"]) - steered <= {
+            c for s in values["services"] if s.get("clients") == [] for c in expected[s["namespace"]]}
+    rules = one(objects, "AuthorizationPolicy", "tailweight-aggregator")["spec"]["rules"]
+    (attest,) = [r for r in rules if any("/v1/attest" in t["operation"]["paths"] for t in r["to"])]
+    assert attest["to"] == [{"operation": {"methods": ["POST"], "paths": ["/v1/attest"]}}]
+    assert attest["from"] == [{"source": {"namespaces": sorted(expected)}}]
+
+
+def test_attest_clusters_follow_the_services_list():
+    """Adding a service adds its clusters to its namespace's attestations (and a new namespace to
+    the policy); the knobs of filter.aggregator reach the server role too; without the aggregator
+    or with attestations off, nothing attests and no namespace may POST /v1/attest."""
+    values = values_of("example-values")
+    more = {**values, "services": [*values["services"], {"name": "ledger", "namespace": "bank", "port": 7070,
+                                                          "subsets": ["a", "b"], "clients": ["shop"]}],
+            "filter": {"aggregator": {"reportIntervalMs": 2000}}}
+    servers = server_plugins(render(more))
+    assert set(servers["bank"]["attest_clusters"]) == {"outbound|7070|a|ledger.bank.svc.cluster.local",
+                                                      "outbound|7070|b|ledger.bank.svc.cluster.local"}
+    assert set(servers["shop"]["attest_clusters"]) == expected_attest_clusters(values)["shop"]
+    assert servers["bank"]["aggregator"]["report_interval_ms"] == 2000
+    for off in ({"aggregator": {"enabled": False}}, {"attestations": {"enabled": False}}):
+        objects = render({**more, **off})
+        assert all("attest_clusters" not in c and "aggregator" not in c for c in server_plugins(objects).values())
+        assert "/v1/attest" not in yaml.safe_dump_all(objects)
+
+
+def test_too_many_clusters_to_attest_for_are_refused():
+    """The server role takes at most 64 attest_clusters: more in one namespace fail the install
+    with a message naming the namespace and the way out, not a filter that refuses its config."""
+    services = [{"name": f"s{i}", "namespace": "big", "port": 8000 + i} for i in range(65)]
+    r = template(CHART, {"services": services}, check=False)
+    assert r.returncode != 0 and "namespace big has 65 clusters" in r.stderr, r.stderr
+    assert "attestations.enabled=false" in r.stderr
+    assert template(CHART, {"services": services, "attestations": {"enabled": False}}, check=False).returncode == 0
 
 
 def test_subsets_are_clusters_of_their_own():
@@ -198,18 +273,55 @@ def test_wasmplugin_outbound_fail_open_with_pod_identity(objects):
         assert spec["url"].startswith("http") == ("sha256" in spec), "an http module comes with its checksum"
 
 
+def aggregator_ports(objects: list[dict]) -> tuple[dict, dict, dict]:
+    """The aggregator Service's report port (`http`) and read-only port, and its container."""
+    service = one(objects, "Service", "tailweight-aggregator")
+    ports = {p["name"]: p for p in service["spec"]["ports"]}
+    assert set(ports) == {"http", "http-read-only"}, ports
+    (container,) = one(objects, "Deployment", "tailweight-aggregator")["spec"]["template"]["spec"]["containers"]
+    return ports["http"], ports["http-read-only"], container
+
+
 def test_plugin_config_names_the_aggregator_service(objects):
     service = one(objects, "Service", "tailweight-aggregator")
-    (port,) = service["spec"]["ports"]
-    deployment = one(objects, "Deployment", "tailweight-aggregator")
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert port["targetPort"] in [p["name"] for p in container["ports"]]
-    assert f"--listen=0.0.0.0:{container['ports'][0]['containerPort']}" in container["args"]
+    port, _, container = aggregator_ports(objects)
+    container_ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert port["targetPort"] in container_ports
+    assert f"--listen=0.0.0.0:{container_ports[port['targetPort']]}" in container["args"]
     assert port["name"] == "http" or port.get("appProtocol") == "http", "the mesh must see HTTP"
     for wasm in wasmplugins(objects):
         aggregator = wasm["spec"]["pluginConfig"]["aggregator"]
         assert aggregator["cluster"] == f"outbound|{port['port']}||{fqdn(service)}"
         assert aggregator["authority"] == fqdn(service)
+
+
+def test_read_only_listener_has_its_own_ports_and_takes_the_callers_around_the_sidecar(objects):
+    """--read-only-listen on a container port and a Service port of its own (HTTP for the mesh);
+    the agent's metrics scrape (prometheus.io/port) and the probes, which reach the container around
+    its sidecar, go there; everything through the sidecar with an identity (reports, attestations:
+    the filters' aggregator cluster) goes to the report port."""
+    reports, read_only, container = aggregator_ports(objects)
+    container_ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert read_only["targetPort"] == "http-read-only" and read_only.get("appProtocol") == "http"
+    ro_port = container_ports["http-read-only"]
+    assert ro_port != container_ports["http"] and read_only["port"] == ro_port != reports["port"]
+    assert f"--read-only-listen=0.0.0.0:{ro_port}" in container["args"]
+    pod = one(objects, "Deployment", "tailweight-aggregator")["spec"]["template"]
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(ro_port)
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["port"] == "http-read-only", probe
+    plugins = [*wasmplugins(objects), *find(objects, "WasmPlugin", "tailweight-server")]
+    for wasm in plugins:
+        assert wasm["spec"]["pluginConfig"]["aggregator"]["cluster"].startswith(f"outbound|{reports['port']}||")
+
+
+def test_read_only_port_is_a_value_and_never_the_report_port():
+    objects = render({**values_of("example-values"), "aggregator": {"readOnlyPort": 9443}})
+    _, read_only, container = aggregator_ports(objects)
+    assert read_only["port"] == 9443 and "--read-only-listen=0.0.0.0:9443" in container["args"]
+    for port in (8080, 15020):
+        r = template(CHART, {"aggregator": {"readOnlyPort": port}}, check=False)
+        assert r.returncode != 0 and "/aggregator/readOnlyPort" in r.stderr, r.stderr
 
 
 def test_plugin_config_is_valid_for_the_filter(objects):
@@ -384,10 +496,12 @@ def test_authorization_policy_admits_the_opted_in_namespaces(objects):
     assert {"methods": ["POST"], "paths": ["/v1/report"]} in [t["operation"] for t in reports["to"]]
     opted_in = {w["metadata"]["namespace"] for w in wasmplugins(objects)}
     assert set(reports["from"][0]["source"]["namespaces"]) == opted_in
-    # Nothing else may POST: every other rule is read-only.
+    # Nothing else may POST but attestations (from the services' namespaces, see
+    # test_attest_clusters_are_generated_from_the_services_list): every other rule is read-only.
     for rule in policy["rules"][1:]:
-        assert all(t["operation"]["methods"] == ["GET"] for t in rule["to"]), rule
-    assert json.dumps(policy).count("/v1/report") == 1
+        assert all(t["operation"]["methods"] == ["GET"] or t["operation"]["paths"] == ["/v1/attest"]
+                   for t in rule["to"]), rule
+    assert json.dumps(policy).count("/v1/report") == 1 and json.dumps(policy).count("/v1/attest") == 1
 
 
 def test_weights_readers_may_only_read():

@@ -1,11 +1,16 @@
 //! The aggregator's parsers of outside input besides the report (which `report` covers): the
-//! caller's identity from `x-forwarded-client-cert` and the Prometheus query API's responses.
+//! caller's identity from `x-forwarded-client-cert`, the Prometheus query API's responses and the
+//! destinations' attestations.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
+use tailweight_aggregator::attest::AttestRule;
 use tailweight_aggregator::cpu_source::{cpu_by_ip, parse_vector, IpSource};
 use tailweight_aggregator::identity::{xfcc_principal, IdentitySource, XFCC};
 use tailweight_weights::{WeightBook, WeightParams};
-use tailweight_wire::protocol::{MAX_CPU, MAX_NAME_LEN};
+use tailweight_wire::attest::read::parse_attestation;
+use tailweight_wire::attest::write::write_attestation;
+use tailweight_wire::protocol::{MAX_CPU, MAX_NAME_LEN, VERSION};
+use tailweight_wire::report::{ClusterReport, EndpointReport, Report};
 
 use crate::check::one_line;
 
@@ -80,4 +85,62 @@ pub fn prometheus(data: &[u8]) {
             }
         }
     }
+}
+
+/// An attestation body (`POST /v1/attest`): read and validated as the aggregator reads it
+/// (`attest::read`, size first); what passes round-trips through the filter's writer
+/// (`attest::write`), is judged by `--attest-rule` (never a panic, `any` always allows), and enters
+/// a weight book twice (the second a later cumulative count, as the next window's) beside reports
+/// from its first source principal and from one it does not name, about its endpoint; the
+/// recomputed weights stay finite and non-negative.
+pub fn attest(data: &[u8]) {
+    let attestation = match parse_attestation(data) {
+        Ok(a) => a,
+        Err(e) => return one_line(e),
+    };
+    let again = parse_attestation(&write_attestation(&attestation)).expect("a written attestation parses again");
+    assert_eq!(again, attestation, "a read attestation round-trips through the filter's writer");
+    let cluster = attestation.cluster.as_str();
+    assert!(AttestRule::Any.allows(None, cluster));
+    for s in &attestation.sources {
+        AttestRule::Namespace.allows(Some(&s.principal), cluster);
+    }
+    let mut book = WeightBook::new(WeightParams::default());
+    let caller = attestation.sources.first().map_or("nobody", |s| s.principal.as_str());
+    let mut later = attestation.clone();
+    for s in &mut later.sources {
+        (s.requests, s.errors) = (s.requests.saturating_add(10), s.errors.saturating_add(1));
+    }
+    for (k, a) in [&attestation, &later].into_iter().enumerate() {
+        let now = 1_000_000 * (k as u64 + 1);
+        if let Err(e) = book.attest(a, now) {
+            return one_line(e);
+        }
+        for (principal, reporter) in [(caller, "caller"), ("spiffe://td/ns/elsewhere/sa/other", "other")] {
+            let report = endpoint_report(reporter, cluster, &a.endpoint, 20 * (k as u64 + 1));
+            if let Err(e) = book.ingest_as(&report, principal, now) {
+                return one_line(e);
+            }
+        }
+        book.recompute(now);
+    }
+    for decision in book.decisions_of(std::iter::once(cluster)) {
+        assert!(decision.endpoints.iter().all(|e| e.weight.is_finite() && e.weight >= 0.0), "{cluster}");
+    }
+}
+
+/// A report of `requests` (cumulative, half failed) to `endpoint` of `cluster` from `reporter`.
+fn endpoint_report(reporter: &str, cluster: &str, endpoint: &str, requests: u64) -> Report {
+    let endpoint = EndpointReport {
+        address: endpoint.to_string(),
+        requests,
+        errors: requests / 2,
+        latency_sum_us: requests * 5_000,
+        inflight: 1,
+        latency_ewma_us: 5_000,
+        latency_age_ms: 10,
+        ..EndpointReport::default()
+    };
+    let clusters = vec![ClusterReport { name: cluster.to_string(), endpoints: vec![endpoint] }];
+    Report { version: VERSION, reporter: reporter.to_string(), incarnation: 1, interval_ms: 1_000, clusters }
 }

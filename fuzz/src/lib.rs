@@ -7,7 +7,7 @@ mod aggregator;
 mod check;
 mod json;
 
-pub use aggregator::{prometheus, xfcc};
+pub use aggregator::{attest, prometheus, xfcc};
 pub use json::json_diff;
 
 use check::one_line;
@@ -29,7 +29,7 @@ use tailweight_wire::stamp::{LoadStamp, MAX_STAMP_RIF};
 pub type Target = fn(&[u8]);
 
 /// Every target by name (the name is its corpus directory and its libFuzzer binary).
-pub const TARGETS: [(&str, Target); 11] = [
+pub const TARGETS: [(&str, Target); 12] = [
     ("report", report),
     ("reply", reply),
     ("filter_config", filter_config),
@@ -41,6 +41,7 @@ pub const TARGETS: [(&str, Target); 11] = [
     ("stamp", stamp),
     ("xfcc", xfcc),
     ("prometheus", prometheus),
+    ("attest", attest),
 ];
 
 /// The aggregator's path: parse and validate a report; what passes round-trips through the filter's

@@ -49,16 +49,28 @@ app.kubernetes.io/component: aggregator
 
 {{- define "tailweight.aggregator.port" -}}8080{{- end -}}
 
+{{/* The filter's `aggregator` object (both roles): the aggregator's cluster and authority, then
+filter.aggregator's knobs (camelCase -> snake_case). JSON. */}}
+{{- define "tailweight.aggregator.pluginConfig" -}}
+{{- $aggregator := dict "cluster" (printf "outbound|%s||%s" (include "tailweight.aggregator.port" .) (include "tailweight.aggregator.host" .)) "authority" (include "tailweight.aggregator.host" .) -}}
+{{- range $key, $value := dig "aggregator" (dict) .Values.filter }}{{- $_ := set $aggregator (snakecase $key) $value }}{{- end -}}
+{{- toJson $aggregator -}}
+{{- end -}}
+
 {{/*
 The plan, from .Values.services alone (JSON; templates read it with fromJson):
   clients: {<client namespace>: [{host, port, subset, cluster, stamped}, ...]}  what each namespace steers
   stamping: [<namespace>, ...]  namespaces whose sidecars stamp their responses (server role)
+  attesting: {<service namespace>: [<cluster>, ...]}  what each namespace's sidecars attest for
+    (server role): every cluster of its services; empty without the aggregator or attestations
 A service entry steers for each namespace in its `clients` (default: its own namespace), one Envoy
 cluster per subset (none: the service's own cluster outbound|<port>||<host>).
 */}}
 {{- define "tailweight.plan" -}}
 {{- $clients := dict -}}
 {{- $stamping := list -}}
+{{- $attesting := dict -}}
+{{- $attest := and .Values.aggregator.enabled .Values.attestations.enabled -}}
 {{- $seen := dict -}}
 {{- range $i, $svc := .Values.services -}}
 {{- $key := printf "%s/%s:%v" $svc.namespace $svc.name $svc.port -}}
@@ -70,6 +82,14 @@ cluster per subset (none: the service's own cluster outbound|<port>||<host>).
 {{- $subsets := $svc.subsets | default (list "") -}}
 {{- $stamped := $svc.loadStamps | default false -}}
 {{- if $stamped -}}{{- $stamping = append $stamping $svc.namespace | uniq -}}{{- end -}}
+{{- if $attest -}}
+{{- $served := get $attesting $svc.namespace | default (list) -}}
+{{- range $subset := $subsets -}}{{- $served = append $served (printf "outbound|%v|%s|%s" $svc.port $subset $host) -}}{{- end -}}
+{{- if gt (len $served) 64 -}}
+{{- fail (printf "services: namespace %s has %d clusters (ports x subsets) to attest for; its server-role filter takes at most 64 (attest_clusters): set attestations.enabled=false or list fewer" $svc.namespace (len $served)) -}}
+{{- end -}}
+{{- $_ := set $attesting $svc.namespace $served -}}
+{{- end -}}
 {{- $namespaces := list $svc.namespace -}}
 {{- if hasKey $svc "clients" -}}{{- $namespaces = $svc.clients -}}{{- end -}}
 {{- range $ns := $namespaces -}}
@@ -80,7 +100,7 @@ cluster per subset (none: the service's own cluster outbound|<port>||<host>).
 {{- $_ := set $clients $ns $entries -}}
 {{- end -}}
 {{- end -}}
-{{- dict "clients" $clients "stamping" (sortAlpha $stamping) | toJson -}}
+{{- dict "clients" $clients "stamping" (sortAlpha $stamping) "attesting" $attesting | toJson -}}
 {{- end -}}
 
 {{/* The module's URL as the WasmPlugin's `url` takes it. */}}
