@@ -218,6 +218,9 @@ def targets(r: dict, s: dict) -> list[dict]:
         if lr and lr["ratio"] is not None:
             add("light_ratio", v, lr["ratio"], lr.get("ratio_low"), lr.get("ratio_high"),
                 detail=f"{lr['at_10_us']:.0f} us / {lr['at_1000_us']:.1f} us (the interval: 10 rps's)")
+        elif lr:
+            add("light_ratio", v, None, detail=f"{lr['at_10_us']:.0f} us / {lr['at_1000_us']:.1f} us: no ratio, the "
+                "added cost at 1,000 rps did not measure above zero in this run")
     for key, v, value, low, high, detail in sidecar.target_rows(s.get("sidecar", []), subjects(
             [x for x in (s.get("sidecar") or [{"variants": {}}])[0]["variants"] if x != sidecar.LEAST_REQUEST])):
         add(key, v, value, low, high, detail)

@@ -186,7 +186,12 @@ def test_quick_run_writes_every_section_with_numbers(tmp_path):
     assert all(numbers(cell["cpu_ms_per_s"]) for row in s["light"] for cell in row["variants"].values())
     # Beside the variants, tailweight with the sidecar bootstrap override, paired with tailweight.
     assert all(numbers(row["variants"][overhead.tables.RELEASING]["vs_tailweight"]["median"]) for row in s["light"])
-    assert numbers(s["light_per_request"]["tailweight"]["ratio"])
+    added = s["light_per_request"]["tailweight"]
+    assert numbers(added["at_10_us"], added["at_1000_us"])
+    # A smoke run is short: at 1,000 rps the added cost can measure at or below zero (noise), and
+    # then there is no ratio (the targets table says why).
+    no_ratio = added["at_1000_us"] <= 0
+    assert added["ratio"] is None if no_ratio else numbers(added["ratio"]), added
     empty = s["light_per_request"]["empty_wasm"]  # the empty filter over no filter, for reference
     assert numbers(empty["at_10_us"], empty["at_1000_us"])
     sidecar = s["sidecar"]
@@ -196,7 +201,7 @@ def test_quick_run_writes_every_section_with_numbers(tmp_path):
         assert all(c["requests"] > 0 and numbers(c["us_per_request"], c["ms_per_s"]) for c in row["variants"].values())
         assert numbers(row["variants"]["tailweight"]["vs_least_request_us"]["median"])
     assert {t["target"] for t in s["targets"]} == set(overhead.tables.TARGETS)
-    assert all(numbers(t["value"]) for t in s["targets"])
+    assert all(numbers(t["value"]) for t in s["targets"] if not (no_ratio and t["target"] == "light_ratio"))
 
     md = (out / "overhead.md").read_text()
     for heading in ("## 1. Start-up", "## 2. Memory", "## 3. CPU per request", "## 4. Light load",
