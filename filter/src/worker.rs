@@ -114,9 +114,7 @@ impl Worker {
         // publish or report and no request needs its siblings' counts or the views, so it leaves
         // shared data alone until it has requests (then its next tick catches up), after one last
         // beat marking it gone. A worker that has served requests keeps ticking in full even when
-        // quiet: letting such workers go idle too lost endpoints from this Envoy's reports in the
-        // rollout e2e (test_rollout_leaves_every_envoy_tracking_only_live_endpoints: 2 failures in
-        // 7 runs, none in 20 with only never-served VMs idle).
+        // quiet: its snapshot and its beat are what keep its endpoints in this Envoy's reports.
         if self.own_revision == Some(self.balancer.revision()) && self.own.clusters.is_empty() {
             if let (Some(slot), false) = (self.slot.filter(|s| *s != u64::MAX), self.left) {
                 shared::write_beat(slot, Beat { version: self.own_version, at_us: 0 });
