@@ -2,7 +2,8 @@
 set. Each listener update (file-based LDS, a changed filter configuration) makes new root contexts,
 each a new worker with a new shared-data slot; the old ones go when the old filter chain has
 drained (1 s here). What a gone worker last published must not stay in this Envoy's reports: after
-the endpoint ttl, the reports list only the endpoints still in the set."""
+the endpoint ttl, the reports list only the endpoints still in the set. And a new worker takes over
+a gone one's slot: more reconfigurations, once the earlier workers are gone, add no slot."""
 import json
 import threading
 import time
@@ -17,6 +18,7 @@ from tailweight_e2e.stub_server import Reply, Request, StubServer
 
 TTL_MS = 3000
 RECONFIGURATIONS = 20
+MORE_RECONFIGURATIONS = 10
 
 
 class Reports:
@@ -73,18 +75,22 @@ def test_reconfigurations_leave_no_endpoint_of_a_gone_worker_in_the_reports(grou
         write_listener(0)
         proxy = envoy.start(group, "envoy-client", yaml.safe_dump(bootstrap, sort_keys=False), concurrency=2,
                             extra_args=["--drain-time-s", "1"])
-        load = group.start("load", fortio.load_argv(proxy.url(), 100, 4, 30, tmp_path / "load.json"))
+        load = group.start("load", fortio.load_argv(proxy.url(), 100, 4, 45, tmp_path / "load.json"))
         wait_for(lambda: any(len(e) == 3 for e in reports.since(0)), 20, "a report with all three backends",
                  proxy.proc)
 
         gone = backends.addresses[2]
         envoy_configs.write_eds(eds, {a: 1 for a in backends.addresses[:2]}, version="2")
-        for k in range(1, RECONFIGURATIONS + 1):
-            before = proxy.stat("listener_manager.lds.update_success")
-            write_listener(k)
-            wait_for(lambda before=before: proxy.stat("listener_manager.lds.update_success") > before, 10,
-                     f"listener update {k}", proxy.proc)
-        done = time.monotonic()
+
+        def reconfigure(ks: range) -> float:
+            for k in ks:
+                before = proxy.stat("listener_manager.lds.update_success")
+                write_listener(k)
+                wait_for(lambda before=before: proxy.stat("listener_manager.lds.update_success") > before, 10,
+                         f"listener update {k}", proxy.proc)
+            return time.monotonic()
+
+        done = reconfigure(range(1, RECONFIGURATIONS + 1))
         assert proxy.stat("listener_manager.listener_modified") >= RECONFIGURATIONS
 
         # After the ttl (and the drain, a report period and a few ticks), no report lists the
@@ -95,7 +101,18 @@ def test_reconfigurations_leave_no_endpoint_of_a_gone_worker_in_the_reports(grou
         late = reports.since(settled)
         assert all(gone not in e for e in late), (gone, late)
         assert all(e == set(backends.addresses[:2]) for e in late if e), late
-        load.popen.wait(60)
+
+        # Every worker of the first round is gone now (silent for longer than the ttl): the next
+        # round's workers take their slots over instead of claiming new ones.
+        slots_gauge = "wasmcustom.tailweight.vm_slots"
+        slots = proxy.stat(slots_gauge)
+        assert slots >= 3, slots
+        again = reconfigure(range(RECONFIGURATIONS + 1, RECONFIGURATIONS + MORE_RECONFIGURATIONS + 1))
+        wait_for(lambda: time.monotonic() > again + TTL_MS / 1000 + 3.0, 30, "the second round's settling",
+                 proxy.proc)
+        assert proxy.stat(slots_gauge) <= slots, (proxy.stat(slots_gauge), slots)
+        assert all(gone not in e for e in reports.since(again + TTL_MS / 1000 + 3.0)), "a left endpoint again"
+        load.popen.wait(75)
         total, _ = fortio.counts(fortio.read(tmp_path / "load.json"))
         assert total > 1000, total
     finally:

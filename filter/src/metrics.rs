@@ -43,6 +43,8 @@ pub struct Metrics {
     /// Gauges (process-wide: the last writer wins, so only one VM writes each).
     pub endpoints_tracked: Option<u32>,
     pub weights_age_ms: Option<u32>,
+    /// Shared-data slots of this Envoy's VMs (bounded by the VMs alive at once: see `shared_layout`).
+    pub vm_slots: Option<u32>,
     pub clusters_paused: Option<u32>,
     /// Per cluster and endpoint address, its metrics (defined on first use; never deleted).
     per_endpoint: Option<FastMap<FastMap<EndpointIds>>>,
@@ -117,6 +119,7 @@ impl Metrics {
             endpoints_forgotten: c("tailweight.endpoints_forgotten"),
             endpoints_tracked: g("tailweight.endpoints_tracked"),
             weights_age_ms: g("tailweight.weights_age_ms"),
+            vm_slots: g("tailweight.vm_slots"),
             clusters_paused: g("tailweight.clusters_paused"),
             per_endpoint: per_endpoint.then(FastMap::default),
         }

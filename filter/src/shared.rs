@@ -38,9 +38,26 @@ pub fn init(incarnation_candidate: u64) {
     }
 }
 
-/// A slot number of our own.
-pub fn claim_slot() -> Option<u64> {
+/// A new slot number (never held before).
+pub fn new_slot() -> Option<u64> {
     update_counter("vm_seq", |n| Some(n + 1)).map(|n| n - 1)
+}
+
+/// A slot for VM `holder`: the first whose beat `gone` says is gone, taken over with a CAS on that
+/// beat (a beat now, of the slot's version, so no other VM takes it and the siblings that dropped
+/// its snapshot do not read the old one again), else a new one. Returns the slot and its version
+/// (this VM's first snapshot there is published as the next, so every sibling reads it).
+pub fn claim_slot(holder: u64, now_us: u64, gone: impl Fn(Beat) -> bool) -> Option<(u64, u64)> {
+    for number in 0..slots_claimed() {
+        let key = numbered_key("beat", number);
+        let (bytes, cas) = host::shared_get(&key);
+        let Some(beat) = bytes.and_then(|b| unpack_words(&b)).map(Beat::of_words) else { continue };
+        let taken = Beat { version: beat.version, at_us: now_us, holder };
+        if gone(beat) && cas.is_some() && host::shared_set(&key, pack_words(taken.words()).as_flattened(), cas) {
+            return Some((number, beat.version));
+        }
+    }
+    new_slot().map(|number| (number, 0))
 }
 
 pub fn slots_claimed() -> u64 {

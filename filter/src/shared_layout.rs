@@ -2,8 +2,12 @@
 //! `tailweight.`, and how their values are packed. Host-free.
 //!
 //! - `vm_seq`: how many VMs took a slot number (CAS counter);
-//! - `beat.<n>`: VM n's heartbeat, written every tick: the version of its slot and when it ticked
-//!   (16 bytes; a VM reads the others' beats every tick and their slots only when the version moved);
+//! - `beat.<n>`: the heartbeat of the VM holding slot n, written every tick: the version of its slot,
+//!   when it ticked and who holds it (24 bytes; a VM reads the others' beats every tick and their
+//!   slots only when the version moved). A new VM takes over the slot of a gone VM (see
+//!   `Beat::gone`) with a CAS on its beat before it takes a new number, so the slots (and the keys
+//!   and the per-tick work that grow with them) are bounded by the VMs alive at once within a ttl,
+//!   not by the configurations Envoy ever loaded;
 //! - `slot.<n>`: VM n's snapshot (cumulative counters, in flight, latency), rewritten only when its
 //!   own observations changed (`tailweight_picker::slot`, binary);
 //! - `report_epoch`: the start (ms) of the last report period someone claimed (CAS), so one
@@ -55,20 +59,23 @@ pub fn unpack_words<const N: usize>(bytes: &[u8]) -> Option<[u64; N]> {
     Some(words)
 }
 
-/// A VM's heartbeat: the version of its slot and when it last ticked.
+/// A VM's heartbeat: the version of its slot, when it last ticked, and the VM holding the slot (a
+/// random id each VM draws: a VM silent long enough to be taken for gone finds out whether its slot
+/// was taken over before it writes there again).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Beat {
     pub version: u64,
     pub at_us: u64,
+    pub holder: u64,
 }
 
 impl Beat {
-    pub fn words(self) -> [u64; 2] {
-        [self.version, self.at_us]
+    pub fn words(self) -> [u64; 3] {
+        [self.version, self.at_us, self.holder]
     }
 
-    pub fn of_words([version, at_us]: [u64; 2]) -> Beat {
-        Beat { version, at_us }
+    pub fn of_words([version, at_us, holder]: [u64; 3]) -> Beat {
+        Beat { version, at_us, holder }
     }
 
     /// The VM is gone when this, its last beat, is older than the endpoint ttl and than `live_ms` (a
@@ -106,7 +113,7 @@ mod tests {
 
     #[test]
     fn a_vm_is_gone_once_silent_for_longer_than_the_ttl_and_the_live_window() {
-        let (s, beat) = (1_000_000, |at_us| Beat { version: 1, at_us });
+        let (s, beat) = (1_000_000, |at_us| Beat { version: 1, at_us, holder: 9 });
         assert!(!beat(100 * s).gone(104 * s, 4_000, 3_000), "within the ttl");
         assert!(beat(100 * s).gone(104 * s + 1, 4_000, 3_000));
         assert!(!beat(100 * s).gone(104 * s + 1, 1_000, 6_000), "a quiet worker beating slowly is not gone");
@@ -141,7 +148,7 @@ mod tests {
         assert_eq!(unpack_words::<2>(packed.as_flattened()), Some([1, u64::MAX - 1]));
         assert_eq!(unpack_words::<1>(packed.as_flattened()), Some([1]), "longer values keep their first words");
         assert_eq!(unpack_words::<2>(&packed.as_flattened()[..15]), None);
-        let beat = Beat { version: 7, at_us: 1_700_000_000_000_000 };
+        let beat = Beat { version: 7, at_us: 1_700_000_000_000_000, holder: u64::MAX };
         assert_eq!(Beat::of_words(beat.words()), beat);
         let last = LastReport { digest: 3, requests: 99, at_ms: 5 };
         assert_eq!(LastReport::of_words(unpack_words(pack_words(last.words()).as_flattened()).unwrap()), last);

@@ -47,7 +47,7 @@ impl Stamper {
         if let Some(attester) = &mut self.attester {
             attester.tick(now_us);
         }
-        let slot = *self.slot.get_or_insert_with(|| shared::claim_slot().unwrap_or(u64::MAX));
+        let slot = *self.slot.get_or_insert_with(|| shared::new_slot().unwrap_or(u64::MAX));
         if slot == u64::MAX {
             return;
         }

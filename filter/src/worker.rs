@@ -40,7 +40,11 @@ pub struct Worker {
     pub reporter: Option<Reporter>,
     /// Whether the listener direction was compared with the role yet (on the first request).
     pub direction_checked: bool,
+    /// This VM's slot (u64::MAX: none could be claimed), the id it holds it by, and when it last
+    /// wrote its beat there.
     slot: Option<u64>,
+    holder: u64,
+    last_beat_us: u64,
     /// This VM's published snapshot, its version, and the balancer revision it was taken at.
     own: Slot,
     own_version: u64,
@@ -56,7 +60,7 @@ pub struct Worker {
     last_revision: u64,
     /// Gauges as last recorded (a gauge is set only when it changes), and this VM's share of
     /// clusters_paused.
-    gauges: [u64; 2],
+    gauges: [u64; 3],
     paused_counted: i64,
     /// Whether this VM set the gauges at its last full tick, and whether it marked itself gone
     /// (idle: see `tick`).
@@ -80,6 +84,8 @@ impl Worker {
             reporter,
             direction_checked: false,
             slot: None,
+            holder: host::random_u64(),
+            last_beat_us: 0,
             own: Slot::default(),
             own_version: 0,
             own_revision: None,
@@ -89,7 +95,7 @@ impl Worker {
             newest_view_us: 0,
             tick_ms: config.sync_interval_ms,
             last_revision: 0,
-            gauges: [u64::MAX; 2],
+            gauges: [u64::MAX; 3],
             paused_counted: 0,
             sets_gauges: false,
             left: false,
@@ -117,15 +123,18 @@ impl Worker {
         // quiet: its snapshot and its beat are what keep its endpoints in this Envoy's reports.
         if self.own_revision == Some(self.balancer.revision()) && self.own.clusters.is_empty() {
             if let (Some(slot), false) = (self.slot.filter(|s| *s != u64::MAX), self.left) {
-                shared::write_beat(slot, Beat { version: self.own_version, at_us: 0 });
+                shared::write_beat(slot, Beat { version: self.own_version, at_us: 0, holder: self.holder });
                 self.left = true;
+                // A beat at 0 is gone at once: another VM may take the slot over, so this one
+                // claims one again when it has requests.
+                self.slot = None;
             }
-            self.gauges = [u64::MAX; 2];
+            self.gauges = [u64::MAX; 3];
             self.sets_gauges = false;
             return self.next_period();
         }
         self.left = false;
-        let slot = *self.slot.get_or_insert_with(|| shared::claim_slot().unwrap_or(u64::MAX));
+        let slot = self.own_slot(now_us);
         let probe = crate::probe::span(crate::probe::Site::TickPublish);
         if self.own_revision != Some(self.balancer.revision()) {
             self.own = Slot { written_us: now_us, clusters: self.balancer.snapshot(now_us) };
@@ -136,7 +145,8 @@ impl Worker {
             }
         }
         if slot != u64::MAX {
-            shared::write_beat(slot, Beat { version: self.own_version, at_us: now_us });
+            shared::write_beat(slot, Beat { version: self.own_version, at_us: now_us, holder: self.holder });
+            self.last_beat_us = now_us;
         }
         drop(probe);
         let probe = crate::probe::span(crate::probe::Site::TickSiblings);
@@ -155,11 +165,11 @@ impl Worker {
         let probe = crate::probe::span(crate::probe::Site::TickGauges);
         self.sets_gauges = self.siblings.iter().all(|s| !s.live || s.number > slot);
         if !self.sets_gauges {
-            self.gauges = [u64::MAX; 2];
+            self.gauges = [u64::MAX; 3];
         } else {
             let age_ms = if self.newest_view_us > 0 { now_us.saturating_sub(self.newest_view_us) / 1_000 } else { 0 };
-            let gauges = [self.balancer.endpoints_tracked() as u64, age_ms];
-            let metrics = [self.metrics.endpoints_tracked, self.metrics.weights_age_ms];
+            let gauges = [self.balancer.endpoints_tracked() as u64, age_ms, self.slots_claimed];
+            let metrics = [self.metrics.endpoints_tracked, self.metrics.weights_age_ms, self.metrics.vm_slots];
             for ((metric, value), last) in metrics.into_iter().zip(gauges).zip(&mut self.gauges) {
                 if value != *last {
                     host::record(metric, value);
@@ -177,6 +187,34 @@ impl Worker {
             self.maybe_report(now_us);
         }
         self.next_period()
+    }
+
+    /// This VM's slot: the one it holds, or one claimed now (a gone VM's, else a new one; see
+    /// `shared::claim_slot`). A VM silent for longer than the live window (the shortest time after
+    /// which another VM may take its slot for gone) first checks that it still holds it.
+    fn own_slot(&mut self, now_us: u64) -> u64 {
+        let live_ms = self.live_ms();
+        if let Some(slot) = self.slot.filter(|s| *s != u64::MAX) {
+            let silent = now_us.saturating_sub(self.last_beat_us) > live_ms.saturating_mul(1_000);
+            if !silent || shared::read_beat(slot).is_some_and(|b| b.holder == self.holder) {
+                return slot;
+            }
+        }
+        if let Some(slot) = self.slot.filter(|s| *s == u64::MAX) {
+            return slot;
+        }
+        let ttl_ms = self.config.endpoint_ttl_ms;
+        let claimed = shared::claim_slot(self.holder, now_us, |b| b.gone(now_us, ttl_ms, live_ms));
+        let (slot, version) = claimed.unwrap_or((u64::MAX, 0));
+        // The first snapshot is published at once, as the slot's next version.
+        (self.own_version, self.own_revision, self.slot) = (version, None, Some(slot));
+        self.siblings.retain(|s| s.number != slot);
+        slot
+    }
+
+    /// How long a VM's beat counts as live (its in-flight requests count): `LIVE_TICKS` slowest ticks.
+    fn live_ms(&self) -> u64 {
+        LIVE_TICKS * tick::slowest_tick_ms(self.config.sync_interval_ms)
     }
 
     /// Pauses are each worker's own: each VM adds the change of its count (the gauge is the sum
@@ -224,7 +262,7 @@ impl Worker {
     /// Read the other VMs' heartbeats, and the slots whose version moved. True if anything the
     /// siblings' stats come from changed (a new snapshot, or a VM that came or went).
     fn read_siblings(&mut self, own_slot: u64, now_us: u64) -> bool {
-        let live_ms = LIVE_TICKS * tick::slowest_tick_ms(self.config.sync_interval_ms);
+        let live_ms = self.live_ms();
         let live_after = now_us.saturating_sub(live_ms * 1_000);
         let mut changed = false;
         let reread = self.full_ticks % SLOTS_REREAD_TICKS == 0;
