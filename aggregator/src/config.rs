@@ -147,6 +147,11 @@ pub struct ServiceConfig {
     /// 3 s).
     #[arg(long, env = "TAILWEIGHT_REPORTER_TTL_INTERVALS", default_value_t = WeightParams::default().reporter_ttl_intervals)]
     pub reporter_ttl_intervals: f64,
+    /// A report keeps an endpoint in the book only if its reporter saw it answer well within this
+    /// many milliseconds, sent it requests since its last report, or does not say (set it at least
+    /// to the filters' endpoint_ttl_ms, 60 s by default).
+    #[arg(long, env = "TAILWEIGHT_MAX_SEEN_AGE_MS", default_value_t = WeightParams::default().max_seen_age_us / 1_000, value_parser = clap::value_parser!(u64).range(1_000..=86_400_000))]
+    pub max_seen_age_ms: u64,
     /// The reply's ttl, in the asking reporter's report intervals (at least 3 s).
     #[arg(long, env = "TAILWEIGHT_VIEW_TTL_INTERVALS", default_value_t = WeightParams::default().view_ttl_intervals)]
     pub view_ttl_intervals: f64,
@@ -273,6 +278,7 @@ impl ServiceConfig {
             principal_share: self.principal_share,
             max_interval_us: self.max_interval_ms.saturating_mul(1_000),
             reporter_ttl_intervals: self.reporter_ttl_intervals,
+            max_seen_age_us: self.max_seen_age_ms.saturating_mul(1_000),
             view_ttl_intervals: self.view_ttl_intervals,
             max_bytes,
             max_reporters: self.max_reporters.unwrap_or(max_reporters),

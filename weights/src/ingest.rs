@@ -19,6 +19,8 @@ pub(crate) struct Entering<'a> {
     pub superseded: Option<&'a [(u64, u64)]>,
     pub interval_us: u64,
     pub expires_us: u64,
+    /// `WeightParams::max_seen_age_us`.
+    pub max_seen_age_us: u64,
     pub now_us: u64,
 }
 
@@ -61,6 +63,11 @@ pub(crate) fn enter_cluster(
             }
             None => {
                 stale = true;
+                if cluster.endpoints.get(&e.address).is_none() && !renews(e, None, who.max_seen_age_us) {
+                    // Nothing to enter (and the route stays empty: this reporter's next reports
+                    // look their endpoints up by address while it lists this one).
+                    continue;
+                }
                 if cluster.endpoints.get(&e.address).is_none() {
                     *totals.bytes += ENDPOINT.of(e.address.len());
                     record.bytes += ENDPOINT.of(e.address.len());
@@ -94,7 +101,8 @@ pub(crate) fn enter_cluster(
 }
 
 /// Enter `who`'s report `e` of `endpoint` (and cut its superseded incarnations' observations to
-/// their new expiry); true if it is the incarnation's first observation there.
+/// their new expiry); true if it is the incarnation's first observation there. A report that does
+/// not renew the observation (see `renews`) updates it without moving its expiry, and enters none.
 fn observe(endpoint: &mut EndpointRecord, e: &EndpointReport, who: &Entering) -> bool {
     for (other, until) in who.superseded.iter().copied().flatten() {
         if let Some(o) = endpoint.obs.get_mut(other) {
@@ -103,13 +111,29 @@ fn observe(endpoint: &mut EndpointRecord, e: &EndpointReport, who: &Entering) ->
     }
     match endpoint.obs.get_mut(&who.id) {
         Some(o) => {
-            o.update(e, who.incarnation, who.interval_us, who.expires_us, who.now_us);
+            let expires_us = match renews(e, Some(o.requests), who.max_seen_age_us) {
+                true => who.expires_us,
+                false => o.expires_us.min(who.expires_us),
+            };
+            o.update(e, who.incarnation, who.interval_us, expires_us, who.now_us);
             false
         }
-        None => {
+        None if renews(e, None, who.max_seen_age_us) => {
             let first = Observation::first(e, who.incarnation, who.principal, who.expires_us, who.now_us);
             endpoint.obs.insert(who.id, first);
             true
         }
+        None => false,
     }
+}
+
+/// Whether report `e` keeps its reporter's observation of the endpoint alive for another reporter
+/// ttl: `seen_age_ms` absent (an endpoint known only through failures, or a filter that does not
+/// say) or at most `max_seen_age_us`, or its request count moved since the observation's window
+/// began (`requests_before`; failures count, so a failing endpoint keeps its evidence). A reporter
+/// that keeps listing an endpoint it has neither heard answer well nor sent anything to for that
+/// long (what a worker gone long ago saw, a stale view) does not keep it in the book.
+fn renews(e: &EndpointReport, requests_before: Option<u64>, max_seen_age_us: u64) -> bool {
+    let seen_recently = e.seen_age_ms.is_none_or(|age| age.saturating_mul(1_000) <= max_seen_age_us);
+    seen_recently || requests_before.is_some_and(|before| e.requests != before)
 }

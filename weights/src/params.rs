@@ -10,6 +10,9 @@ pub struct WeightParams {
     pub reporter_ttl_intervals: f64,
     /// ...but never sooner than this.
     pub min_reporter_ttl_us: u64,
+    /// A report renews its observation of an endpoint only if the reporter saw it answer well
+    /// within this, sent it requests since, or does not say (see `ingest::renews`).
+    pub max_seen_age_us: u64,
     /// The reply's ttl: this many of the asking reporter's intervals (bounded below by `min_view_ttl_us`).
     pub view_ttl_intervals: f64,
     /// ...but never shorter than this.
@@ -111,6 +114,7 @@ impl Default for WeightParams {
         WeightParams {
             reporter_ttl_intervals: 3.0,
             min_reporter_ttl_us: 3_000_000,
+            max_seen_age_us: 60_000_000,
             view_ttl_intervals: 3.0,
             min_view_ttl_us: 3_000_000,
             smoothing_us: 2_000_000.0,
@@ -222,6 +226,7 @@ impl WeightParams {
             (self.max_reporters > 0 && self.max_clusters > 0, "max_reporters and max_clusters must be > 0"),
             (self.max_endpoints_per_cluster > 0 && self.max_observations > 0, "endpoint caps must be > 0"),
             (self.max_bytes > 0, "max_bytes must be > 0"),
+            (self.max_seen_age_us >= 1_000_000, "max_seen_age_us must be >= 1000000 (1 s)"),
         ];
         match checks.iter().find(|(ok, _)| !ok) {
             Some((_, rule)) => Err(ParamsError::OutOfRange(rule)),

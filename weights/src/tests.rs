@@ -1305,3 +1305,47 @@ fn decided_counts_are_what_decisions_of_would_copy_in_name_order() {
         assert_eq!(book.decisions_of([name])[0].endpoints.len(), decided, "{name}");
     }
 }
+
+#[test]
+fn a_reporter_keeps_an_endpoint_in_the_book_only_while_it_hears_from_it_or_sends_to_it() {
+    let mut book = WeightBook::new(WeightParams::default());
+    let endpoint = |address: &str, requests: u64, errors: u64, seen_age_ms: Option<u64>| EndpointReport {
+        address: address.into(),
+        requests,
+        errors,
+        latency_ewma_us: 1_000,
+        seen_age_ms,
+        ..EndpointReport::default()
+    };
+    const D: &str = "10.0.0.4:8080";
+    const E: &str = "10.0.0.5:8080";
+    let listed = |book: &WeightBook| -> Vec<String> {
+        book.decisions(Some(CLUSTER))[0].endpoints.iter().map(|e| e.address.clone()).collect()
+    };
+    for s in 0..20u64 {
+        let now = 10 * SEC + s * SEC;
+        let endpoints = vec![
+            // Answers well: renewed.
+            endpoint(A, 100 + 10 * s, 0, Some(0)),
+            // Last good answer 59 s ago at the first report, nothing sent since: renewed until its
+            // last good answer is 60 s old (at 1 s), gone a reporter ttl (3 s) later.
+            endpoint(B, 100, 0, Some(59_000 + 1_000 * s)),
+            // Failing for longer than that, but sent requests: its evidence stays.
+            endpoint(C, 100 + 10 * s, 10 * s, Some(59_000 + 1_000 * s)),
+            // The filter does not say (known only through failures): renewed.
+            endpoint(D, 100, 0, None),
+            // Never heard from within 60 s: never entered.
+            endpoint(E, 100, 0, Some(61_000 + 1_000 * s)),
+        ];
+        let report = report_of("r0", vec![ClusterReport { name: CLUSTER.into(), endpoints }]);
+        book.ingest_as(&report, TRUSTED_PRINCIPAL, now).unwrap();
+        book.expire(now);
+        book.recompute(now);
+        let listed = listed(&book);
+        assert_eq!(listed.contains(&B.to_string()), s < 4, "B at {s} s: {listed:?}");
+        for always in [A, C, D] {
+            assert!(listed.contains(&always.to_string()), "{always} at {s} s: {listed:?}");
+        }
+        assert!(!listed.contains(&E.to_string()), "E at {s} s: {listed:?}");
+    }
+}
