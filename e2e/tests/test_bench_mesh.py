@@ -29,12 +29,12 @@ GRPC = {
 }
 
 # Four backends, two replaced one by one under load: a new one joins (cold), then an old one leaves
-# the endpoint set and stops listening 1.5 s later. The run ends 10 s after the last leave.
+# the endpoint set and stops listening 1.5 s later. The run ends 14 s after the last leave.
 ROLLOUT = {
     "name": "rollout-small",
     "seed": 4,
     "warmup_s": 2,
-    "duration_s": 16,
+    "duration_s": 20,
     "backends": [{"count": 2, "workers": 2, "base_ms": 5, "jitter": 0.2},
                  {"count": 2, "workers": 2, "base_ms": 5, "jitter": 0.2, "cold_factor": 3, "cold_s": 3,
                   "absent": True}],
@@ -52,6 +52,9 @@ STALE_AFTER_MS = 2000
 # Beyond the ttl, before a left endpoint must be gone from a report: the answers still in flight
 # when it left, the filter's tick (0.2 s) and its report interval (1 s).
 FORGET_SLACK_S = 2.0
+# Beyond that, before the aggregator's book has let a left endpoint go: the reporter ttl (3 s, what
+# the last report that listed it renewed) and its expiry pass.
+BOOK_SLACK_S = 4.0
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -149,3 +152,12 @@ def test_rollout_leaves_every_envoy_tracking_only_live_endpoints(tmp_path):
         # The gauge (written by whichever of the Envoy's VMs ticked last) counts no more than that.
         recently_left = [a for a, t in r["left_at_s"].items() if r["ended_s"] - t <= ENDPOINT_TTL_S + FORGET_SLACK_S]
         assert w["wasmcustom.tailweight.endpoints_tracked"] <= len(r["live_endpoints"]) + len(recently_left), (k, w)
+
+    # The aggregator's book follows the reports: once no report lists a left endpoint, it is gone
+    # from the aggregator's view within a reporter ttl.
+    book_after = max(r["left_at_s"].values()) + ENDPOINT_TTL_S + FORGET_SLACK_S + BOOK_SLACK_S
+    late_views = [view for at, view in r["aggregator_view"] if at > book_after]
+    assert late_views, (book_after, r["ended_s"])
+    for view in late_views:
+        assert not set(view) & set(r["left_at_s"]), view
+        assert set(view) == set(r["live_endpoints"]), view
