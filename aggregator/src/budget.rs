@@ -30,6 +30,25 @@ pub const REPLY_BYTES_PER_ENDPOINT: usize = 256;
 /// each series' labels a map of owned strings: a series of two short labels (~90 bytes of JSON) is
 /// ~350 bytes parsed (map table, four strings, the allocator's headers); an estimate, not measured.
 pub const CPU_RESPONSE_COPIES: usize = 5;
+/// One series of the `/metrics` page beside its label values, at most: the metric in the prometheus
+/// crate's vector, its copy in the gathered family and its line of text.
+pub const METRICS_BYTES_PER_SERIES: usize = 1_024;
+/// Copies of a series' label values the page holds (the vector's key and metric, the family, the text).
+pub const METRICS_LABEL_COPIES: usize = 4;
+/// The longest endpoint label, `[IPv6]:port`.
+pub const METRICS_ADDRESS_BYTES: usize = 47;
+/// The registered metrics' families and the text buffer's growth beside the endpoint series.
+pub const METRICS_BASE_BYTES: usize = 256 * 1024;
+
+/// What the `/metrics` page's series of one cluster named by `name_bytes` with `endpoints` endpoints
+/// may hold: `endpoints x 3 x (METRICS_BYTES_PER_SERIES + METRICS_LABEL_COPIES x (name_bytes +
+/// METRICS_ADDRESS_BYTES))`. An estimate: a full page of 4,096 endpoints measured ~12 MB with
+/// short cluster names and ~26 MB with 512-byte ones (RSS, one run each); this gives ~1.5x that.
+pub fn metrics_cluster_cost(name_bytes: usize, endpoints: usize) -> usize {
+    let series = METRICS_BYTES_PER_SERIES + METRICS_LABEL_COPIES * (name_bytes + METRICS_ADDRESS_BYTES);
+    endpoints.saturating_mul(3 * series)
+}
+
 /// The least a reporter, cluster or observation costs the book (`memory.rs`'s bases, rounded
 /// down): the count caps allow as many as the book's bytes could hold.
 const LEAST_REPORTER_BYTES: usize = 1_000;

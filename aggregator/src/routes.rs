@@ -334,10 +334,17 @@ async fn metrics(
     peer: Option<Extension<Peer>>,
     listener: Option<Extension<Listener>>,
 ) -> Response {
-    in_requester_slot(&state, &headers, peer, listener, || {
-        let page = crate::scrape::page(&state);
-        (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"))], page)
-            .into_response()
+    in_requester_slot(&state, &headers, peer, listener, || match crate::scrape::page(&state) {
+        Ok(page) => {
+            (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"))], page)
+                .into_response()
+        }
+        Err(cost) => {
+            state.metrics.shed("memory");
+            retry_later(format!(
+                "memory: a metrics page of {cost} bytes does not fit the requests' budget now; retry after {RETRY_AFTER_S} s"
+            ))
+        }
     })
 }
 

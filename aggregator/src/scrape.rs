@@ -7,8 +7,12 @@
 //!
 //! Cardinality is bounded by the book: a cluster or endpoint the book has expired is gone from the
 //! next page (nothing to unregister), and at most `MAX_ENDPOINT_SERIES` endpoints are listed, whole
-//! clusters in name order; `tailweight_endpoint_series_omitted` counts the endpoints left out.
+//! clusters in name order, while their cost (`budget::metrics_cluster_cost`) fits half the requests'
+//! memory budget; `tailweight_endpoint_series_omitted` counts the endpoints left out. The page
+//! reserves that cost from the budget before it copies anything (none free: 503, like a report).
 
+use crate::admission::Reservation;
+use crate::budget::{metrics_cluster_cost, METRICS_BASE_BYTES};
 use crate::state::AppState;
 use prometheus::core::Collector;
 use prometheus::proto::MetricFamily;
@@ -19,13 +23,17 @@ use tailweight_weights::ClusterDecision;
 pub const MAX_ENDPOINT_SERIES: usize = 4_096;
 
 /// The whole `/metrics` page (counts refreshed from the book first). Under the book's lock: the
-/// clusters' names and decided endpoint counts (borrowed), then copies of the decisions of only
-/// the clusters the page lists (`listed`: at most `MAX_ENDPOINT_SERIES` endpoints); the page after.
-pub fn page(state: &AppState) -> String {
-    let (counts, decisions, omitted, max_bytes) = {
+/// clusters' names and decided endpoint counts (borrowed), the reservation of what the listed
+/// clusters' series cost (`listed`; Err with the bytes asked when the budget has not that much
+/// free), then copies of the decisions of only those clusters; the page after.
+pub fn page(state: &AppState) -> Result<String, usize> {
+    let (counts, decisions, omitted, max_bytes, _reservation): (_, _, _, _, Reservation) = {
         let book = state.book();
-        let (names, omitted) = listed(book.decided_counts());
-        (book.counts(), book.decisions_of(names), omitted, book.params().max_bytes)
+        let max_cost = state.memory.total_bytes() / 2;
+        let page = listed(book.decided_counts().into_iter().map(|(name, n)| (name, name.len(), n)), max_cost);
+        let cost = page.cost + METRICS_BASE_BYTES;
+        let reservation = state.memory.reserve(cost).ok_or(cost)?;
+        (book.counts(), book.decisions_of(page.shown), page.omitted, book.params().max_bytes, reservation)
     };
     state.metrics.set_counts(&counts);
     let mut families = state.metrics.gather();
@@ -37,30 +45,44 @@ pub fn page(state: &AppState) -> String {
     if TextEncoder::new().encode(&families, &mut buf).is_err() {
         buf.clear();
     }
-    String::from_utf8(buf).unwrap_or_default()
+    Ok(String::from_utf8(buf).unwrap_or_default())
 }
 
-/// The clusters a page lists, of `clusters` (each with its endpoint count) in the order given:
-/// whole clusters while their endpoints fit `MAX_ENDPOINT_SERIES`, none without endpoints (they
-/// have no series); and how many endpoints the others hold.
-fn listed<T>(clusters: impl IntoIterator<Item = (T, usize)>) -> (Vec<T>, usize) {
-    let (mut shown, mut series, mut omitted) = (Vec::new(), 0usize, 0usize);
-    for (cluster, endpoints) in clusters {
-        if series + endpoints > MAX_ENDPOINT_SERIES {
-            omitted += endpoints;
+/// The clusters a page lists, the endpoints of those it leaves out, and what the listed cost.
+#[derive(Debug, PartialEq)]
+struct Listing<T> {
+    shown: Vec<T>,
+    omitted: usize,
+    cost: usize,
+}
+
+/// What a page lists of `clusters` (each with its name's length and its endpoint count), in the
+/// order given: whole clusters while their endpoints fit `MAX_ENDPOINT_SERIES` and their cost
+/// (`metrics_cluster_cost`) fits `max_cost`, none without endpoints (they have no series).
+fn listed<T>(clusters: impl IntoIterator<Item = (T, usize, usize)>, max_cost: usize) -> Listing<T> {
+    let (mut page, mut series) = (Listing { shown: Vec::new(), omitted: 0, cost: 0 }, 0usize);
+    for (cluster, name_bytes, endpoints) in clusters {
+        let cost = metrics_cluster_cost(name_bytes, endpoints);
+        if series + endpoints > MAX_ENDPOINT_SERIES || page.cost.saturating_add(cost) > max_cost {
+            page.omitted += endpoints;
         } else if endpoints > 0 {
             series += endpoints;
-            shown.push(cluster);
+            page.cost += cost;
+            page.shown.push(cluster);
         }
     }
-    (shown, omitted)
+    page
 }
 
-/// The per-endpoint gauges of `decisions` (up to `MAX_ENDPOINT_SERIES` endpoints, `listed`) and the
-/// book's budget, `max_bytes`.
-pub fn endpoint_families(decisions: &[ClusterDecision], max_bytes: usize) -> prometheus::Result<Vec<MetricFamily>> {
-    let (shown, omitted) = listed(decisions.iter().map(|d| (d, d.endpoints.len())));
-    families_of(shown.into_iter(), omitted, max_bytes)
+/// The per-endpoint gauges of `decisions` (up to `MAX_ENDPOINT_SERIES` endpoints of at most
+/// `max_cost`, `listed`) and the book's budget, `max_bytes`.
+pub fn endpoint_families(
+    decisions: &[ClusterDecision],
+    max_cost: usize,
+    max_bytes: usize,
+) -> prometheus::Result<Vec<MetricFamily>> {
+    let page = listed(decisions.iter().map(|d| (d, d.name.len(), d.endpoints.len())), max_cost);
+    families_of(page.shown.into_iter(), page.omitted, max_bytes)
 }
 
 /// The per-endpoint gauges of the listed clusters, with the count of the endpoints left out,
@@ -151,7 +173,8 @@ mod tests {
 
     #[test]
     fn each_endpoint_has_its_weight_qps_and_ejection_by_cluster() {
-        let page = text(&endpoint_families(&[decision("a", 2, Some(1)), decision("b", 1, None)], 1234).unwrap());
+        let page =
+            text(&endpoint_families(&[decision("a", 2, Some(1)), decision("b", 1, None)], usize::MAX, 1234).unwrap());
         for line in [
             "tailweight_endpoint_weight{upstream_cluster=\"a\",upstream_endpoint=\"10.0.0.1:80\"} 2",
             "tailweight_endpoint_qps{upstream_cluster=\"a\",upstream_endpoint=\"10.0.0.1:80\"} 10",
@@ -168,7 +191,8 @@ mod tests {
     #[test]
     fn whole_clusters_beyond_the_limit_are_left_out_and_counted() {
         let big = decision("big", MAX_ENDPOINT_SERIES - 1, None);
-        let page = text(&endpoint_families(&[big, decision("c", 2, None), decision("d", 1, None)], 1).unwrap());
+        let page =
+            text(&endpoint_families(&[big, decision("c", 2, None), decision("d", 1, None)], usize::MAX, 1).unwrap());
         assert_eq!(page.lines().filter(|l| l.starts_with("tailweight_endpoint_weight{")).count(), MAX_ENDPOINT_SERIES);
         assert!(!page.contains("upstream_cluster=\"c\"") && page.contains("upstream_cluster=\"d\""));
         assert!(page.lines().any(|l| l == "tailweight_endpoint_series_omitted 2"), "{page}");
@@ -176,14 +200,26 @@ mod tests {
 
     #[test]
     fn nothing_tracked_means_no_endpoint_series() {
-        let page = text(&endpoint_families(&[], 1).unwrap());
+        let page = text(&endpoint_families(&[], usize::MAX, 1).unwrap());
         assert!(!page.contains("tailweight_endpoint_weight{"), "{page}");
     }
 
     #[test]
     fn a_page_lists_whole_clusters_in_order_while_they_fit_and_none_without_endpoints() {
         let clusters = [("a", 0), ("b", MAX_ENDPOINT_SERIES - 1), ("c", 2), ("d", 0), ("e", 1), ("f", 1)];
-        assert_eq!(listed(clusters), (vec!["b", "e"], 3));
-        assert_eq!(listed::<&str>([]), (vec![], 0));
+        let page = listed(clusters.map(|(name, n)| (name, 1, n)), usize::MAX);
+        assert_eq!((page.shown, page.omitted), (vec!["b", "e"], 3));
+        assert_eq!(page.cost, metrics_cluster_cost(1, MAX_ENDPOINT_SERIES));
+        assert_eq!(listed::<&str>([], usize::MAX), Listing { shown: vec![], omitted: 0, cost: 0 });
+    }
+
+    #[test]
+    fn a_page_lists_only_what_its_memory_share_can_hold() {
+        let (short, long) = (metrics_cluster_cost(10, 100), metrics_cluster_cost(500, 100));
+        assert!(long > 2 * short, "a series' cost grows with its labels: {short} {long}");
+        let clusters = [("a", 10, 100), ("b", 500, 100), ("c", 10, 100)];
+        let page = listed(clusters, 2 * short);
+        assert_eq!((page.shown, page.omitted, page.cost), (vec!["a", "c"], 100, 2 * short));
+        assert_eq!(listed(clusters, short - 1).shown, Vec::<&str>::new());
     }
 }
