@@ -100,6 +100,24 @@ def test_rollout_replaces_every_backend_one_by_one_with_one_surge():
     assert [g.name for g in s.segments][:2] == ["steady", "rollout"] and s.segments[1].from_s == joins[0].at_s
 
 
+def test_rollout_failing_surges_two_and_one_new_pod_fails_from_its_start_for_twelve_seconds():
+    s = load(SCENARIOS / "rollout-failing.yaml")
+    new = [b.index for b in s.backends if b.absent]
+    joins = [e for e in s.events if e.action == "join"]
+    leaves = [e for e in s.events if e.action == "leave"]
+    assert sorted(b for e in joins for b in e.backends) == new and all(s.backends[i].cold_factor > 1 for i in new)
+    # maxSurge 2: pairs join, a second later a pair leaves, before the next pair joins.
+    assert all(len(e.backends) == 2 for e in joins + leaves)
+    for k, (j, lv) in enumerate(zip(joins, leaves, strict=True)):
+        assert j.at_s < lv.at_s < (joins[k + 1].at_s if k + 1 < len(joins) else s.duration_s)
+    fail, recover = ([e for e in s.events if e.action == a] for a in ("fail", "recover"))
+    assert len(fail) == len(recover) == 1 and fail[0].backends == recover[0].backends
+    (failing,) = fail[0].backends
+    joined = next(e.at_s for e in joins if failing in e.backends)
+    assert failing in new and 0 < fail[0].at_s - joined <= 1 and recover[0].at_s - fail[0].at_s == 12
+    assert {"tailweight", "tailweight_local", "least_request"} <= set(s.policies)
+
+
 def test_grpc_scenarios_speak_grpc_with_many_streams():
     seed = load(SCENARIOS / "seed-fib.yaml")
     grpc = load(SCENARIOS / "grpc-seed.yaml")

@@ -16,7 +16,7 @@
 //!
 //! Accounting: a request counts as in flight to the chosen endpoint until its first response
 //! headers (`release`, see `inflight`); when it ends (`complete`) the endpoint that served it is
-//! learned (a good answer) or charged (a failure). If Envoy used another endpoint than the first
+//! learned if new and charged with the outcome (good or failed). If Envoy used another endpoint than the first
 //! choice, it either never tried ours (one attempt: a refused pick, counted apart, and the endpoint
 //! is absent from the cluster) or tried it and retried elsewhere (more attempts: a failure of ours).
 
@@ -274,15 +274,13 @@ impl Balancer {
         // A steered pick of an endpoint not known here was a trial of a view's suggestion.
         let trial = chosen.filter(|c| cluster.slot_of(c).is_none());
         if let Some(served) = outcome.served {
-            // Only a good answer teaches an endpoint; a failure is charged to one already known.
-            let slot = if outcome.class.is_success() {
-                cluster.learn(served, now_us, max_endpoints, p.slow_start_us).map(|(slot, new)| {
-                    done.learned = new;
-                    slot
-                })
-            } else {
-                cluster.slot_of(served)
-            };
+            // Whatever Envoy's upstream answered is in its cluster: a good answer teaches it, and so
+            // does a failure (a pod failing from its first request must be charged, not suggested
+            // on by the view for ever). Only good answers count as discoveries for exploration.
+            let slot = cluster.learn(served, now_us, max_endpoints, p.slow_start_us).map(|(slot, new)| {
+                done.learned = new && outcome.class.is_success();
+                slot
+            });
             if let Some(slot) = slot {
                 changes[0] =
                     cluster.endpoint_mut(slot).record(outcome.class, outcome.latency_us, outcome.load, now_us, p);
@@ -292,9 +290,16 @@ impl Balancer {
             (Some(c), Some(s)) => Some(c == s),
             _ => None,
         };
-        if let (Some(false), Some(slot)) = (done.honoured, chosen.and_then(|c| cluster.slot_of(c))) {
-            if outcome.attempts > 1 {
-                // Envoy tried our choice, it failed, and a retry went elsewhere.
+        // Envoy tried our choice, it failed, and a retry went elsewhere: a failure of ours, also of a
+        // suggestion tried here (Envoy has it).
+        let retried_away = done.honoured == Some(false) && outcome.attempts > 1;
+        let chosen_slot = match (retried_away, chosen) {
+            (true, Some(c)) => cluster.learn(c, now_us, max_endpoints, p.slow_start_us).map(|(slot, _)| slot),
+            (false, Some(c)) => cluster.slot_of(c),
+            (_, None) => None,
+        };
+        if let (Some(false), Some(slot)) = (done.honoured, chosen_slot) {
+            if retried_away {
                 let failure = crate::outcome::ResponseClass::Failure;
                 changes[1] = cluster.endpoint_mut(slot).record(failure, 0, None, now_us, p);
             } else {
@@ -303,7 +308,7 @@ impl Balancer {
             }
         }
         if let (Some(false), Some(address)) = (done.honoured, trial) {
-            if outcome.attempts <= 1 {
+            if !retried_away {
                 done.refused = true;
                 cluster.refuse_suggestion(address, now_us.saturating_add(settings.endpoint_ttl_us));
             }

@@ -70,7 +70,7 @@ pub struct GlobalStats {
 }
 
 impl Endpoint {
-    /// An endpoint that just served a request well (the only way one is learned).
+    /// An endpoint Envoy just sent a request to (see `Cluster::learn`).
     pub fn new(address: &str, now_us: u64) -> Self {
         Endpoint {
             address: address.to_string(),
