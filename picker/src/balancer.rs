@@ -397,6 +397,7 @@ impl Balancer {
                     }
                     if let Some(seen) = seen_us {
                         endpoint.last_success_us = endpoint.last_success_us.max(seen);
+                        endpoint.answered_well = true;
                     }
                 }
             }

@@ -257,10 +257,13 @@ fn an_endpoint_failing_from_its_first_request_is_tracked_and_suspended() {
     let done = b.complete(C, None, &failed(B, 1), 2);
     assert!(done.suspended);
     assert_eq!(b.cluster(C).unwrap().get(B).unwrap().health.probe_due_us(), Some(2 + 250 * MS));
-    // Its report carries the failures, for the aggregator's ejection.
+    // Its report carries the failures, for the aggregator's ejection, and is no sighting for the
+    // sibling workers (it never answered well).
     let report = b.snapshot(3);
     let e = report[0].endpoints.iter().find(|e| e.address == B).expect("B reported");
-    assert_eq!((e.requests, e.errors), (2, 2));
+    assert_eq!((e.requests, e.errors, e.seen_age_ms), (2, 2, None));
+    let a = report[0].endpoints.iter().find(|e| e.address == A).expect("A reported");
+    assert!(a.seen_age_ms.is_some());
 }
 
 #[test]
