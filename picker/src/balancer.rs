@@ -24,7 +24,7 @@ use crate::cluster::{Candidate, Cluster};
 use crate::config::{FilterConfig, PickParams};
 use crate::endpoint::SiblingStats;
 use crate::health::HealthChange;
-use crate::outcome::RequestOutcome;
+use crate::outcome::{RequestOutcome, ResponseClass};
 use crate::snapshot::Part;
 use tailweight_math::hash::FastMap;
 use tailweight_math::rng::Rng;
@@ -274,14 +274,11 @@ impl Balancer {
         // A steered pick of an endpoint not known here was a trial of a view's suggestion.
         let trial = chosen.filter(|c| cluster.slot_of(c).is_none());
         if let Some(served) = outcome.served {
-            // Whatever Envoy's upstream answered is in its cluster: a good answer teaches it, and so
-            // does a failure (a pod failing from its first request must be charged, not suggested
-            // on by the view for ever). Only good answers count as discoveries for exploration.
-            let slot = cluster.learn(served, now_us, max_endpoints, p.slow_start_us).map(|(slot, new)| {
-                done.learned = new && outcome.class.is_success();
-                slot
-            });
-            if let Some(slot) = slot {
+            // Envoy's upstream is in its cluster: a good answer or a failure teaches it (a pod failing
+            // from its first request is charged, not suggested on); only a good one is a discovery.
+            let learned = cluster.learn(served, now_us, max_endpoints, p.slow_start_us);
+            done.learned = learned.is_some_and(|(_, new)| new) && outcome.class.is_success();
+            if let Some((slot, _)) = learned {
                 changes[0] =
                     cluster.endpoint_mut(slot).record(outcome.class, outcome.latency_us, outcome.load, now_us, p);
             }
@@ -290,8 +287,7 @@ impl Balancer {
             (Some(c), Some(s)) => Some(c == s),
             _ => None,
         };
-        // Envoy tried our choice, it failed, and a retry went elsewhere: a failure of ours, also of a
-        // suggestion tried here (Envoy has it).
+        // Envoy tried our choice (also a suggestion: Envoy has it), it failed, a retry went elsewhere.
         let retried_away = done.honoured == Some(false) && outcome.attempts > 1;
         let chosen_slot = match (retried_away, chosen) {
             (true, Some(c)) => cluster.learn(c, now_us, max_endpoints, p.slow_start_us).map(|(slot, _)| slot),
@@ -300,8 +296,7 @@ impl Balancer {
         };
         if let (Some(false), Some(slot)) = (done.honoured, chosen_slot) {
             if retried_away {
-                let failure = crate::outcome::ResponseClass::Failure;
-                changes[1] = cluster.endpoint_mut(slot).record(failure, 0, None, now_us, p);
+                changes[1] = cluster.endpoint_mut(slot).record(ResponseClass::Failure, 0, None, now_us, p);
             } else {
                 done.refused = true;
                 cluster.mark_absent(slot);
