@@ -16,9 +16,10 @@
 //!
 //! Accounting: a request counts as in flight to the chosen endpoint until its first response
 //! headers (`release`, see `inflight`); when it ends (`complete`) the endpoint that served it is
-//! learned if new and charged with the outcome (good or failed). If Envoy used another endpoint than the first
-//! choice, it either never tried ours (one attempt: a refused pick, counted apart, and the endpoint
-//! is absent from the cluster) or tried it and retried elsewhere (more attempts: a failure of ours).
+//! learned if new and charged with the outcome (good or failed). If Envoy used another endpoint
+//! than the first choice, it either never tried ours (one attempt: a refused pick, counted apart,
+//! and the endpoint is absent from the cluster) or tried it and retried elsewhere (more attempts: a
+//! failure of ours if known here; a suggestion is only no longer suggested, see `complete`).
 
 use crate::cluster::{Candidate, Cluster};
 use crate::config::{FilterConfig, PickParams};
@@ -287,14 +288,12 @@ impl Balancer {
             (Some(c), Some(s)) => Some(c == s),
             _ => None,
         };
-        // Envoy tried our choice (also a suggestion: Envoy has it), it failed, a retry went elsewhere.
+        // Envoy tried our choice, it failed, a retry went elsewhere; or, for a choice Envoy does not
+        // have (a stale suggestion), the fallback's pick failed and was retried: the attempts do not
+        // tell which. A known choice is charged; an unknown one is not learned from this (a left
+        // endpoint would be tracked again), only no longer suggested for a ttl either way.
         let retried_away = done.honoured == Some(false) && outcome.attempts > 1;
-        let chosen_slot = match (retried_away, chosen) {
-            (true, Some(c)) => cluster.learn(c, now_us, max_endpoints, p.slow_start_us).map(|(slot, _)| slot),
-            (false, Some(c)) => cluster.slot_of(c),
-            (_, None) => None,
-        };
-        if let (Some(false), Some(slot)) = (done.honoured, chosen_slot) {
+        if let (Some(false), Some(slot)) = (done.honoured, chosen.and_then(|c| cluster.slot_of(c))) {
             if retried_away {
                 changes[1] = cluster.endpoint_mut(slot).record(ResponseClass::Failure, 0, None, now_us, p);
             } else {
@@ -303,10 +302,8 @@ impl Balancer {
             }
         }
         if let (Some(false), Some(address)) = (done.honoured, trial) {
-            if !retried_away {
-                done.refused = true;
-                cluster.refuse_suggestion(address, now_us.saturating_add(settings.endpoint_ttl_us));
-            }
+            done.refused |= !retried_away;
+            cluster.refuse_suggestion(address, now_us.saturating_add(settings.endpoint_ttl_us));
         }
         if done.honoured.is_some() {
             done.paused_for_us = cluster.steering.note(done.refused, now_us);
