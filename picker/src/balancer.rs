@@ -16,15 +16,16 @@
 //!
 //! Accounting: a request counts as in flight to the chosen endpoint until its first response
 //! headers (`release`, see `inflight`); when it ends (`complete`) the endpoint that served it is
-//! learned (a good answer) or charged (a failure). If Envoy used another endpoint than the first
-//! choice, it either never tried ours (one attempt: a refused pick, counted apart, and the endpoint
-//! is absent from the cluster) or tried it and retried elsewhere (more attempts: a failure of ours).
+//! learned if new and charged with the outcome (good or failed). If Envoy used another endpoint
+//! than the first choice, it either never tried ours (one attempt: a refused pick, counted apart,
+//! and the endpoint is absent from the cluster) or tried it and retried elsewhere (more attempts: a
+//! failure of ours if known here; a suggestion is only no longer suggested, see `complete`).
 
 use crate::cluster::{Candidate, Cluster};
 use crate::config::{FilterConfig, PickParams};
 use crate::endpoint::SiblingStats;
 use crate::health::HealthChange;
-use crate::outcome::RequestOutcome;
+use crate::outcome::{RequestOutcome, ResponseClass};
 use crate::snapshot::Part;
 use tailweight_math::hash::FastMap;
 use tailweight_math::rng::Rng;
@@ -274,16 +275,11 @@ impl Balancer {
         // A steered pick of an endpoint not known here was a trial of a view's suggestion.
         let trial = chosen.filter(|c| cluster.slot_of(c).is_none());
         if let Some(served) = outcome.served {
-            // Only a good answer teaches an endpoint; a failure is charged to one already known.
-            let slot = if outcome.class.is_success() {
-                cluster.learn(served, now_us, max_endpoints, p.slow_start_us).map(|(slot, new)| {
-                    done.learned = new;
-                    slot
-                })
-            } else {
-                cluster.slot_of(served)
-            };
-            if let Some(slot) = slot {
+            // Envoy's upstream is in its cluster: a good answer or a failure teaches it (a pod failing
+            // from its first request is charged, not suggested on); only a good one is a discovery.
+            let learned = cluster.learn(served, now_us, max_endpoints, p.slow_start_us);
+            done.learned = learned.is_some_and(|(_, new)| new) && outcome.class.is_success();
+            if let Some((slot, _)) = learned {
                 changes[0] =
                     cluster.endpoint_mut(slot).record(outcome.class, outcome.latency_us, outcome.load, now_us, p);
             }
@@ -292,21 +288,22 @@ impl Balancer {
             (Some(c), Some(s)) => Some(c == s),
             _ => None,
         };
+        // Envoy tried our choice, it failed, a retry went elsewhere; or, for a choice Envoy does not
+        // have (a stale suggestion), the fallback's pick failed and was retried: the attempts do not
+        // tell which. A known choice is charged; an unknown one is not learned from this (a left
+        // endpoint would be tracked again), only no longer suggested for a ttl either way.
+        let retried_away = done.honoured == Some(false) && outcome.attempts > 1;
         if let (Some(false), Some(slot)) = (done.honoured, chosen.and_then(|c| cluster.slot_of(c))) {
-            if outcome.attempts > 1 {
-                // Envoy tried our choice, it failed, and a retry went elsewhere.
-                let failure = crate::outcome::ResponseClass::Failure;
-                changes[1] = cluster.endpoint_mut(slot).record(failure, 0, None, now_us, p);
+            if retried_away {
+                changes[1] = cluster.endpoint_mut(slot).record(ResponseClass::Failure, 0, None, now_us, p);
             } else {
                 done.refused = true;
                 cluster.mark_absent(slot);
             }
         }
         if let (Some(false), Some(address)) = (done.honoured, trial) {
-            if outcome.attempts <= 1 {
-                done.refused = true;
-                cluster.refuse_suggestion(address, now_us.saturating_add(settings.endpoint_ttl_us));
-            }
+            done.refused |= !retried_away;
+            cluster.refuse_suggestion(address, now_us.saturating_add(settings.endpoint_ttl_us));
         }
         if done.honoured.is_some() {
             done.paused_for_us = cluster.steering.note(done.refused, now_us);
@@ -392,6 +389,7 @@ impl Balancer {
                     }
                     if let Some(seen) = seen_us {
                         endpoint.last_success_us = endpoint.last_success_us.max(seen);
+                        endpoint.answered_well = true;
                     }
                 }
             }

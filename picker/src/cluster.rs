@@ -1,10 +1,12 @@
 //! One cluster as one worker sees it: the endpoint set, the aggregator's view with its expiry, the
 //! sampler, the probes of suspended endpoints, and whether Envoy honours our picks (`steering`).
 //!
-//! Endpoint lifecycle: only this proxy's own evidence keeps an endpoint. It is learned when it
-//! answers a request well here (a steered one, or one the fallback load balancer sent there, which
-//! proves it is in Envoy's cluster) or a sibling worker saw it do so, and forgotten `ttl` after its
-//! last such answer (unless requests to it are in flight). The aggregator's view never teaches nor
+//! Endpoint lifecycle: only this proxy's own evidence keeps an endpoint. It is learned when Envoy
+//! sends it a request here (a steered one, or one the fallback load balancer sent there, which
+//! proves it is in Envoy's cluster), whether it answers well or fails (a pod failing from its first
+//! request is charged with its failures, suspended and reported, not suggested on and on), or a
+//! sibling worker saw it answer well, and forgotten `ttl` after its last good answer (or its first
+//! contact, if none; unless requests to it are in flight). The aggregator's view never teaches nor
 //! refreshes an endpoint: it only weighs the ones known here (a view listing a deleted pod must not
 //! keep it alive in every proxy that reports to the aggregator). What a fresh view lists that is not
 //! known here is a suggestion of where to explore: an exploring request may be steered to one, drawn
@@ -137,8 +139,8 @@ impl Cluster {
         self.novelty
     }
 
-    /// The endpoint at `address`, added if new and there is room (as having answered well at
-    /// `seen_us`). One joining a cluster known here for longer than `slow_start_us` starts a ramp
+    /// The endpoint at `address`, added if new and there is room (first contact at `seen_us`,
+    /// which keeps it for `ttl` like a good answer). One joining a cluster known here for longer than `slow_start_us` starts a ramp
     /// (a new pod, likely cold), unless a fresh view suggested it (the aggregator's weight already
     /// ramps endpoints new to the mesh); the endpoints found in the cluster's first window do not
     /// (this proxy discovering an established set). Returns its slot and whether it was added.

@@ -27,9 +27,12 @@ pub struct Endpoint {
     pub global: Option<GlobalStats>,
     /// Whether it answers (failures, suspension, absence, ramps): see `health`.
     pub health: Health,
-    /// Last time it answered a request well here (or a sibling worker saw it do so): the only
-    /// evidence that keeps it tracked. A view from the aggregator never refreshes it.
+    /// Last time it answered a request well here (or a sibling worker saw it do so; its first
+    /// contact until then): the only evidence that keeps it tracked. A view from the aggregator
+    /// never refreshes it.
     pub last_success_us: u64,
+    /// It answered well here, or a sibling saw it do so: only then is it a sighting for siblings.
+    pub answered_well: bool,
     /// Last time any response here was attributed to it: reports carry endpoints with recent ones.
     pub last_response_us: u64,
     /// The latest server-side load stamp this worker got from it (see `stamp`).
@@ -70,7 +73,7 @@ pub struct GlobalStats {
 }
 
 impl Endpoint {
-    /// An endpoint that just served a request well (the only way one is learned).
+    /// An endpoint Envoy just sent a request to (see `Cluster::learn`).
     pub fn new(address: &str, now_us: u64) -> Self {
         Endpoint {
             address: address.to_string(),
@@ -79,6 +82,7 @@ impl Endpoint {
             global: None,
             health: Health::default(),
             last_success_us: now_us,
+            answered_well: false,
             last_response_us: now_us,
             stamp: None,
         }
@@ -103,6 +107,7 @@ impl Endpoint {
                 None => l.latency = Some(PeakEwma::new(latency_us as f64, now_us)),
             }
             self.last_success_us = self.last_success_us.max(now_us);
+            self.answered_well = true;
         } else {
             l.errors += 1;
         }

@@ -40,7 +40,7 @@ pub fn of_clusters<'a>(
                         latency_age_ms,
                         cpu: l.cpu.map(|(cpu, _)| cpu),
                         cpu_age_ms: l.cpu.map(|(_, at)| age_ms(now_us, at)),
-                        seen_age_ms: Some(age_ms(now_us, e.last_success_us)),
+                        seen_age_ms: e.answered_well.then(|| age_ms(now_us, e.last_success_us)),
                     }
                 })
                 .collect();

@@ -246,11 +246,76 @@ fn no_upstream_reached_is_neither_honoured_nor_a_failure() {
 }
 
 #[test]
-fn a_failure_never_teaches_an_endpoint() {
+fn an_endpoint_failing_from_its_first_request_is_tracked_and_suspended() {
     let mut b = balancer();
-    let done = b.complete(C, None, &failed(A, 1), 1);
-    assert!(!done.learned);
-    assert_eq!(b.endpoints_tracked(), 0);
+    learn(&mut b, &[A], 0);
+    // B fails the fallback's requests from the start: it is charged, not forgotten.
+    let done = b.complete(C, None, &failed(B, 1), 1);
+    assert!(!done.learned, "a failure is no discovery for exploration");
+    assert_eq!(b.endpoints_tracked(), 2);
+    assert_eq!(b.cluster(C).unwrap().get(B).unwrap().local.errors, 1);
+    let done = b.complete(C, None, &failed(B, 1), 2);
+    assert!(done.suspended);
+    assert_eq!(b.cluster(C).unwrap().get(B).unwrap().health.probe_due_us(), Some(2 + 250 * MS));
+    // Its report carries the failures, for the aggregator's ejection, and is no sighting for the
+    // sibling workers (it never answered well).
+    let report = b.snapshot(3);
+    let e = report[0].endpoints.iter().find(|e| e.address == B).expect("B reported");
+    assert_eq!((e.requests, e.errors, e.seen_age_ms), (2, 2, None));
+    let a = report[0].endpoints.iter().find(|e| e.address == A).expect("A reported");
+    assert!(a.seen_age_ms.is_some());
+}
+
+#[test]
+fn a_suggestion_that_fails_when_tried_is_tracked_and_no_longer_suggested() {
+    let mut b = Balancer::new(
+        Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() },
+        8,
+    );
+    learn(&mut b, &[A], 0);
+    let view = ClusterView {
+        name: C.into(),
+        endpoints: vec![
+            EndpointView { address: A.into(), weight: 1.0, ..Default::default() },
+            EndpointView { address: B.into(), weight: 3.0, ..Default::default() },
+        ],
+    };
+    b.apply_view(&view, 0, 10_000 * MS);
+    // Tried, answered with an error (served by B, one attempt), then tried and retried elsewhere.
+    let pick = (0..100).map(|_| b.pick(C, 1)).find(|p| p.first_choice() == Some(B)).expect("B tried");
+    let done = answer(&mut b, &pick, &failed(B, MS), 2);
+    assert_eq!(done.honoured, Some(true));
+    assert_eq!(b.cluster(C).unwrap().get(B).unwrap().local.errors, 1, "charged, and now tracked");
+    let done = b.complete(C, Some(B), &RequestOutcome { attempts: 2, ..ok(A, 5 * MS) }, 3);
+    assert!(done.suspended && !done.refused);
+    // Known and suspended: no pick, nor a suggestion, until its probe is due.
+    assert!((0..500).filter_map(|_| b.pick(C, 4).first_choice().map(str::to_string)).all(|f| f == A));
+}
+
+#[test]
+fn a_suggestion_retried_elsewhere_is_not_learned_and_no_longer_suggested() {
+    let mut b = Balancer::new(
+        Settings { pick: PickParams { explore_ratio: 0.5, ..Default::default() }, ..Default::default() },
+        8,
+    );
+    learn(&mut b, &[A], 0);
+    let view = ClusterView {
+        name: C.into(),
+        endpoints: vec![
+            EndpointView { address: A.into(), weight: 1.0, ..Default::default() },
+            EndpointView { address: B.into(), weight: 3.0, ..Default::default() },
+        ],
+    };
+    b.apply_view(&view, 0, 10_000 * MS);
+    assert!((0..200).any(|_| b.pick(C, 1).first_choice() == Some(B)), "B is suggested");
+    // Served by A after two attempts: B failed and was retried, or Envoy does not have B (a left
+    // pod the view still lists) and A's first attempt failed. Tracking B would keep a left pod in
+    // this proxy's reports for a ttl.
+    let done = b.complete(C, Some(B), &RequestOutcome { attempts: 2, ..ok(A, 5 * MS) }, 2);
+    assert_eq!((done.honoured, done.refused), (Some(false), false));
+    assert!(b.cluster(C).unwrap().get(B).is_none());
+    assert_eq!(b.endpoints_tracked(), 1);
+    assert!((0..500).all(|_| b.pick(C, 3).first_choice() != Some(B)), "no longer suggested");
 }
 
 #[test]
