@@ -266,12 +266,10 @@ fn an_endpoint_failing_from_its_first_request_is_tracked_and_suspended() {
     assert!(a.seen_age_ms.is_some());
 }
 
-#[test]
-fn a_suggestion_that_fails_when_tried_is_tracked_and_no_longer_suggested() {
-    let mut b = Balancer::new(
-        Settings { pick: PickParams { explore_ratio: 0.0, ..Default::default() }, ..Default::default() },
-        8,
-    );
+/// A balancer with `explore_ratio` that knows A, and a fresh view suggesting B (weight 3 to A's 1).
+fn knowing_a_with_b_suggested(explore_ratio: f64) -> Balancer {
+    let mut b =
+        Balancer::new(Settings { pick: PickParams { explore_ratio, ..Default::default() }, ..Default::default() }, 8);
     learn(&mut b, &[A], 0);
     let view = ClusterView {
         name: C.into(),
@@ -281,6 +279,12 @@ fn a_suggestion_that_fails_when_tried_is_tracked_and_no_longer_suggested() {
         ],
     };
     b.apply_view(&view, 0, 10_000 * MS);
+    b
+}
+
+#[test]
+fn a_suggestion_that_fails_when_tried_is_tracked_and_no_longer_suggested() {
+    let mut b = knowing_a_with_b_suggested(0.0);
     // Tried, answered with an error (served by B, one attempt), then tried and retried elsewhere.
     let pick = (0..100).map(|_| b.pick(C, 1)).find(|p| p.first_choice() == Some(B)).expect("B tried");
     let done = answer(&mut b, &pick, &failed(B, MS), 2);
@@ -294,19 +298,7 @@ fn a_suggestion_that_fails_when_tried_is_tracked_and_no_longer_suggested() {
 
 #[test]
 fn a_suggestion_retried_elsewhere_is_not_learned_and_no_longer_suggested() {
-    let mut b = Balancer::new(
-        Settings { pick: PickParams { explore_ratio: 0.5, ..Default::default() }, ..Default::default() },
-        8,
-    );
-    learn(&mut b, &[A], 0);
-    let view = ClusterView {
-        name: C.into(),
-        endpoints: vec![
-            EndpointView { address: A.into(), weight: 1.0, ..Default::default() },
-            EndpointView { address: B.into(), weight: 3.0, ..Default::default() },
-        ],
-    };
-    b.apply_view(&view, 0, 10_000 * MS);
+    let mut b = knowing_a_with_b_suggested(0.5);
     assert!((0..200).any(|_| b.pick(C, 1).first_choice() == Some(B)), "B is suggested");
     // Served by A after two attempts: B failed and was retried, or Envoy does not have B (a left
     // pod the view still lists) and A's first attempt failed. Tracking B would keep a left pod in
