@@ -17,6 +17,8 @@ from tailweight_e2e.stub_server import Reply, StubServer
 
 STAMP = "x-tailweight-load"
 STAT = "wasmcustom.tailweight."
+# A client filter that reads the stamps of its one cluster.
+READING = {"load_stamp_max_age_ms": 100, "load_stamp_clusters": [envoy_configs.CLUSTER]}
 
 
 def server_envoy(group, app, plugin_config=None, concurrency=1):
@@ -107,7 +109,7 @@ def test_a_client_counts_and_drops_a_stamp_it_cannot_read(group):
     app = ForgingApp(values=("1;rif=lots",))
     try:
         client = envoy.start(group, "client", envoy_configs.render_client_envoy(
-            [app.address], "tailweight_local", wasm_path=paths.WASM, plugin_config={"load_stamp_max_age_ms": 100}))
+            [app.address], "tailweight_local", wasm_path=paths.WASM, plugin_config=READING))
         session = requests.Session()
         for _ in range(20):
             r = session.get(client.url(), timeout=10)
@@ -137,7 +139,7 @@ def test_a_client_reads_stamps_removes_them_and_avoids_the_busy_endpoint(group, 
     servers = [server_envoy(group, a) for a in apps.addresses]
     endpoints = [s.address() for s in servers]
     reading = envoy.start(group, "client-reading", envoy_configs.render_client_envoy(
-        endpoints, "tailweight_local", wasm_path=paths.WASM, plugin_config={"load_stamp_max_age_ms": 100}))
+        endpoints, "tailweight_local", wasm_path=paths.WASM, plugin_config=READING))
     r = requests.get(reading.url(), timeout=10)
     assert r.status_code == 200 and STAMP not in r.headers, r.headers
 
