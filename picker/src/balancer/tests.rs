@@ -633,3 +633,40 @@ fn a_stamp_claiming_an_empty_queue_is_charged_for_this_proxys_own_requests_there
     assert!(share(X) <= share(A).max(share(B)) + 1, "{firsts:?}");
     assert!(share(X) <= 12, "{firsts:?}");
 }
+
+#[test]
+fn a_trusted_liar_can_hide_only_the_other_proxies_load_at_it() {
+    // A and B stamp honestly: this proxy's requests there plus `OTHERS` of other proxies; X, alike,
+    // holds as many of the others' but answers `rif=0`. None of the 30 requests is answered here.
+    const X: &str = "10.0.0.3:80";
+    const OTHERS: u32 = 3;
+    let mut settings = Settings::default();
+    settings.pick.load_stamp_max_age_us = 50 * MS;
+    let mut b = Balancer::new(settings, 7);
+    learn(&mut b, &[A, B, X], 0);
+    let own = |b: &Balancer, e: &str| {
+        let c = b.cluster(C).unwrap();
+        c.endpoints()[c.slot_of(e).unwrap()].load() as u32
+    };
+    let mut picks = 0;
+    for i in 0..300 {
+        let now = MS + i;
+        for e in [A, B] {
+            let rif = own(&b, e) + OTHERS;
+            b.note_stamp(C, e, LoadStamp { rif }, now);
+        }
+        b.note_stamp(C, X, LoadStamp { rif: 0 }, now);
+        if b.pick(C, now).first_choice().is_some() {
+            picks += 1;
+            // X is charged for what it holds of this proxy's: it never holds more than the busier
+            // honest endpoint's whole queue, plus the one pick that took it there.
+            assert!(own(&b, X) <= own(&b, A).max(own(&b, B)) + OTHERS + 1, "{i}");
+        }
+        if picks == 30 {
+            break;
+        }
+    }
+    // What it can still do: hide the others' load, so it holds up to OTHERS more than a fair third.
+    assert!(own(&b, X) > own(&b, A).max(own(&b, B)), "{}", own(&b, X));
+    assert!(own(&b, X) <= 30 / 3 + OTHERS + 1, "{}", own(&b, X));
+}
