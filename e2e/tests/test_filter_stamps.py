@@ -6,7 +6,6 @@ Counts are asserted with margins real runs meet; nothing here times anything."""
 import copy
 import threading
 import time
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -261,7 +260,8 @@ def test_a_lying_destination_moves_nothing_untrusted_and_is_bounded_trusted(grou
 
         before = {"trusted": list(trusted.served), "untrusted": list(untrusted.served)}
         # Both clusters at once, as fast as 12 connections each go (0.06 s answers), for 3 s.
-        loads = [group.start(f"fortio-{name}", fortio.load_argv(client.url() + path, 0, 12, 3, tmp_path / f"{name}.json"))
+        loads = [group.start(f"fortio-{name}", fortio.load_argv(client.url() + path, 0, 12, 3,
+                                                                tmp_path / f"{name}.json"))
                  for name, path in paths_of.items()]
         for proc in loads:
             assert proc.popen.wait(60) == 0
