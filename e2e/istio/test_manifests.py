@@ -161,13 +161,22 @@ def test_load_stamps_server_plugin_inbound_and_client_reading():
     assert spec["url"] == web["url"], "one module, two roles"
     max_age = web["pluginConfig"]["load_stamp_max_age_ms"]
     assert isinstance(max_age, int) and 0 < max_age <= 10_000
+    # web calls the stamped cart (two subsets) and the unstamped catalog: it reads the stamps of
+    # cart's clusters only, each one it steers; catalog's destinations run no server role.
+    cart = "cart.shop.svc.cluster.local"
+    stamped = web["pluginConfig"]["load_stamp_clusters"]
+    assert stamped == [f"outbound|8080|v1|{cart}", f"outbound|8080|v2|{cart}"], stamped
+    assert set(stamped) < set(web["pluginConfig"]["clusters"])
+    assert "outbound|9090||catalog.catalog.svc.cluster.local" in web["pluginConfig"]["clusters"]
     # shop calls only catalog, which is not stamped: it reads no stamps.
-    assert "load_stamp_max_age_ms" not in one(objects, "WasmPlugin", "tailweight", "shop")["spec"]["pluginConfig"]
+    shop = one(objects, "WasmPlugin", "tailweight", "shop")["spec"]["pluginConfig"]
+    assert "load_stamp_max_age_ms" not in shop and "load_stamp_clusters" not in shop
     assert rust_const("LOAD_STAMP_HEADER") in (REPO / "docs" / "wire-protocol.md").read_text()
     # Without stamped services and without attestations nothing stamps and nothing reads.
     base = render({**values_of("example-values"), "attestations": {"enabled": False}})
     assert not find(base, "WasmPlugin", "tailweight-server")
-    assert all("load_stamp_max_age_ms" not in w["spec"]["pluginConfig"] for w in wasmplugins(base))
+    assert all(not {"load_stamp_max_age_ms", "load_stamp_clusters"} & set(w["spec"]["pluginConfig"])
+               for w in wasmplugins(base))
     # Stamps without the aggregator: the server role stamps and attests nothing.
     alone = render({**values_of("load-stamps-values"), "aggregator": {"enabled": False}})
     (server,) = find(alone, "WasmPlugin", "tailweight-server")

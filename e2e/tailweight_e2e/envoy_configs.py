@@ -25,12 +25,13 @@ POLICIES = ("round_robin", "least_request", "cswrr_orca", "operator", "tailweigh
 # Policies whose filters report to the aggregator; `tailweight_stamps` also reads the load stamps the
 # destinations' sidecars write (render_server_envoy with STAMPING_SERVER_CONFIG).
 REPORTING_POLICIES = ("tailweight", "tailweight_stamps")
+CLUSTER = "backends"
 # The client filter's stamp settings under `tailweight_stamps`: the simulator's best configuration
-# (sim/README.md, "Closing the gap"): stamps 20 ms, read only while own evidence is thin.
-STAMP_READING = {"load_stamp_max_age_ms": 20, "load_stamp_max_fresh_share": 0.5}
+# (sim/README.md, "Closing the gap"): stamps 20 ms, read only while own evidence is thin, and only
+# from CLUSTER (whose destinations' sidecars write them: the filter reads no other cluster's).
+STAMP_READING = {"load_stamp_max_age_ms": 20, "load_stamp_max_fresh_share": 0.5, "load_stamp_clusters": [CLUSTER]}
 # The filter configuration of a destination's sidecar that writes load stamps.
 STAMPING_SERVER_CONFIG = {"role": "server"}
-CLUSTER = "backends"
 LOCAL_APP_CLUSTER = "local_app"
 AGGREGATOR_CLUSTER = "tailweight_aggregator"
 LISTENER = "ingress"

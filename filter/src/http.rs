@@ -2,9 +2,10 @@
 //! response headers in `on_http_response_headers` (the request no longer waits on the endpoint: a
 //! stream's later messages do not count), and account the outcome in `on_log` (called once per
 //! stream, also on resets, so in-flight counts cannot leak). With `load_stamp_max_age_ms` set, the
-//! response headers' load stamp (written by the destination's server-role filter, see `server`) is
-//! read for the balancer and removed before the response reaches the application; without it the
-//! header is not looked at.
+//! response headers' load stamp is removed before the response reaches the application, and read
+//! for the balancer only if its cluster is one whose destinations write it (`load_stamp_clusters`:
+//! their server-role filter, see `server`; any other destination could claim an empty queue);
+//! without it the header is not looked at.
 //!
 //! gRPC requests (content-type `application/grpc...`) end with a grpc-status in the trailers or in
 //! the headers of a trailers-only response; `on_log` reads it as Envoy's `response.grpc_status`
@@ -248,11 +249,15 @@ fn count(w: &Worker, outcome: &RequestOutcome, done: &Completion, cluster: &str)
     }
 }
 
-/// Take the response's load stamp for the balancer (a stamp that cannot be read is counted and
-/// dropped), and remove it: it is for this proxy, not the application.
+/// Take the response's load stamp for the balancer if its cluster's stamps are read (else, or if
+/// it cannot be read, it is counted and dropped), and remove it: it is for this proxy, not the
+/// application.
 fn read_stamp(w: &mut Worker, cluster: &str, served: Option<&str>, now_us: u64) {
     let Some(value) = host::response_header(LOAD_STAMP_HEADER) else { return };
     host::remove_response_header(LOAD_STAMP_HEADER);
+    if !w.config.reads_stamps_of(cluster) {
+        return metrics::inc(w.metrics.stamps_untrusted);
+    }
     match LoadStamp::parse(&value) {
         Ok(stamp) => {
             if let Some(served) = served {

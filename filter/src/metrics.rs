@@ -39,6 +39,8 @@ pub struct Metrics {
     /// not be read (removed all the same).
     pub stamps_read: Option<u32>,
     pub stamps_invalid: Option<u32>,
+    /// Stamp headers of clusters not in `load_stamp_clusters`: removed unread.
+    pub stamps_untrusted: Option<u32>,
     pub endpoints_forgotten: Option<u32>,
     /// Gauges (process-wide: the last writer wins, so only one VM writes each).
     pub endpoints_tracked: Option<u32>,
@@ -116,6 +118,7 @@ impl Metrics {
             views_applied: c("tailweight.views_applied"),
             stamps_read: c("tailweight.stamps_read"),
             stamps_invalid: c("tailweight.stamps_invalid"),
+            stamps_untrusted: c("tailweight.stamps_untrusted"),
             endpoints_forgotten: c("tailweight.endpoints_forgotten"),
             endpoints_tracked: g("tailweight.endpoints_tracked"),
             weights_age_ms: g("tailweight.weights_age_ms"),

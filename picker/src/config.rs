@@ -19,6 +19,10 @@ pub struct FilterConfig {
     pub retry_choices: usize,
     /// Clusters to steer; empty means every cluster.
     pub clusters: Vec<String>,
+    /// With `load_stamp_max_age_ms` > 0: the clusters whose responses' load stamps are read, those
+    /// whose destinations run the server role (a subset of `clusters`). Empty means none: a stamp
+    /// from any other cluster is removed unread (see `reads_stamps_of`).
+    pub load_stamp_clusters: Vec<String>,
     pub pick: PickParams,
     /// Endpoints not seen for this long are forgotten.
     pub endpoint_ttl_ms: u64,
@@ -152,6 +156,7 @@ impl Default for FilterConfig {
             trust_incoming_header: false,
             retry_choices: 1,
             clusters: vec![],
+            load_stamp_clusters: vec![],
             pick: PickParams::default(),
             endpoint_ttl_ms: 60_000,
             max_clusters: 64,
@@ -204,6 +209,14 @@ impl FilterConfig {
     pub fn steers(&self, cluster: &str) -> bool {
         self.clusters.is_empty() || self.clusters.iter().any(|c| c == cluster)
     }
+
+    /// Are the load stamps of this cluster's responses read? Only with `load_stamp_max_age_ms` > 0
+    /// and only for a cluster `load_stamp_clusters` names: any destination can write the header,
+    /// only the server role's is worth believing (one without it would claim an empty queue and
+    /// attract traffic). Unlike `clusters`, an empty list means none.
+    pub fn reads_stamps_of(&self, cluster: &str) -> bool {
+        self.pick.load_stamp_max_age_us > 0 && self.load_stamp_clusters.iter().any(|c| c == cluster)
+    }
 }
 
 /// The configuration object's fields (see `Fields` for how a bad one is reported). Errors stay
@@ -218,6 +231,7 @@ fn fields(members: &[(String, Value)]) -> Result<FilterConfig, FieldError> {
         trust_incoming_header: f.boolean("trust_incoming_header", d.trust_incoming_header),
         retry_choices: f.integer("retry_choices", d.retry_choices as u64, 0..=4) as usize,
         clusters: f.string_list("clusters", 256),
+        load_stamp_clusters: f.string_list("load_stamp_clusters", 256),
         pick: PickParams {
             explore_ratio: f.number("explore_ratio", p.explore_ratio, 0.0, 0.5),
             latency_decay_us: f.integer("latency_decay_ms", (p.latency_decay_us / 1e3) as u64, 10..=600_000) as f64
@@ -275,6 +289,7 @@ fn fields(members: &[(String, Value)]) -> Result<FilterConfig, FieldError> {
         );
         return Err(f.error("endpoint_ttl_ms", problem));
     }
+    check_load_stamp_clusters(&config, &f)?;
     let server = config.role == FilterRole::Server;
     if server && config.aggregator.is_some() && config.attest_clusters.is_empty() {
         return Err(f.error(
@@ -289,6 +304,26 @@ fn fields(members: &[(String, Value)]) -> Result<FilterConfig, FieldError> {
         return Err(f.error("attest_clusters", problem));
     }
     Ok(config)
+}
+
+/// `load_stamp_clusters` names steered clusters only (when `clusters` lists them), and reads
+/// something: it needs the client role and `load_stamp_max_age_ms` > 0.
+fn check_load_stamp_clusters(config: &FilterConfig, f: &Fields) -> Result<(), FieldError> {
+    const KEY: &str = "load_stamp_clusters";
+    if config.load_stamp_clusters.is_empty() {
+        return Ok(());
+    }
+    if config.role != FilterRole::Client || config.pick.load_stamp_max_age_us == 0 {
+        let problem = "reads stamps only with role \"client\" and `load_stamp_max_age_ms` > 0".into();
+        return Err(f.error(KEY, problem));
+    }
+    match config.load_stamp_clusters.iter().find(|c| !config.steers(c)) {
+        Some(c) => Err(f.error(
+            KEY,
+            format!("{} is not in `clusters` (stamps are read only from steered clusters)", json::quoted(c)),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn parse_aggregator(members: &[(String, Value)]) -> Result<AggregatorConfig, FieldError> {

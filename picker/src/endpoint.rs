@@ -142,8 +142,9 @@ impl Endpoint {
 
     /// With load stamps, the expected cost of one more request here, lower is better:
     /// `(q + 1) x u x (1 + error_penalty x f)` with `f` the recent failure ratio; `q` the requests at
-    /// the endpoint: a fresh stamp's plus what this worker sent since, else (fresh view) the view's
-    /// in-flight from all proxies, else this proxy's own; `u` the time one request holds it: 1 / its
+    /// the endpoint: a fresh stamp's plus what this worker sent since, never below this proxy's own
+    /// in flight there (`StampRecord::queue`), else (fresh view) the view's in-flight from all
+    /// proxies, else this proxy's own; `u` the time one request holds it: 1 / its
     /// view weight (the weight is capacity relative to the cluster's mean) while the view is fresh,
     /// else its expected latency. A shared, second-old in-flight count only sets the bar a fresh
     /// stamp must beat: two endpoints are never ranked by it (that herds; see the module docs).
@@ -155,7 +156,7 @@ impl Endpoint {
             Some(g) => g.inflight.max(0.0),
             None => self.load(),
         };
-        let q = stamped.map_or(prior_q, |s| f64::from(s.queue()));
+        let q = stamped.map_or(prior_q, |s| s.queue(self.load()));
         let u = match global {
             Some(g) => 1.0 / g.weight.max(MIN_SAMPLING_WEIGHT),
             None if view_fresh => 1.0,

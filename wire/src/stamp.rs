@@ -1,4 +1,5 @@
-//! Server-side load stamps (used by the pick only when `load_stamp_max_age_ms` is set): the
+//! Server-side load stamps (used by the pick only when `load_stamp_max_age_ms` is set, and only
+//! from the clusters in `load_stamp_clusters`, whose destinations run the server role): the
 //! destination's own sidecar writes into each response the endpoint's requests in flight right
 //! after that response, `x-tailweight-load: 1;rif=<n>` (version 1; later fields are `;key=value`
 //! pairs a version-1 reader skips). The client proxy that gets the response learns that endpoint's

@@ -643,7 +643,9 @@ fn stamps_decide_only_while_own_fresh_estimates_are_thin() {
     let rich = steered_firsts(&mut b, 12, 2 * MS);
     assert!(rich.iter().filter(|f| *f == A).count() >= 2, "{rich:?}");
     // Once its own samples are stale (share 0), fresh stamps decide: B's is the shortest queue.
-    let later = 6_000 * MS;
+    // (Later than the in-flight bound: the first picks, never answered, no longer count as this
+    // proxy's own in flight, which a stamp's queue never goes below.)
+    let later = 40_000 * MS;
     b.tick(later);
     assert_eq!(b.cluster(C).unwrap().own_fresh_share(), 0.0);
     stamp_all(&mut b, later);
@@ -658,4 +660,70 @@ fn stamps_are_ignored_when_off() {
     b.note_stamp(C, B, LoadStamp { rif: 0 }, MS);
     let firsts = steered_firsts(&mut b, 40, 2 * MS);
     assert!(firsts.iter().filter(|f| *f == A).count() >= 10, "{firsts:?}");
+}
+
+#[test]
+fn a_stamp_claiming_an_empty_queue_is_charged_for_this_proxys_own_requests_there() {
+    const X: &str = "10.0.0.3:80";
+    let mut settings = Settings::default();
+    settings.pick.load_stamp_max_age_us = 50 * MS;
+    let mut b = Balancer::new(settings, 7);
+    learn(&mut b, &[A, B, X], 0);
+    // X answers every request of this proxy with `rif=0` while holding all of them (none of the 30
+    // is answered here); A and B stamp nothing and are as fast.
+    let mut firsts = Vec::new();
+    for i in 0..300 {
+        let now = MS + i;
+        if let Some(first) = b.pick(C, now).first_choice() {
+            firsts.push(first.to_string());
+        }
+        b.note_stamp(C, X, LoadStamp { rif: 0 }, now);
+        if firsts.len() == 30 {
+            break;
+        }
+    }
+    let share = |e: &str| firsts.iter().filter(|f| *f == e).count();
+    // Believed, the lie would take all but the first few picks (its queue reset to 0 by each stamp:
+    // 28 of 30 with this seed); charged for what this proxy holds there, X wins a pick only while
+    // it holds fewer of this proxy's requests than the endpoint it is compared with: it never holds
+    // more than one above the busier of A and B, about its third.
+    assert!(share(X) <= share(A).max(share(B)) + 1, "{firsts:?}");
+    assert!(share(X) <= 12, "{firsts:?}");
+}
+
+#[test]
+fn a_trusted_liar_can_hide_only_the_other_proxies_load_at_it() {
+    // A and B stamp honestly: this proxy's requests there plus `OTHERS` of other proxies; X, alike,
+    // holds as many of the others' but answers `rif=0`. None of the 30 requests is answered here.
+    const X: &str = "10.0.0.3:80";
+    const OTHERS: u32 = 3;
+    let mut settings = Settings::default();
+    settings.pick.load_stamp_max_age_us = 50 * MS;
+    let mut b = Balancer::new(settings, 7);
+    learn(&mut b, &[A, B, X], 0);
+    let own = |b: &Balancer, e: &str| {
+        let c = b.cluster(C).unwrap();
+        c.endpoints()[c.slot_of(e).unwrap()].load() as u32
+    };
+    let mut picks = 0;
+    for i in 0..300 {
+        let now = MS + i;
+        for e in [A, B] {
+            let rif = own(&b, e) + OTHERS;
+            b.note_stamp(C, e, LoadStamp { rif }, now);
+        }
+        b.note_stamp(C, X, LoadStamp { rif: 0 }, now);
+        if b.pick(C, now).first_choice().is_some() {
+            picks += 1;
+            // X is charged for what it holds of this proxy's: it never holds more than the busier
+            // honest endpoint's whole queue, plus the one pick that took it there.
+            assert!(own(&b, X) <= own(&b, A).max(own(&b, B)) + OTHERS + 1, "{i}");
+        }
+        if picks == 30 {
+            break;
+        }
+    }
+    // What it can still do: hide the others' load, so it holds up to OTHERS more than a fair third.
+    assert!(own(&b, X) > own(&b, A).max(own(&b, B)), "{}", own(&b, X));
+    assert!(own(&b, X) <= 30 / 3 + OTHERS + 1, "{}", own(&b, X));
 }

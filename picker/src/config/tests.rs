@@ -21,7 +21,7 @@ fn full_configuration() {
           "grpc_failure_codes": [14, 13], "inflight_bound_ms": 5000, "failure_decay_ms": 500,
           "probe_interval_ms": 100, "recovery_ramp_ms": 2000, "slow_start_ms": 0,
           "load_stamp_max_age_ms": 40, "load_stamp_pool": 4, "load_stamp_max_fresh_share": 0.5,
-          "role": "client",
+          "load_stamp_clusters": ["b"], "role": "client",
           "aggregator": {"cluster": "agg", "authority": "agg.local", "path": "/r",
                          "timeout_ms": 200, "report_interval_ms": 500, "shard_header": "x-s"}
         }"#,
@@ -43,6 +43,7 @@ fn full_configuration() {
     assert_eq!((c.pick.recovery_ramp_us, c.pick.slow_start_us), (2_000_000, 0));
     assert_eq!((c.pick.load_stamp_max_age_us, c.pick.load_stamp_pool), (40_000, 4));
     assert_eq!(c.pick.load_stamp_max_fresh_share, 0.5);
+    assert!(c.reads_stamps_of("b") && !c.reads_stamps_of("a"));
     let a = c.aggregator.unwrap();
     assert_eq!((a.cluster.as_str(), a.authority.as_str(), a.path.as_str()), ("agg", "agg.local", "/r"));
     assert_eq!((a.timeout_ms, a.report_interval_ms, a.shard_header.as_str()), (200, 500, "x-s"));
@@ -128,6 +129,16 @@ fn every_error_names_the_field() {
         (r#"{"load_stamp_pool": 0}"#, "field `load_stamp_pool`: expected an integer in 1..=64, got 0"),
         (r#"{"load_stamp_max_fresh_share": 2}"#, "field `load_stamp_max_fresh_share`: expected a number in 0..=1"),
         (r#"{"load_stamp_max_age_ms": 1e9}"#, "field `load_stamp_max_age_ms`: expected an integer in 0..=10000"),
+        (
+            r#"{"clusters": ["a"], "load_stamp_max_age_ms": 20, "load_stamp_clusters": ["a", "b"]}"#,
+            "field `load_stamp_clusters`: \"b\" is not in `clusters` (stamps are read only from steered clusters)",
+        ),
+        (
+            r#"{"load_stamp_clusters": ["a"]}"#,
+            "field `load_stamp_clusters`: reads stamps only with role \"client\" and `load_stamp_max_age_ms` > 0",
+        ),
+        (r#"{"role": "server", "load_stamp_max_age_ms": 20, "load_stamp_clusters": ["a"]}"#, "reads stamps only"),
+        (r#"{"load_stamp_clusters": "a"}"#, "field `load_stamp_clusters`: expected a list"),
         // Several bad fields: the first read is reported, before any unknown one.
         (r#"{"explore_ratio": 2, "retry_choices": 9, "typo": 1}"#, "field `retry_choices`: expected an integer"),
         (r#"{"typo": 1, "header": "X", "role": "x"}"#, "field `role`: expected \"client\" or \"server\""),
@@ -186,4 +197,30 @@ fn override_values() {
 fn a_short_endpoint_ttl_is_accepted_with_a_shorter_stale_after() {
     let c = FilterConfig::parse(br#"{"endpoint_ttl_ms": 4000, "stale_after_ms": 2000}"#).unwrap();
     assert_eq!((c.endpoint_ttl_ms, c.pick.stale_after_us), (4_000, 2_000_000));
+}
+
+#[test]
+fn stamps_are_read_only_from_the_clusters_named_for_them() {
+    let c = FilterConfig::parse(
+        br#"{"clusters": ["stamped", "plain"], "load_stamp_max_age_ms": 20, "load_stamp_clusters": ["stamped"]}"#,
+    )
+    .unwrap();
+    assert!(c.reads_stamps_of("stamped"));
+    assert!(!c.reads_stamps_of("plain"), "a steered cluster not listed: its destinations' word is not taken");
+    assert!(!c.reads_stamps_of("elsewhere"));
+    // No list: no cluster's stamps are read (unlike `clusters`, empty is none, not all).
+    let unlisted = FilterConfig::parse(br#"{"load_stamp_max_age_ms": 20}"#).unwrap();
+    assert!(unlisted.load_stamp_clusters.is_empty() && !unlisted.reads_stamps_of("stamped"));
+    // Steering every cluster (`clusters` empty), any cluster may be listed.
+    let all = FilterConfig::parse(br#"{"load_stamp_max_age_ms": 20, "load_stamp_clusters": ["backends"]}"#).unwrap();
+    assert!(all.reads_stamps_of("backends") && !all.reads_stamps_of("other"));
+    let err = FilterConfig::parse(br#"{"clusters": ["a"], "load_stamp_max_age_ms": 20, "load_stamp_clusters": ["b"]}"#)
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::Field {
+            field: "load_stamp_clusters".into(),
+            problem: "\"b\" is not in `clusters` (stamps are read only from steered clusters)".into(),
+        }
+    );
 }

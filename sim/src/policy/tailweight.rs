@@ -3,7 +3,9 @@
 //! go to Envoy's fallback LEAST_REQUEST on the proxy's own active requests), `complete` per
 //! response with the served address, latency, failure and ORCA load, `tick` every sync interval.
 //! With load stamps on (`load_stamp_max_age_ms` in the filter configuration) each response's
-//! stamp (the server's requests in flight right after it) reaches `note_stamp` at its headers.
+//! stamp (the server's requests in flight right after it) reaches `note_stamp` at its headers:
+//! every simulated server runs the server role and stamps truly, so the one cluster is read as if
+//! `load_stamp_clusters` listed it (the filter's trust check is glue the simulator does not run).
 //!
 //! With the aggregator (`tailweight`): on the first tick of each report interval the proxy sends
 //! `Report { clusters: balancer.snapshot(now) }`; it reaches the simulated aggregator (tailweight-weights'
