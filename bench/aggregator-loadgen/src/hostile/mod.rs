@@ -17,8 +17,11 @@
 //!   hanging;
 //! - no identity: reports without the principal header;
 //! - slowloris: connections that send their headers a byte a second.
+//!
+//! Trickling and polling by eight principals has a run of its own (`--trickle-poll`, `fair.rs`).
 
 mod attacks;
+pub(crate) mod fair;
 mod markdown;
 mod observe;
 mod results;
@@ -28,6 +31,7 @@ use crate::drive::run_step;
 use crate::fleet::Fleet;
 use crate::process::{clock_ticks, rss_kib};
 use crate::results::publish;
+pub(crate) use markdown::fair_markdown;
 use markdown::markdown;
 use observe::{aggregator_metrics, loadavg, moved, weights, CpuUse, Machine};
 use results::HostileResults;
@@ -58,14 +62,7 @@ pub async fn run(addr: SocketAddr, pid: Option<u32>, fleet: Arc<Fleet>, args: &L
     let started = Instant::now();
     let mut attacks = attacks::spawn_all(addr, a, deadline);
     // RSS while it runs (the peak is the kernel's high-water mark, read at the end).
-    let sampler = tokio::spawn(async move {
-        let mut peak = 0u64;
-        while Instant::now() < deadline {
-            peak = peak.max(pid.and_then(rss_kib).map_or(0, |(rss, _)| rss));
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        peak
-    });
+    let sampler = observe::sample_rss(pid, deadline);
     let attack = run_step(addr, &fleet, args.connections, Some(a.honest_rate), None, a.attack_secs, server).await;
     let mut tallies = BTreeMap::new();
     while let Some(Ok((name, tally))) = attacks.join_next().await {
