@@ -5,7 +5,7 @@
 use crate::admission::Reservation;
 use crate::answer::{json, retry_later, slow_down, text, RETRY_AFTER_S};
 use crate::budget::{WEIGHTS_BYTES_PER_CLUSTER, WEIGHTS_BYTES_PER_ENDPOINT};
-use crate::page_rate::{RetryAfterMs, PAGE_UNITS_PER_S};
+use crate::page_rate::{RetryAfterMs, ALL_PAGE_UNITS_PER_S, PAGE_UNITS_PER_S};
 use crate::state::AppState;
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -91,8 +91,8 @@ pub async fn weights(state: &AppState, requester: &str, query: Option<WeightsQue
 }
 
 /// The page a query asks for, copied under the book's lock after its names and sizes are known:
-/// its units from `requester`'s page rate (429 with Retry-After while they are not there), then
-/// the reservation of what its copies and JSON cost (503 if the budget has not that much free).
+/// the reservation of what its copies and JSON cost (503 if the budget has not that much free),
+/// then its units from `requester`'s page rate (429 with Retry-After while they are not there).
 /// Err: the answer instead (400, 404, 429, 503).
 fn copy(state: &AppState, requester: &str, query: Option<WeightsQuery>) -> Result<Copied, Box<Response>> {
     let Some(q) = query else {
@@ -117,22 +117,22 @@ fn copy(state: &AppState, requester: &str, query: Option<WeightsQuery>) -> Resul
         None => book.cluster_page(q.after.as_deref().unwrap_or(""), limit),
     };
     let (taken, cost, units) = fitting(&page);
-    if let Err(RetryAfterMs(ms)) = state.pages.take(requester, units, state.now_us()) {
-        state.metrics.shed("page_rate");
-        return Err(Box::new(slow_down(
-            ms.div_ceil(1_000),
-            format!(
-                "weights: {requester:?} asked for more than {PAGE_UNITS_PER_S} clusters and endpoints a second; \
-                 retry after {ms} ms"
-            ),
-        )));
-    }
     let Some(reservation) = state.memory.reserve(cost) else {
         state.metrics.shed("memory");
         return Err(Box::new(retry_later(format!(
             "memory: a page of {cost} bytes does not fit the requests' budget now; retry after {RETRY_AFTER_S} s"
         ))));
     };
+    if let Err(RetryAfterMs(ms)) = state.pages.take(requester, units, state.now_us()) {
+        state.metrics.shed("page_rate");
+        return Err(Box::new(slow_down(
+            ms.div_ceil(1_000),
+            format!(
+                "weights: past the page rate of {requester:?} ({PAGE_UNITS_PER_S} clusters and endpoints a second, \
+                 {ALL_PAGE_UNITS_PER_S} for all requesters); retry after {ms} ms"
+            ),
+        )));
+    }
     let decisions = book.decisions_of(page[..taken].iter().map(|(name, _)| *name));
     Ok(Copied { decisions, counts: book.counts(), more: more || taken < page.len(), units, _reservation: reservation })
 }
