@@ -27,8 +27,8 @@ bench-aggregator:
 # 3 rounds of 8 concurrent 512 KiB bodies from two principals, its peak RSS against the budget;
 # about 1 minute, its section of hostile.md replaced. Before them, trickling and polling
 # (bench/aggregator-loadgen/src/hostile/fair.rs; issue 24 item 3): on a fresh aggregator per run
-# (2 runs), honest reports at 2,000/s (a rate whose baseline p99 the shared machine keeps under
-# 5 ms more often than 10,000/s), then 8 attacker principals trickling 512 KiB bodies just above
+# (2 runs), honest reports at 2,000/s (a fifth of the run above, whose 4.8 ms baseline p99 leaves
+# no room under the 5 ms target), then 8 attacker principals trickling 512 KiB bodies just above
 # and below --min-body-rate on 8 connections each and polling the largest weights page on 2 each,
 # then polling alone; about 2 minutes, its section of hostile.md and the key trickling_and_polling
 # of hostile.json replaced. Results: bench/results/hostile{,-bodies}.{json,md}.

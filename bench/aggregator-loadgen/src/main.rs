@@ -54,7 +54,7 @@ async fn run(args: LoadgenArgs) -> Result<(), String> {
         return results::publish_section(&args, &rows, &md, bodies::TITLE, None);
     }
     if args.trickle_poll {
-        return hostile::fair::publish(&args).await;
+        return hostile::publish_fair(&args).await;
     }
     let mut _server = None;
     let (addr, pid) = match (&args.aggregator, args.target) {

@@ -99,15 +99,8 @@ pub(crate) fn accepted_pct(step: &Step, rate: u64) -> f64 {
     100.0 * step.accepted as f64 / due
 }
 
-/// Every run, its section in `--md` and its key `trickling_and_polling` in `--json`.
-pub(crate) async fn publish(args: &LoadgenArgs) -> Result<(), String> {
-    let binary = args.aggregator.as_ref().ok_or("--trickle-poll needs --aggregator PATH")?;
-    let results = run(binary, args).await?;
-    let md = super::fair_markdown(&results);
-    crate::results::publish_section(args, &results, &md, TITLE, Some("trickling_and_polling"))
-}
-
-async fn run(binary: &Path, args: &LoadgenArgs) -> Result<FairResults, String> {
+/// Every run (`--runs`), each on a fresh aggregator.
+pub(crate) async fn run(binary: &Path, args: &LoadgenArgs) -> Result<FairResults, String> {
     let a = &args.attack;
     if a.attackers == 0 || a.min_body_rate == 0 || a.runs == 0 {
         return Err("attackers, min_body_rate and runs must be > 0".into());

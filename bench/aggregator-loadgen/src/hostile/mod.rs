@@ -21,7 +21,7 @@
 //! Trickling and polling by eight principals has a run of its own (`--trickle-poll`, `fair.rs`).
 
 mod attacks;
-pub(crate) mod fair;
+mod fair;
 mod markdown;
 mod observe;
 mod results;
@@ -31,8 +31,7 @@ use crate::drive::run_step;
 use crate::fleet::Fleet;
 use crate::process::{clock_ticks, rss_kib};
 use crate::results::publish;
-pub(crate) use markdown::fair_markdown;
-use markdown::markdown;
+use markdown::{fair_markdown, markdown};
 use observe::{aggregator_metrics, loadavg, moved, weights, CpuUse, Machine};
 use results::HostileResults;
 use std::collections::BTreeMap;
@@ -102,4 +101,13 @@ pub async fn run(addr: SocketAddr, pid: Option<u32>, fleet: Arc<Fleet>, args: &L
         machine,
     };
     publish(args, &results, markdown(&results))
+}
+
+/// Trickling and polling (`--trickle-poll`, `fair.rs`): every run, its section in `--md` and its
+/// key `trickling_and_polling` in `--json`.
+pub(crate) async fn publish_fair(args: &LoadgenArgs) -> Result<(), String> {
+    let binary = args.aggregator.as_ref().ok_or("--trickle-poll needs --aggregator PATH")?;
+    let results = fair::run(binary, args).await?;
+    let md = fair_markdown(&results);
+    crate::results::publish_section(args, &results, &md, fair::TITLE, Some("trickling_and_polling"))
 }
