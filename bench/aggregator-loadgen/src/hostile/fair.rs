@@ -16,6 +16,7 @@
 
 use super::attacks::{send, AttackTally};
 use super::observe::{aggregator_metrics, CpuUse, Machine};
+use super::results::HonestSetup;
 use crate::args::{AttackArgs, LoadgenArgs};
 use crate::drive::{run_step, wait_healthy, Step};
 use crate::fleet::{Fleet, PRINCIPAL_HEADER};
@@ -81,13 +82,8 @@ pub(crate) struct FairResults {
     pub poll_connections_per_attacker: usize,
     pub min_body_rate: usize,
     pub trickle_bytes_per_s: [f64; 2],
-    pub reporters: usize,
-    pub endpoints_per_reporter: usize,
-    pub clusters: usize,
-    pub honest_principals: usize,
-    pub honest_rate: u64,
-    pub connections: usize,
-    pub server_args: Vec<String>,
+    #[serde(flatten)]
+    pub honest: HonestSetup,
     pub runs: Vec<FairRun>,
 }
 
@@ -116,13 +112,7 @@ pub(crate) async fn run(binary: &Path, args: &LoadgenArgs) -> Result<FairResults
         poll_connections_per_attacker: a.poll_connections,
         min_body_rate: a.min_body_rate,
         trickle_bytes_per_s: [ABOVE, BELOW].map(|m| m * a.min_body_rate as f64),
-        reporters: args.reporters,
-        endpoints_per_reporter: args.endpoints,
-        clusters: args.clusters.min(args.reporters),
-        honest_principals: args.principals,
-        honest_rate: a.honest_rate,
-        connections: args.connections,
-        server_args: args.server_args.clone(),
+        honest: HonestSetup::of(args),
         runs,
     })
 }

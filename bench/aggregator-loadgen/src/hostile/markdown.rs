@@ -8,18 +8,12 @@ pub(crate) fn markdown(r: &HostileResults) -> String {
     let opt = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     let mut s = String::from("# Aggregator under attack\n\n");
     s.push_str(&format!(
-        "{} honest reporters x {} endpoints ({} clusters, {} principals) report {} times a second over {} \
-         keep-alive connections; after a {:.0} s baseline, every attack runs for {:.0} s while they go on. The \
-         aggregator: one worker thread pinned to one core, `{}`.\n\n",
-        r.reporters,
-        r.endpoints_per_reporter,
-        r.clusters,
-        r.honest_principals,
-        r.honest_rate,
-        r.connections,
+        "{}; after a {:.0} s baseline, every attack runs for {:.0} s while they go on. The aggregator: one \
+         worker thread pinned to one core, `{}`.\n\n",
+        r.honest.describe(),
         r.baseline.secs,
         r.attack.secs,
-        r.server_args.join(" ")
+        r.honest.server_args.join(" ")
     ));
     s.push_str("| | result | target |\n|---|---:|---:|\n");
     s.push_str(&format!(
@@ -107,26 +101,20 @@ pub(crate) fn fair_markdown(r: &FairResults) -> String {
     let n = r.runs.len();
     let mut s = format!("{FAIR_TITLE}: {} principals\n\n", r.attackers);
     s.push_str(&format!(
-        "{} honest reporters x {} endpoints ({} clusters, {} principals) report {} times a second over {} keep-alive \
-         connections. After a baseline, {} attacker principals at once (on a thread of the driver's own) trickle \
+        "{}. After a baseline, {} attacker principals at once (on a thread of the driver's own) trickle \
          report bodies, each declaring 512 KiB, on {} connections each (half at {:.0} B/s, just above \
          `--min-body-rate` {} B/s; half at {:.0} B/s, below it; a connection that was answered opens again after \
          100 ms), and poll `GET /v1/weights?limit=1024` back to back on {} connections each; then they poll alone \
          (their polls then find slots). Accepted = accepted of the reports due at the rate. A fresh aggregator per \
          run (one worker thread pinned to one core, `{}`); {} run{}, each column one run's phase.\n\n",
-        r.reporters,
-        r.endpoints_per_reporter,
-        r.clusters,
-        r.honest_principals,
-        r.honest_rate,
-        r.connections,
+        r.honest.describe(),
         r.attackers,
         r.trickle_connections_per_attacker,
         r.trickle_bytes_per_s[0],
         r.min_body_rate,
         r.trickle_bytes_per_s[1],
         r.poll_connections_per_attacker,
-        r.server_args.join(" "),
+        r.honest.server_args.join(" "),
         n,
         if n == 1 { "" } else { "s" }
     ));

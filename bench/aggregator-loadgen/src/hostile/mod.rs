@@ -33,7 +33,7 @@ use crate::process::{clock_ticks, rss_kib};
 use crate::results::publish;
 use markdown::{fair_markdown, markdown};
 use observe::{aggregator_metrics, loadavg, moved, weights, CpuUse, Machine};
-use results::HostileResults;
+use results::{HonestSetup, HostileResults};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -79,13 +79,7 @@ pub async fn run(addr: SocketAddr, pid: Option<u32>, fleet: Arc<Fleet>, args: &L
     let honest_sent = attack.accepted + attack.refused + attack.failed;
     let attacked = a.attacked_clusters;
     let results = HostileResults {
-        reporters: fleet.reporters,
-        endpoints_per_reporter: fleet.endpoints,
-        clusters: fleet.clusters,
-        honest_principals: fleet.principals,
-        honest_rate: a.honest_rate,
-        connections: args.connections,
-        server_args: args.server_args.clone(),
+        honest: HonestSetup::of(args),
         honest_accepted_pct: 100.0 * attack.accepted as f64 / honest_sent.max(1) as f64,
         honest_p99_ms: attack.p99_ms,
         warmup,
