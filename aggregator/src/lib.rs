@@ -11,6 +11,7 @@ pub mod config;
 pub mod cpu_source;
 pub mod identity;
 pub mod metrics;
+pub mod page_rate;
 pub mod recompute;
 pub mod routes;
 pub mod scrape;

@@ -65,7 +65,7 @@ pub fn router(state: Arc<AppState>, listener: Listener) -> Router {
             limited.route(REPORT_PATH, post(read_only)).route(ATTEST_PATH, post(read_only))
         }
     };
-    let limited = limited.layer(deadline);
+    let limited = limited.layer(axum::middleware::map_response(crate::answer::held_back)).layer(deadline);
     let limited = match listener {
         Listener::Reports => limited,
         Listener::ReadOnly => limited.layer(Extension(listener)),
@@ -125,22 +125,21 @@ fn slot_or_503(state: &AppState, principal: &str) -> Result<crate::admission::Sl
     })
 }
 
-/// A GET (weights, metrics) served by `serve` while it holds a slot of its requester, or the
-/// requester's 503.
-fn in_requester_slot(
+/// The slot of a GET's requester (weights, metrics), or its 503 (counted as shed); and who that
+/// requester is.
+fn get_slot(
     state: &AppState,
     headers: &HeaderMap,
     peer: Option<Extension<Peer>>,
     listener: Option<Extension<Listener>>,
-    serve: impl FnOnce() -> Response,
-) -> Response {
+) -> Result<(crate::admission::Slot, String), Box<Response>> {
     let read_only = listener.is_some_and(|Extension(l)| l == Listener::ReadOnly);
     let principal = requester(state, headers, peer.as_ref().map(|Extension(p)| p), read_only);
     match slot_or_503(state, &principal) {
-        Ok(_slot) => serve(),
+        Ok(slot) => Ok((slot, principal)),
         Err((reason, line)) => {
             state.metrics.shed(reason);
-            retry_later(line)
+            Err(Box::new(retry_later(line)))
         }
     }
 }
@@ -325,7 +324,10 @@ async fn weights(
     listener: Option<Extension<Listener>>,
     query: Result<Query<WeightsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    in_requester_slot(&state, &headers, peer, listener, || weights_page::weights(&state, query.ok().map(|Query(q)| q)))
+    match get_slot(&state, &headers, peer, listener) {
+        Ok((_slot, requester)) => weights_page::weights(&state, &requester, query.ok().map(|Query(q)| q)).await,
+        Err(refused) => *refused,
+    }
 }
 
 async fn metrics(
@@ -334,7 +336,11 @@ async fn metrics(
     peer: Option<Extension<Peer>>,
     listener: Option<Extension<Listener>>,
 ) -> Response {
-    in_requester_slot(&state, &headers, peer, listener, || match crate::scrape::page(&state) {
+    let _slot = match get_slot(&state, &headers, peer, listener) {
+        Ok((slot, _)) => slot,
+        Err(refused) => return *refused,
+    };
+    match crate::scrape::page(&state) {
         Ok(page) => {
             (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"))], page)
                 .into_response()
@@ -345,7 +351,7 @@ async fn metrics(
                 "memory: a metrics page of {cost} bytes does not fit the requests' budget now; retry after {RETRY_AFTER_S} s"
             ))
         }
-    })
+    }
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {

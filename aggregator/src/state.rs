@@ -1,12 +1,14 @@
 //! Shared state: the weight book behind one mutex (held for microseconds: parsing, rendering and
 //! serialising happen outside it), metrics, the identity source, the request slots and the memory
-//! set aside for requests and CPU polls in progress (`admission.rs`), and the monotonic clock every time argument
+//! set aside for requests and CPU polls in progress (`admission.rs`), the weights-page work each
+//! requester may have done (`page_rate.rs`), and the monotonic clock every time argument
 //! comes from.
 
 use crate::admission::{MemoryBudget, Slot, SlotRefusal, Slots};
 use crate::budget::ServiceLimits;
 use crate::identity::IdentitySource;
 use crate::metrics::AggregatorMetrics;
+use crate::page_rate::PageRate;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -44,6 +46,8 @@ pub struct AppState {
     pub limits: RequestLimits,
     slots: Arc<Slots>,
     pub memory: MemoryBudget,
+    /// The weights-page work each requester may have done (`page_rate.rs`).
+    pub pages: PageRate,
     started: Instant,
     /// First recompute done and not shutting down.
     ready: AtomicBool,
@@ -59,6 +63,7 @@ impl AppState {
             identity,
             slots: Slots::new(limits.max_concurrent_requests, limits.max_requests_per_principal),
             memory: MemoryBudget::new(limits.budget.work_bytes()),
+            pages: PageRate::default(),
             limits,
             started: Instant::now(),
             ready: AtomicBool::new(false),

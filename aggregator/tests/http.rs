@@ -606,3 +606,50 @@ async fn the_read_only_listener_serves_weights_and_never_takes_a_report() {
     let _ = stop.send(());
     task.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn a_requester_polling_weights_back_to_back_gets_429_past_its_page_rate_and_others_still_get_pages() {
+    let s = TestAggregator::start(|c| {
+        c.identity = Some("header:x-principal".parse().unwrap());
+        c.max_body_bytes = 512 * 1024;
+        // Room in the request budget (slots x the largest report) for three of the largest pages at
+        // once (16 MiB each), so that only the rate refuses.
+        c.max_concurrent_requests = 64;
+        c.memory_limit_mib = 1024;
+    })
+    .await;
+    // 8 reporters x 16 clusters x 128 endpoints: two of the largest pages (8,192 endpoints each),
+    // which is a requester's burst of page work (page_rate.rs).
+    for r in 0..8 {
+        let mut body = report(&format!("pod-{r}"), 10, &[]);
+        body["clusters"] = (0..16)
+            .map(|c| {
+                let endpoints: Vec<String> = (0..128).map(|e| format!("10.{r}.{c}.{e}:80")).collect();
+                let endpoints: Vec<&str> = endpoints.iter().map(String::as_str).collect();
+                let mut cluster = report("x", 10, &endpoints)["clusters"][0].clone();
+                cluster["name"] = json!(format!("c{r}-{c}"));
+                cluster
+            })
+            .collect();
+        let principal = format!("sa-{r}");
+        assert_eq!(s.post_with(&[("x-principal", principal.as_str())], body.to_string()).await.0, 200);
+    }
+    s.settle().await;
+    let client = reqwest::Client::new();
+    let poll =
+        |who: &'static str| client.get(format!("{}/v1/weights?limit=1024", s.url)).header("x-principal", who).send();
+    // Four at once (a principal's share of the slots): each takes its units as it is copied, one
+    // after the other, within far less than the second the rate needs to refill one page.
+    let (a, b, c, d) = tokio::join!(poll("poller"), poll("poller"), poll("poller"), poll("poller"));
+    let answers = [a, b, c, d].map(|r| r.unwrap());
+    let mut statuses: Vec<u16> = answers.iter().map(|r| r.status().as_u16()).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 429, 429]);
+    let refused = answers.iter().find(|r| r.status() == 429).unwrap();
+    assert_eq!(refused.headers()["retry-after"], "1");
+    // Another requester has its own page rate.
+    assert_eq!(poll("inspector").await.unwrap().status().as_u16(), 200);
+    let page = s.state.metrics.render();
+    assert!(metric(&page, "tailweight_requests_shed_total{reason=\"page_rate\"}") >= 1.0, "{page}");
+    s.stop().await;
+}

@@ -55,6 +55,12 @@ pub(crate) struct LoadgenArgs {
     /// attestations (see callers.rs), instead of the rate steps; its table is appended to --md.
     #[arg(long)]
     pub callers_matrix: bool,
+    /// Trickling and polling instead (hostile/fair.rs): a fresh aggregator per `--runs`, honest
+    /// reports at `--honest-rate` beside `--attackers` principals that trickle bodies and poll the
+    /// weights; its section replaces the one of the same title in --md, its results the key
+    /// `trickling_and_polling` of --json (the rest of both files is kept).
+    #[arg(long)]
+    pub trickle_poll: bool,
     #[command(flatten)]
     pub attack: AttackArgs,
     /// The worst bodies instead (bodies.rs): peak RSS per body at each --memory-limits-mib; its
@@ -91,4 +97,20 @@ pub(crate) struct AttackArgs {
     /// Honest reports per second.
     #[arg(long, default_value_t = 10_000)]
     pub honest_rate: u64,
+    /// Trickling and polling: the attacking principals.
+    #[arg(long, default_value_t = 8)]
+    pub attackers: usize,
+    /// Trickling and polling: connections each attacker trickles bodies on.
+    #[arg(long, default_value_t = 8)]
+    pub trickle_connections: usize,
+    /// Trickling and polling: connections each attacker polls the weights on.
+    #[arg(long, default_value_t = 2)]
+    pub poll_connections: usize,
+    /// Trickling and polling: the aggregator's `--min-body-rate` (bytes/s), which the trickles
+    /// keep just above and below.
+    #[arg(long, default_value_t = 64 << 10)]
+    pub min_body_rate: usize,
+    /// Trickling and polling: runs, each on a fresh aggregator.
+    #[arg(long, default_value_t = 2)]
+    pub runs: usize,
 }

@@ -51,7 +51,10 @@ async fn run(args: LoadgenArgs) -> Result<(), String> {
     if args.worst_bodies {
         let binary = args.aggregator.as_ref().ok_or("--worst-bodies needs --aggregator PATH")?;
         let (rows, md) = bodies::run(binary, args.server_cpu, &args.memory_limits_mib, args.body_rounds).await?;
-        return results::publish_section(&args, &rows, &md, bodies::TITLE);
+        return results::publish_section(&args, &rows, &md, bodies::TITLE, None);
+    }
+    if args.trickle_poll {
+        return hostile::publish_fair(&args).await;
     }
     let mut _server = None;
     let (addr, pid) = match (&args.aggregator, args.target) {

@@ -90,23 +90,61 @@ pub(crate) fn publish(args: &LoadgenArgs, results: &impl Serialize, md: String) 
     Ok(())
 }
 
-/// Print a section's markdown, write its JSON to `--json`, and put it in `--md` in place of the
-/// section that starts with `title` (or at the end), keeping the rest of that file.
+/// Print a section's markdown and put it in `--md` in place of the section that starts with
+/// `title` (up to the next `## ` heading; or at the end), keeping the rest of that file. Its JSON
+/// goes to `--json`: the whole file, or with `json_key` that key of the object there (the rest
+/// kept).
 pub(crate) fn publish_section(
     args: &LoadgenArgs,
     results: &impl Serialize,
     section: &str,
     title: &str,
+    json_key: Option<&str>,
 ) -> Result<(), String> {
     print!("{section}");
     if let Some(path) = &args.json {
-        let body = serde_json::to_vec_pretty(results).map_err(|e| e.to_string())?;
+        let value = serde_json::to_value(results).map_err(|e| e.to_string())?;
+        let value = match json_key {
+            None => value,
+            Some(key) => {
+                let old = std::fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok());
+                let mut object = match old {
+                    Some(serde_json::Value::Object(o)) => o,
+                    _ => serde_json::Map::new(),
+                };
+                object.insert(key.to_string(), value);
+                serde_json::Value::Object(object)
+            }
+        };
+        let body = serde_json::to_vec_pretty(&value).map_err(|e| e.to_string())?;
         std::fs::write(path, body).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     if let Some(path) = &args.md {
         let old = std::fs::read_to_string(path).unwrap_or_default();
-        let kept = old.find(title).map_or(old.as_str(), |at| &old[..at]).trim_end();
-        std::fs::write(path, format!("{kept}\n{section}")).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(path, replace_section(&old, title, section)).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// `text` with the section that starts with `title` (up to the next line starting `## `, or the
+/// end) replaced by `section`; `section` at the end if there is none.
+pub(crate) fn replace_section(text: &str, title: &str, section: &str) -> String {
+    let Some(at) = text.find(title) else { return format!("{}\n{section}", text.trim_end()) };
+    let after = at + title.len();
+    let rest = text[after..].find("\n## ").map_or("", |end| &text[after + end..]);
+    let section = section.trim_end();
+    format!("{}\n{section}\n{rest}", text[..at].trim_end())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replace_section;
+
+    #[test]
+    fn a_section_replaces_its_namesake_only_and_else_goes_at_the_end() {
+        let text = "# T\n\n## A\none\n\n## B\ntwo\n";
+        assert_eq!(replace_section(text, "\n## A", "\n## A\nnew\n"), "# T\n\n## A\nnew\n\n## B\ntwo\n");
+        assert_eq!(replace_section(text, "\n## B", "\n## B\nnew\n"), "# T\n\n## A\none\n\n## B\nnew\n");
+        assert_eq!(replace_section(text, "\n## C", "\n## C\nc\n"), "# T\n\n## A\none\n\n## B\ntwo\n\n## C\nc\n");
+    }
 }

@@ -23,8 +23,16 @@ pub(crate) struct AttackTally {
 }
 
 impl AttackTally {
-    fn count(&mut self, outcome: impl Into<String>) {
+    pub(crate) fn count(&mut self, outcome: impl Into<String>) {
         *self.outcomes.entry(outcome.into()).or_default() += 1;
+    }
+
+    /// Add what `other` sent and got.
+    pub(crate) fn absorb(&mut self, other: AttackTally) {
+        self.sent += other.sent;
+        for (k, v) in other.outcomes {
+            *self.outcomes.entry(k).or_default() += v;
+        }
     }
 }
 
@@ -40,11 +48,24 @@ impl Xorshift {
     }
 }
 
-/// POST `body` with `principal` (if any) on a keep-alive connection (reconnecting if it broke),
-/// and count the answer.
+/// POST `body` with `principal` (if any) to the report path on a keep-alive connection
+/// (reconnecting if it broke), and count the answer.
 pub(crate) async fn post(
     addr: SocketAddr,
     sender: &mut Option<hyper::client::conn::http1::SendRequest<Full<Bytes>>>,
+    principal: Option<&str>,
+    body: Vec<u8>,
+    tally: &mut AttackTally,
+) {
+    send(addr, sender, hyper::Request::post("/v1/report"), principal, body, tally).await
+}
+
+/// Send `request` with `principal` (if any) and `body` on a keep-alive connection (reconnecting
+/// if it broke), and count the answer: its status, `closed` or `error` (no connection).
+pub(crate) async fn send(
+    addr: SocketAddr,
+    sender: &mut Option<hyper::client::conn::http1::SendRequest<Full<Bytes>>>,
+    request: hyper::http::request::Builder,
     principal: Option<&str>,
     body: Vec<u8>,
     tally: &mut AttackTally,
@@ -57,7 +78,7 @@ pub(crate) async fn post(
         tally.count("error");
         return;
     };
-    let mut request = hyper::Request::post("/v1/report").header(hyper::header::HOST, "aggregator");
+    let mut request = request.header(hyper::header::HOST, "aggregator");
     if let Some(p) = principal {
         request = request.header(PRINCIPAL_HEADER, p);
     }
@@ -267,10 +288,7 @@ pub(crate) async fn slowloris(addr: SocketAddr, connections: usize, deadline: In
     }
     let mut all = AttackTally::default();
     while let Some(Ok(t)) = set.join_next().await {
-        all.sent += t.sent;
-        for (k, v) in t.outcomes {
-            *all.outcomes.entry(k).or_default() += v;
-        }
+        all.absorb(t);
     }
     all
 }

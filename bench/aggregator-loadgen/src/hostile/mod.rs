@@ -17,8 +17,11 @@
 //!   hanging;
 //! - no identity: reports without the principal header;
 //! - slowloris: connections that send their headers a byte a second.
+//!
+//! Trickling and polling by eight principals has a run of its own (`--trickle-poll`, `fair.rs`).
 
 mod attacks;
+mod fair;
 mod markdown;
 mod observe;
 mod results;
@@ -28,9 +31,9 @@ use crate::drive::run_step;
 use crate::fleet::Fleet;
 use crate::process::{clock_ticks, rss_kib};
 use crate::results::publish;
-use markdown::markdown;
+use markdown::{fair_markdown, markdown};
 use observe::{aggregator_metrics, loadavg, moved, weights, CpuUse, Machine};
-use results::HostileResults;
+use results::{HonestSetup, HostileResults};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -58,14 +61,7 @@ pub async fn run(addr: SocketAddr, pid: Option<u32>, fleet: Arc<Fleet>, args: &L
     let started = Instant::now();
     let mut attacks = attacks::spawn_all(addr, a, deadline);
     // RSS while it runs (the peak is the kernel's high-water mark, read at the end).
-    let sampler = tokio::spawn(async move {
-        let mut peak = 0u64;
-        while Instant::now() < deadline {
-            peak = peak.max(pid.and_then(rss_kib).map_or(0, |(rss, _)| rss));
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        peak
-    });
+    let sampler = observe::sample_rss(pid, deadline);
     let attack = run_step(addr, &fleet, args.connections, Some(a.honest_rate), None, a.attack_secs, server).await;
     let mut tallies = BTreeMap::new();
     while let Some(Ok((name, tally))) = attacks.join_next().await {
@@ -83,13 +79,7 @@ pub async fn run(addr: SocketAddr, pid: Option<u32>, fleet: Arc<Fleet>, args: &L
     let honest_sent = attack.accepted + attack.refused + attack.failed;
     let attacked = a.attacked_clusters;
     let results = HostileResults {
-        reporters: fleet.reporters,
-        endpoints_per_reporter: fleet.endpoints,
-        clusters: fleet.clusters,
-        honest_principals: fleet.principals,
-        honest_rate: a.honest_rate,
-        connections: args.connections,
-        server_args: args.server_args.clone(),
+        honest: HonestSetup::of(args),
         honest_accepted_pct: 100.0 * attack.accepted as f64 / honest_sent.max(1) as f64,
         honest_p99_ms: attack.p99_ms,
         warmup,
@@ -105,4 +95,13 @@ pub async fn run(addr: SocketAddr, pid: Option<u32>, fleet: Arc<Fleet>, args: &L
         machine,
     };
     publish(args, &results, markdown(&results))
+}
+
+/// Trickling and polling (`--trickle-poll`, `fair.rs`): every run, its section in `--md` and its
+/// key `trickling_and_polling` in `--json`.
+pub(crate) async fn publish_fair(args: &LoadgenArgs) -> Result<(), String> {
+    let binary = args.aggregator.as_ref().ok_or("--trickle-poll needs --aggregator PATH")?;
+    let results = fair::run(binary, args).await?;
+    let md = fair_markdown(&results);
+    crate::results::publish_section(args, &results, &md, fair::TITLE, Some("trickling_and_polling"))
 }

@@ -3,12 +3,13 @@
 
 use crate::drive::connect;
 use crate::fleet::Fleet;
-use crate::process::cpu_seconds;
+use crate::process::{cpu_seconds, rss_kib};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 /// How far the attackers moved one set of clusters' weights (see `moved`).
 #[derive(Debug, Default, Clone, Serialize)]
@@ -80,6 +81,19 @@ fn machine_busy() -> Option<f64> {
     // user nice system idle iowait irq softirq steal: busy = all but idle and iowait.
     let total: f64 = cpu.iter().take(8).sum();
     Some(total - cpu.get(3)? - cpu.get(4).copied().unwrap_or(0.0))
+}
+
+/// The largest RSS of `pid` (KiB) sampled every 500 ms until `deadline` (the kernel's high-water
+/// mark, VmHWM, is read at the end; this is the peak during the attack alone).
+pub(crate) fn sample_rss(pid: Option<u32>, deadline: Instant) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let mut peak = 0u64;
+        while Instant::now() < deadline {
+            peak = peak.max(pid.and_then(rss_kib).map_or(0, |(rss, _)| rss));
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        peak
+    })
 }
 
 pub(crate) fn loadavg() -> String {

@@ -2,12 +2,14 @@
 
 use super::attacks::AttackTally;
 use super::observe::{Machine, Moved};
+use crate::args::LoadgenArgs;
 use crate::drive::Step;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
+/// The honest reporters of a hostile run, and the aggregator's arguments.
 #[derive(Debug, Serialize)]
-pub(crate) struct HostileResults {
+pub(crate) struct HonestSetup {
     pub reporters: usize,
     pub endpoints_per_reporter: usize,
     pub clusters: usize,
@@ -15,6 +17,40 @@ pub(crate) struct HostileResults {
     pub honest_rate: u64,
     pub connections: usize,
     pub server_args: Vec<String>,
+}
+
+impl HonestSetup {
+    pub fn of(args: &LoadgenArgs) -> HonestSetup {
+        HonestSetup {
+            reporters: args.reporters,
+            endpoints_per_reporter: args.endpoints,
+            clusters: args.clusters.min(args.reporters),
+            honest_principals: args.principals,
+            honest_rate: args.attack.honest_rate,
+            connections: args.connections,
+            server_args: args.server_args.clone(),
+        }
+    }
+
+    /// "N honest reporters x E endpoints (...) report R times a second over C keep-alive connections".
+    pub fn describe(&self) -> String {
+        format!(
+            "{} honest reporters x {} endpoints ({} clusters, {} principals) report {} times a second over {} \
+             keep-alive connections",
+            self.reporters,
+            self.endpoints_per_reporter,
+            self.clusters,
+            self.honest_principals,
+            self.honest_rate,
+            self.connections
+        )
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct HostileResults {
+    #[serde(flatten)]
+    pub honest: HonestSetup,
     pub warmup: Step,
     pub baseline: Step,
     pub attack: Step,
