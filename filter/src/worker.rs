@@ -194,14 +194,11 @@ impl Worker {
     /// which another VM may take its slot for gone) first checks that it still holds it.
     fn own_slot(&mut self, now_us: u64) -> u64 {
         let live_ms = self.live_ms();
-        if let Some(slot) = self.slot.filter(|s| *s != u64::MAX) {
-            let silent = now_us.saturating_sub(self.last_beat_us) > live_ms.saturating_mul(1_000);
-            if !silent || shared::read_beat(slot).is_some_and(|b| b.holder == self.holder) {
-                return slot;
-            }
-        }
-        if let Some(slot) = self.slot.filter(|s| *s == u64::MAX) {
-            return slot;
+        let silent = now_us.saturating_sub(self.last_beat_us) > live_ms.saturating_mul(1_000);
+        match self.slot {
+            Some(u64::MAX) => return u64::MAX,
+            Some(slot) if !silent || shared::read_beat(slot).is_some_and(|b| b.holder == self.holder) => return slot,
+            _ => {}
         }
         let ttl_ms = self.config.endpoint_ttl_ms;
         let claimed = shared::claim_slot(self.holder, now_us, |b| b.gone(now_us, ttl_ms, live_ms));

@@ -63,12 +63,12 @@ pub(crate) fn enter_cluster(
             }
             None => {
                 stale = true;
-                if cluster.endpoints.get(&e.address).is_none() && !renews(e, None, who.max_seen_age_us) {
-                    // Nothing to enter (and the route stays empty: this reporter's next reports
-                    // look their endpoints up by address while it lists this one).
-                    continue;
-                }
                 if cluster.endpoints.get(&e.address).is_none() {
+                    if !renews(e, None, who.max_seen_age_us) {
+                        // Nothing to enter (and the route stays empty: this reporter's next
+                        // reports look their endpoints up by address while it lists this one).
+                        continue;
+                    }
                     *totals.bytes += ENDPOINT.of(e.address.len());
                     record.bytes += ENDPOINT.of(e.address.len());
                 }
