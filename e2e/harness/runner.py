@@ -79,9 +79,15 @@ class Progress:
             sys.stderr.flush()
 
 
+def _rounded(value, digits: int, scale: float = 1.0) -> float | None:
+    return None if value is None else round(float(value) / scale, digits)
+
+
 def aggregator_view(url: str) -> dict[str, list] | None:
-    """The aggregator's current view of cluster `backends`: {address: [weight, latency_ms, inflight]}
-    (None when it does not answer; the harness only watches, the filter decides)."""
+    """The aggregator's current view of cluster `backends`: {address: [weight, latency_ms, inflight,
+    qps, capacity, target, service_ms, concurrency, backlog, method, ejected, error_ratio]} (None when
+    it does not answer; the harness only watches, the filter decides). The tail is what the weight
+    came from, to replay a run's decisions in a unit test."""
     try:
         body = requests.get(f"{url}/v1/weights", params={"cluster": "backends"}, timeout=1).json()
         out = {}
@@ -90,7 +96,16 @@ def aggregator_view(url: str) -> dict[str, list] | None:
                 for e in cluster.get("endpoints", []):
                     out[e["address"]] = [round(float(e.get("weight", 0)), 3),
                                          round(float(e.get("latency_us", 0)) / 1e3, 2),
-                                         round(float(e.get("inflight", 0)), 1)]
+                                         round(float(e.get("inflight", 0)), 1),
+                                         round(float(e.get("qps", 0)), 1),
+                                         _rounded(e.get("capacity"), 1),
+                                         round(float(e.get("target", 0)), 3),
+                                         _rounded(e.get("service_time_us"), 1, 1e3),
+                                         _rounded(e.get("concurrency"), 2),
+                                         round(float(e.get("backlog", 0)), 1),
+                                         str(e.get("method", "")),
+                                         bool(e.get("ejected", False)),
+                                         round(float(e.get("error_ratio", 0)), 3)]
         return out
     except (requests.RequestException, ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -60,9 +60,12 @@ fn smoothed(previous: Option<f64>, target: f64, alpha: f64) -> f64 {
 
 /// The slow-start share of an endpoint's target: the ramp from when the book first heard of it,
 /// for endpoints that joined a cluster known for longer than `slow_start_us` (the first ones are the
-/// book discovering an established set, e.g. after an aggregator restart); else 1.
-fn slow_start_factor(first_seen_us: u64, cluster_created_us: u64, now_us: u64, slow_start_us: u64) -> f64 {
-    if slow_start_us == 0 || first_seen_us.saturating_sub(cluster_created_us) < slow_start_us {
+/// book discovering an established set, e.g. after an aggregator restart) and that the book cannot
+/// rate yet (`rated` false: no raw capacity, the median target); else 1. A rated endpoint's raw
+/// capacity already measures its warm-up (a cold pod's service time is long): ramping it too would
+/// count its coldness twice, and the share it cannot take falls on the warm endpoints, which queue.
+fn slow_start_factor(first_seen_us: u64, cluster_created_us: u64, now_us: u64, slow_start_us: u64, rated: bool) -> f64 {
+    if rated || slow_start_us == 0 || first_seen_us.saturating_sub(cluster_created_us) < slow_start_us {
         return 1.0;
     }
     Ramp { start_us: first_seen_us, window_us: slow_start_us }.factor(now_us)
@@ -96,7 +99,8 @@ pub(crate) fn smooth_toward_targets(
     desired.clear();
     lo_hi.clear();
     for (endpoint, raw) in endpoints.iter_mut().zip(raw) {
-        let ramp = slow_start_factor(endpoint.first_seen_us, t.cluster_created_us, t.now_us, p.slow_start_us);
+        let ramp =
+            slow_start_factor(endpoint.first_seen_us, t.cluster_created_us, t.now_us, p.slow_start_us, raw.is_some());
         let target = (targets.target(*raw) * ramp).max(f64::MIN_POSITIVE);
         if let Some(d) = endpoint.decision.as_mut() {
             d.target = target;
@@ -123,11 +127,12 @@ mod tests {
     #[test]
     fn endpoints_joining_an_established_cluster_slow_start() {
         let window = 10_000_000;
-        assert_eq!(slow_start_factor(5_000_000, 0, 5_000_000, window), 1.0, "one of the first endpoints");
-        assert!((slow_start_factor(20_000_000, 0, 20_000_000, window) - 0.1).abs() < 1e-12);
-        assert!((slow_start_factor(20_000_000, 0, 25_000_000, window) - 0.55).abs() < 1e-12);
-        assert_eq!(slow_start_factor(20_000_000, 0, 30_000_000, window), 1.0);
-        assert_eq!(slow_start_factor(20_000_000, 0, 20_000_000, 0), 1.0, "off");
+        assert_eq!(slow_start_factor(5_000_000, 0, 5_000_000, window, false), 1.0, "one of the first endpoints");
+        assert!((slow_start_factor(20_000_000, 0, 20_000_000, window, false) - 0.1).abs() < 1e-12);
+        assert!((slow_start_factor(20_000_000, 0, 25_000_000, window, false) - 0.55).abs() < 1e-12);
+        assert_eq!(slow_start_factor(20_000_000, 0, 30_000_000, window, false), 1.0);
+        assert_eq!(slow_start_factor(20_000_000, 0, 20_000_000, 0, false), 1.0, "off");
+        assert_eq!(slow_start_factor(20_000_000, 0, 20_000_000, window, true), 1.0, "rated: its capacity ramps it");
     }
 
     #[test]

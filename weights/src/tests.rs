@@ -2,6 +2,7 @@ use crate::*;
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use tailweight_math::ramp::Ramp;
 use tailweight_wire::protocol::{self, VERSION};
 use tailweight_wire::reply::write::write_reply;
 use tailweight_wire::report::{ClusterReport, EndpointReport, Report};
@@ -107,6 +108,7 @@ fn report_of(reporter: &str, clusters: Vec<ClusterReport>) -> Report {
 const A: &str = "10.0.0.1:8080";
 const B: &str = "10.0.0.2:8080";
 const C: &str = "10.0.0.3:8080";
+const D: &str = "10.0.0.4:8080";
 const REPORTERS: [&str; 4] = ["r0", "r1", "r2", "r3"];
 
 fn assert_mean_one(w: &BTreeMap<String, f64>) {
@@ -339,13 +341,11 @@ fn an_endpoint_without_data_gets_the_median_weight() {
     let mut w = World::new(WeightParams::default());
     let idle = Traffic { inflight: 1, ..ok(0, 0) };
     for _ in 0..40 {
-        w.step(&REPORTERS, |_| {
-            vec![(A, ok(50, 10_000)), (B, ok(50, 20_000)), (C, ok(50, 40_000)), ("10.0.0.4:8080", idle)]
-        });
+        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 20_000)), (C, ok(50, 40_000)), (D, idle)]);
     }
     let weights = w.weights();
-    assert_eq!(w.decision("10.0.0.4:8080").method, Method::Median);
-    assert!((weights["10.0.0.4:8080"] - weights[B]).abs() < 1e-6, "{weights:?}");
+    assert_eq!(w.decision(D).method, Method::Median);
+    assert!((weights[D] - weights[B]).abs() < 1e-6, "{weights:?}");
 }
 
 // ---- the lying reporter ----
@@ -1317,7 +1317,6 @@ fn a_reporter_keeps_an_endpoint_in_the_book_only_while_it_hears_from_it_or_sends
         seen_age_ms,
         ..EndpointReport::default()
     };
-    const D: &str = "10.0.0.4:8080";
     const E: &str = "10.0.0.5:8080";
     let listed = |book: &WeightBook| -> Vec<String> {
         book.decisions(Some(CLUSTER))[0].endpoints.iter().map(|e| e.address.clone()).collect()
@@ -1348,4 +1347,29 @@ fn a_reporter_keeps_an_endpoint_in_the_book_only_while_it_hears_from_it_or_sends
         }
         assert!(!listed.contains(&E.to_string()), "E at {s} s: {listed:?}");
     }
+}
+
+#[test]
+fn a_joining_endpoint_is_slow_started_only_until_its_own_capacity_is_measured() {
+    // A, B and C have served 10 ms requests for 30 s. D joins: first listed with no requests (the
+    // book cannot rate it: the median target, ramped), then it serves 30 ms requests (a cold pod):
+    // its target is its measured capacity, a third of the others', not that again times the ramp.
+    let p = WeightParams::default();
+    let mut w = World::new(p.clone());
+    // Nothing in flight: no backlog comes off any capacity.
+    let ok = |requests, latency_us| Traffic { inflight: 0, ..ok(requests, latency_us) };
+    w.steps(30, &REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000)), (C, ok(50, 10_000))]);
+    let idle = Traffic { inflight: 0, ..ok(0, 0) };
+    w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000)), (C, ok(50, 10_000)), (D, idle)]);
+    let unrated = w.decision(D);
+    assert_eq!((unrated.method, unrated.capacity), (Method::Median, None));
+    let ramp_at_join = Ramp { start_us: w.now, window_us: p.slow_start_us }.factor(w.now);
+    assert!((unrated.target - ramp_at_join).abs() < 1e-9, "median target 1 x ramp {ramp_at_join}: {unrated:?}");
+    w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000)), (C, ok(50, 10_000)), (D, ok(10, 30_000))]);
+    let rated = w.decision(D);
+    let a = w.decision(A);
+    let (a_raw, d_raw) = (a.capacity.unwrap(), rated.capacity.unwrap());
+    assert!((d_raw / a_raw - 1.0 / 3.0).abs() < 1e-9, "a third of the capacity: {d_raw} vs {a_raw}");
+    let expected = d_raw / ((3.0 * a_raw + d_raw) / 4.0);
+    assert!((rated.target - expected).abs() < 1e-9, "no ramp on a measured capacity: {} vs {expected}", rated.target);
 }
