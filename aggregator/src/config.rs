@@ -132,7 +132,8 @@ pub struct ServiceConfig {
     #[arg(long, env = "TAILWEIGHT_VIEW_INFLIGHT", default_value_t = ViewInflight::Last, value_parser = PossibleValuesParser::new(["last", "mean"]).try_map(|s| s.parse::<ViewInflight>()))]
     pub view_inflight: ViewInflight,
     /// Slow start, in milliseconds: an endpoint new to a cluster known for longer than this gets a
-    /// weight ramping from 10% to its full share over this long (0 = off).
+    /// weight ramping from 10% to its full share over this long while the book cannot rate its
+    /// capacity yet; a measured capacity already carries its warm-up (0 = off).
     #[arg(long, env = "TAILWEIGHT_SLOW_START_MS", default_value_t = WeightParams::default().slow_start_us / 1_000)]
     pub slow_start_ms: u64,
     /// Lying-reporter guard of medians (latency, ORCA CPU), a ratio in (0, 1): each reporter's
