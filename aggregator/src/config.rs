@@ -418,8 +418,8 @@ mod tests {
 
     #[test]
     fn orca_max_age_reaches_the_weight_book_and_is_range_checked() {
-        let c = ServiceConfig::try_parse_from(["tailweight-aggregator", "--orca-max-age-ms", "3000"]).unwrap();
-        assert_eq!(c.weight_params().unwrap().orca_max_age_us, 3_000_000);
+        let c = ServiceConfig::try_parse_from(["tailweight-aggregator", "--orca-max-age-ms", "1500"]).unwrap();
+        assert_eq!(c.weight_params().unwrap().orca_max_age_us, 1_500_000);
         let e = ServiceConfig::try_parse_from(["tailweight-aggregator", "--orca-max-age-ms", "4000000"]).unwrap_err();
         assert!(e.to_string().contains("--orca-max-age-ms"), "{e}");
     }

@@ -41,7 +41,10 @@ pub struct WeightParams {
     pub cpu_max_age_us: u64,
     /// A reporter's ORCA utilisation older than this is not voted (0: `cpu_max_age_us` applies).
     /// Capacity divides the current request rate by the utilisation: a vote from a proxy that last
-    /// reached the endpoint tens of seconds ago pairs today's rate with that time's load.
+    /// reached the endpoint seconds ago pairs today's rate with that time's load. A new or starved
+    /// endpoint's last burst then rates it at a fraction of its capacity while its rate is low
+    /// (rollout-failing: cold pods rated at 10-30 rps with ~70 to give). 3 s is three report
+    /// intervals; an endpoint serving at least `min_qps_for_cpu` has a fresher vote among them.
     pub orca_max_age_us: u64,
     /// The window a metrics-store CPU value averages over (the `[1m]` of `rate(...[1m])`). The CPU
     /// path divides it into the request rate over that same window, ending when the value was
@@ -128,7 +131,7 @@ impl Default for WeightParams {
             saturation_factor: 2.0,
             concurrency_decay_us: 10_000_000.0,
             cpu_max_age_us: 60_000_000,
-            orca_max_age_us: 0,
+            orca_max_age_us: 3_000_000,
             cpu_window_us: 60_000_000,
             min_cpu: 0.01,
             failure_cost_us: 100_000.0,

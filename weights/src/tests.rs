@@ -196,10 +196,10 @@ fn orca_votes_older_than_orca_max_age_are_not_used() {
         w.book.recompute(w.now);
         w.decision(A).cpu
     };
-    assert_eq!(vote(WeightParams::default()), Some(0.9), "10 s old votes count by default");
-    assert_eq!(vote(WeightParams { orca_max_age_us: 3 * SEC, ..Default::default() }), Some(0.3));
-    let old_cpu_only = WeightParams { cpu_max_age_us: 3 * SEC, ..Default::default() };
-    assert_eq!(vote(old_cpu_only), Some(0.3), "0 leaves it to cpu_max_age");
+    assert_eq!(vote(WeightParams::default()), Some(0.3), "10 s old votes do not count by default");
+    let cpu_age_only = WeightParams { orca_max_age_us: 0, ..Default::default() };
+    assert_eq!(vote(cpu_age_only.clone()), Some(0.9), "0 leaves it to cpu_max_age (60 s)");
+    assert_eq!(vote(WeightParams { cpu_max_age_us: 3 * SEC, ..cpu_age_only }), Some(0.3));
 }
 
 #[test]
