@@ -155,10 +155,15 @@ def derive(result: dict) -> dict:
     # No shares (an empty dict) from fewer than two samples.
     result["share"] = dict(zip(result["backends"], analysis.overall_shares(samples), strict=False))
     times, shares = analysis.windowed_shares(samples, analysis.SETTLE.share_window_s)
+    # The 1 s window's first reading wholly after an event ends 1 s after it, so it cannot report a
+    # settle time below 1 s; windows of one sample period (0.5 s) can.
+    half_times, half_shares = analysis.windowed_shares(samples, analysis.SETTLE.sample_s)
     reacting = [ev for ev in result["events"] if ev["action"] in REACTION_ACTIONS and not ev.get("cause")]
     result["settle"] = [
         {"backend": b, "action": ev["action"], "at_s": ev["fired_s"],
-         **analysis.settle_time(times, [s[b] for s in shares], ev["fired_s"])}
+         **analysis.settle_time(times, [s[b] for s in shares], ev["fired_s"]),
+         "settle_half_window_s": analysis.settle_time(half_times, [s[b] for s in half_shares],
+                                                      ev["fired_s"])["settle_s"]}
         for ev in reacting for b in ev["backends"]]
     end_s = samples[-1][0] if samples else 0.0
     result["reaction"] = []

@@ -461,6 +461,18 @@ def test_derive_reports_the_events_backends_share_right_after_it():
     assert [s["backend"] for s in result["settle"]] == [1]
 
 
+def test_a_step_taken_at_once_settles_at_once_in_half_second_windows_and_after_1_s_in_1_s_ones():
+    # b serves half the requests until 10 s, then none: the 1 s window ending 10.5 s still holds
+    # half a second of the old share, so it reads settled only from 11 s (1.0); the 0.5 s window
+    # ending 10.5 s is the first after the event and already settled (0.0: within 0.5 s).
+    samples = [(0.5 * k, [10 * k, 10 * min(k, 20)]) for k in range(61)]
+    result = {"backends": ["a", "b"], "samples": samples,
+              "events": [{"at_s": 10, "fired_s": 10.0, "backends": [1], "action": "stop", "value": None}]}
+    runner.derive(result)
+    (s,) = result["settle"]
+    assert (s["settle_s"], s["settle_half_window_s"]) == (1.0, 0.0)
+
+
 def test_never_settling_and_immediate_settling():
     times = [1.0, 2.0, 3.0, 4.0]
     assert analysis.settle_time(times, [0.1, 0.1, 0.1, 0.1], 1.5, 2)["settle_share_s"] == 0.0
