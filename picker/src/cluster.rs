@@ -178,7 +178,7 @@ impl Cluster {
                 self.sampler_stale = true;
                 self.schedule_probes();
             }
-            HealthChange::Suspended | HealthChange::Returned => {
+            HealthChange::Suspended | HealthChange::Returned | HealthChange::RampCut => {
                 self.sampler_stale = true;
                 self.schedule_probes();
             }

@@ -3,9 +3,11 @@
 //! answers, at least `READMIT_MIN_ANSWERS` of them. Its weight goes on following its capacity
 //! meanwhile (down to the floor, for a dead one), so when it is readmitted it gets back the weight it
 //! had while it was last healthy (error ratio below a quarter of the threshold; its weight at
-//! ejection if higher), halved for each other ejection within `FLAP_MEMORY_US`: a recovered endpoint
-//! returns to its share at once instead of climbing back from the floor by `max_step` a recompute,
-//! and a flapping one does not.
+//! ejection if higher): a recovered endpoint returns to its share at once instead of climbing back
+//! from the floor by `max_step` a recompute. In full when the evidence that readmits it is strong (a
+//! window of only good answers, at least `READMIT_MIN_ANSWERS x 2^(other ejections within
+//! `FLAP_MEMORY_US`)` of them: a flapping endpoint must show more); otherwise (fewer answers, or the
+//! ratio faded) halved for each other ejection within `FLAP_MEMORY_US`, so a flapping one does not.
 
 use crate::merge::Merged;
 use crate::params::WeightParams;
@@ -25,6 +27,8 @@ pub(crate) struct Ejection {
     pub held_weight: Option<f64>,
     pub recent_ejections: u32,
     pub readmitted_us: u64,
+    /// Good answers in the window that readmitted it, if one did (see the module docs).
+    pub readmitting_answers: f64,
     /// The weight it had at the last recompute it was healthy (see the module docs).
     pub healthy_weight: Option<f64>,
 }
@@ -42,8 +46,10 @@ impl Ejection {
     pub fn learn(&mut self, m: &Merged, first_sample: bool, p: &WeightParams, elapsed_us: Option<u64>) {
         let dt_us = elapsed_us.unwrap_or(1_000_000);
         let window_requests = m.qps * dt_us as f64 / 1e6;
+        self.readmitting_answers = 0.0;
         if self.ejected && m.eps <= 0.0 && window_requests >= READMIT_MIN_ANSWERS {
             self.error_ratio = 0.0;
+            self.readmitting_answers = window_requests;
         } else if m.qps > 0.0 {
             let evidence =
                 if p.eject_min_requests > 0.0 { (window_requests / p.eject_min_requests).min(1.0) } else { 1.0 };
@@ -86,7 +92,7 @@ impl Ejection {
             }
             (true, false) => {
                 self.readmitted_us = now_us;
-                let held = self.resumed_weight();
+                let held = if self.strong_evidence() { self.held_weight } else { self.resumed_weight() };
                 self.held_weight = None;
                 match (weight, held) {
                     (Some(w), Some(h)) => Some(w.max(h)),
@@ -95,6 +101,13 @@ impl Ejection {
             }
             _ => weight,
         }
+    }
+
+    /// The window that readmits it had at least `READMIT_MIN_ANSWERS x 2^(other recent ejections)`
+    /// good answers.
+    fn strong_evidence(&self) -> bool {
+        let others = self.recent_ejections.saturating_sub(1).min(16);
+        self.readmitting_answers >= READMIT_MIN_ANSWERS * f64::from(1u32 << others)
     }
 
     /// What a readmission resumes with: the weight at ejection x 0.5^(ejections in a row - 1).
@@ -172,6 +185,32 @@ mod tests {
         e.ejected = false;
         e.error_ratio = 0.0;
         assert_eq!(e.resume(true, Some(0.05), &p, 20_000_000), Some(1.5), "its healthy weight");
+    }
+
+    #[test]
+    fn strong_evidence_restores_the_weight_at_ejection_and_a_flapper_needs_more_of_it() {
+        let p = WeightParams::default();
+        let eject = |e: &mut Ejection, now: u64| {
+            e.error_ratio = 1.0;
+            e.learn(&window(100.0, 100.0), false, &p, Some(1_000_000));
+            assert!(e.ejected);
+            e.resume(false, Some(1.2), &p, now);
+        };
+        let readmit = |e: &mut Ejection, answers: f64, now: u64| {
+            e.learn(&window(answers, 0.0), false, &p, Some(1_000_000));
+            assert!(!e.ejected, "{e:?}");
+            e.resume(true, Some(0.05), &p, now)
+        };
+        let mut e = Ejection::default();
+        eject(&mut e, 0);
+        assert_eq!(readmit(&mut e, 3.0, 5_000_000), Some(1.2));
+        // Ejected again within the flap memory: 3 good answers readmit it at half, 6 in full.
+        eject(&mut e, 6_000_000);
+        assert_eq!(readmit(&mut e, 3.0, 7_000_000), Some(0.6), "weak evidence for a flapper");
+        eject(&mut e, 8_000_000);
+        assert_eq!(readmit(&mut e, 12.0, 9_000_000), Some(1.2), "three ejections in a row: 12 answers");
+        eject(&mut e, 10_000_000);
+        assert_eq!(readmit(&mut e, 23.0, 11_000_000), Some(0.15), "four in a row: 24 needed, else 1/8");
     }
 
     #[test]
