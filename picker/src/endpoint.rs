@@ -184,8 +184,8 @@ impl Endpoint {
     /// Its weight in the draw of candidates: the aggregator's while the view is fresh (an ejected
     /// endpoint 0, unless its last answer here was a good one: this worker's own evidence is newer
     /// than the view's, and it draws at least as an average endpoint, `READMIT_WEIGHT`, since the
-    /// view's weight of an ejected endpoint follows its dead capacity down to the floor), else 1; times its health's factor (0 while suspended or absent, a ramp's
-    /// share).
+    /// view's weight of an ejected endpoint follows its dead capacity down to the floor), else 1;
+    /// times its health's factor (0 while suspended or absent, a ramp's share).
     pub fn sampling_weight(&self, global_fresh: bool, now_us: u64) -> f64 {
         let base = match self.global {
             Some(g) if global_fresh => {

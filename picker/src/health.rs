@@ -19,12 +19,10 @@
 //!   not flooded. The recovery ramp doubles with each suspension within `FLAP_MEMORY_US` of the last
 //!   recovery, so a flapping endpoint never returns at full rate (the ramp's shape and the flap
 //!   memory are `tailweight_math::ramp`'s: the aggregator's weights use them too).
-//! - **Strong evidence**: a recovery ramp ends early, at full share, after
-//!   `STRONG_EVIDENCE_ANSWERS x 2^(suspensions within the flap memory - 1)` good answers in a row
-//!   at normal latency (the probe's included; see `Endpoint::record` for "normal"): an endpoint
-//!   that is plainly back is not held at a fraction for the whole window, and a flapping one must
-//!   show twice as much for each recent suspension. A failure, or a slow answer, starts the count
-//!   again. Slow-start ramps (cold pods) run their full window.
+//! - **Strong evidence**: a recovery ramp ends early, at full share, after enough good answers in a
+//!   row at normal latency (the count is `Health::note_answer_latency`'s): an endpoint that is
+//!   plainly back is not held at a fraction for the whole window, and a flapping one must show more.
+//!   Slow-start ramps (cold pods) run their full window.
 
 use crate::outcome::ResponseClass;
 use tailweight_math::ewma::DecayingRatio;
@@ -40,7 +38,7 @@ pub const SUSPEND_AFTER: u32 = 2;
 pub const MAX_PROBE_DOUBLINGS: u32 = 2;
 /// Recovery ramps double at most this many times for a flapping endpoint.
 pub const MAX_RAMP_DOUBLINGS: u32 = 4;
-/// Good answers in a row at normal latency that end a first recovery ramp (see the module docs).
+/// Good answers in a row at normal latency that end a first recovery ramp (see `note_answer_latency`).
 pub const STRONG_EVIDENCE_ANSWERS: u32 = 3;
 
 /// The time constants health needs (from `PickParams`), in microseconds.
@@ -182,8 +180,10 @@ impl Health {
         }
     }
 
-    /// A good answer (already `record`ed) at normal latency or not: counts toward ending a recovery
-    /// ramp (see the module docs). RampCut when this one ends it.
+    /// A good answer (already `record`ed) at normal latency or not (see `Endpoint::record`): a recovery
+    /// ramp ends (RampCut) after `STRONG_EVIDENCE_ANSWERS x 2^min(flaps - 1, MAX_RAMP_DOUBLINGS)`
+    /// normal answers in a row since it began, the probe's included (`flaps`: suspensions within the
+    /// flap memory); a failure or a slow answer starts the count again.
     pub fn note_answer_latency(&mut self, normal: bool, now_us: u64) -> HealthChange {
         if !self.recovering || self.ramp.is_none_or(|r| r.done(now_us)) {
             return HealthChange::None;

@@ -4,10 +4,10 @@
 //! meanwhile (down to the floor, for a dead one), so when it is readmitted it gets back the weight it
 //! had while it was last healthy (error ratio below a quarter of the threshold; its weight at
 //! ejection if higher): a recovered endpoint returns to its share at once instead of climbing back
-//! from the floor by `max_step` a recompute. In full when the evidence that readmits it is strong (a
-//! window of only good answers, at least `READMIT_MIN_ANSWERS x 2^(other ejections within
-//! `FLAP_MEMORY_US`)` of them: a flapping endpoint must show more); otherwise (fewer answers, or the
-//! ratio faded) halved for each other ejection within `FLAP_MEMORY_US`, so a flapping one does not.
+//! from the floor by `max_step` a recompute. In full when the evidence that readmits it is strong
+//! (`Ejection::strong_evidence`: a flapping endpoint must show more); otherwise (fewer answers, or
+//! the ratio faded) halved for each other ejection within `FLAP_MEMORY_US`, so a flapping one does
+//! not.
 
 use crate::merge::Merged;
 use crate::params::WeightParams;
@@ -103,8 +103,8 @@ impl Ejection {
         }
     }
 
-    /// The window that readmits it had at least `READMIT_MIN_ANSWERS x 2^(other recent ejections)`
-    /// good answers.
+    /// The window that readmits it had only good answers, at least `READMIT_MIN_ANSWERS x 2^(other
+    /// ejections within FLAP_MEMORY_US)` of them.
     fn strong_evidence(&self) -> bool {
         let others = self.recent_ejections.saturating_sub(1).min(16);
         self.readmitting_answers >= READMIT_MIN_ANSWERS * f64::from(1u32 << others)
