@@ -19,10 +19,6 @@ use tailweight_wire::orca::OrcaLoad;
 const MIN_SAMPLING_WEIGHT: f64 = 1e-3;
 /// A good answer within this factor of the endpoint's latency estimate is at normal latency.
 pub const NORMAL_LATENCY_FACTOR: f64 = 1.5;
-/// The sampling weight of an endpoint the view ejects but whose last answer here was good: the
-/// view's mean (its weights have mean 1), so that the answers that readmit it at the aggregator
-/// come (see `sampling_weight`).
-pub const READMIT_WEIGHT: f64 = 1.0;
 
 #[derive(Debug, Clone)]
 pub struct Endpoint {
@@ -183,10 +179,11 @@ impl Endpoint {
 
     /// Its weight in the draw of candidates: the aggregator's while the view is fresh (an ejected
     /// endpoint 0, unless its last answer here was a good one: this worker's own evidence is newer
-    /// than the view's, and it draws at least as an average endpoint, `READMIT_WEIGHT`, since the
-    /// view's weight of an ejected endpoint follows its dead capacity down to the floor), else 1;
+    /// than the view's, and it draws at least as an average live endpoint, `readmit_weight` (see
+    /// `Cluster::readmit_weight`), since the view's weight of an ejected endpoint follows its dead
+    /// capacity down to the floor: so the answers that readmit it at the aggregator come), else 1;
     /// times its health's factor (0 while suspended or absent, a ramp's share).
-    pub fn sampling_weight(&self, global_fresh: bool, now_us: u64) -> f64 {
+    pub fn sampling_weight(&self, global_fresh: bool, readmit_weight: f64, now_us: u64) -> f64 {
         let base = match self.global {
             Some(g) if global_fresh => {
                 if !g.ejected {
@@ -194,7 +191,7 @@ impl Endpoint {
                 } else if self.last_success_us < self.last_response_us {
                     0.0
                 } else {
-                    g.weight.max(READMIT_WEIGHT)
+                    g.weight.max(readmit_weight)
                 }
             }
             _ => 1.0,
@@ -331,30 +328,30 @@ mod tests {
         assert_eq!(e.record(OK, 12_000, None, 302_000, &p), HealthChange::None);
         assert_eq!(e.record(OK, 9_000, None, 303_000, &p), HealthChange::None);
         assert_eq!(e.record(OK, 11_000, None, 304_000, &p), HealthChange::RampCut);
-        assert_eq!(e.sampling_weight(false, 304_000), 1.0);
+        assert_eq!(e.sampling_weight(false, 1.0, 304_000), 1.0);
     }
 
     #[test]
     fn sampling_weight_is_the_fresh_view_times_health() {
         let p = params();
         let mut e = Endpoint::new("10.0.0.1:80", 0);
-        assert_eq!(e.sampling_weight(true, 0), 1.0);
+        assert_eq!(e.sampling_weight(true, 1.0, 0), 1.0);
         e.global = Some(GlobalStats { weight: 2.0, inflight: 0.0, latency_us: 0.0, ejected: false });
-        assert_eq!(e.sampling_weight(true, 0), 2.0);
-        assert_eq!(e.sampling_weight(false, 0), 1.0);
+        assert_eq!(e.sampling_weight(true, 1.0, 0), 2.0);
+        assert_eq!(e.sampling_weight(false, 1.0, 0), 1.0);
         e.global.as_mut().unwrap().ejected = true;
-        assert_eq!(e.sampling_weight(true, 0), 2.0, "its last answer here was good: trusted over the view");
+        assert_eq!(e.sampling_weight(true, 1.0, 0), 2.0, "its last answer here was good: trusted over the view");
         e.global.as_mut().unwrap().weight = 0.01;
-        assert_eq!(e.sampling_weight(true, 0), READMIT_WEIGHT, "drawn as an average endpoint, not the floor");
+        assert_eq!(e.sampling_weight(true, 1.4, 0), 1.4, "drawn as an average live endpoint, not the floor");
         e.global.as_mut().unwrap().weight = 2.0;
         e.record(FAIL, 0, None, 1, &p);
-        assert_eq!(e.sampling_weight(true, 1), 0.0, "ejected, and it failed here last");
+        assert_eq!(e.sampling_weight(true, 1.0, 1), 0.0, "ejected, and it failed here last");
         e.global.as_mut().unwrap().weight = 0.0;
         e.global.as_mut().unwrap().ejected = false;
-        assert_eq!(e.sampling_weight(true, 1), 1e-3);
+        assert_eq!(e.sampling_weight(true, 1.0, 1), 1e-3);
         // Suspended after a run of failures: not drawn at all.
         e.record(FAIL, 0, None, 2, &p);
         assert!(matches!(e.health.availability(), Availability::Suspended { .. }));
-        assert_eq!(e.sampling_weight(false, 2), 0.0);
+        assert_eq!(e.sampling_weight(false, 1.0, 2), 0.0);
     }
 }
