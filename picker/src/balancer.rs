@@ -473,7 +473,7 @@ fn stamped_choice(cluster: &Cluster, drawn: Candidate, now_us: u64, p: &PickPara
         let e = &cluster.endpoints()[slot];
         if Candidate::Known(slot) == drawn
             || !e.stamp.is_some_and(|s| s.fresh(now_us, p.load_stamp_max_age_us))
-            || e.sampling_weight(fresh, now_us) <= 0.0
+            || e.sampling_weight(fresh, cluster.readmit_weight(), now_us) <= 0.0
         {
             continue;
         }

@@ -65,6 +65,8 @@ pub struct Cluster {
     stamped: Vec<usize>,
     /// The view's in-flight of each suggestion, aligned with `suggestions`.
     suggestion_inflight: Vec<f64>,
+    /// What an ejected endpoint that answered well here last draws with (see `readmit_weight`).
+    readmit_weight: f64,
     /// Whether Envoy honours our picks here.
     pub steering: Steering,
     pub last_used_us: u64,
@@ -90,6 +92,7 @@ impl Cluster {
             refused_suggestions: Vec::new(),
             stamped: Vec::new(),
             suggestion_inflight: Vec::new(),
+            readmit_weight: 1.0,
             steering: Steering::default(),
             last_used_us: now_us,
         }
@@ -121,6 +124,14 @@ impl Cluster {
 
     pub fn view_fresh(&self, now_us: u64) -> bool {
         now_us < self.view_expires_us
+    }
+
+    /// The sampling weight of an endpoint the view ejects whose last answer here was good (see
+    /// `Endpoint::sampling_weight`): an average live one's, the mean weight of the endpoints the last
+    /// view does not eject (1 with none). Not the view's mean of 1: while some are ejected the others'
+    /// weights rise to fill it.
+    pub fn readmit_weight(&self) -> f64 {
+        self.readmit_weight
     }
 
     pub fn prior_latency_us(&self) -> f64 {
@@ -178,7 +189,7 @@ impl Cluster {
                 self.sampler_stale = true;
                 self.schedule_probes();
             }
-            HealthChange::Suspended | HealthChange::Returned => {
+            HealthChange::Suspended | HealthChange::Returned | HealthChange::RampCut => {
                 self.sampler_stale = true;
                 self.schedule_probes();
             }
@@ -265,6 +276,9 @@ impl Cluster {
                 self.suggestion_inflight.push(v.inflight);
             }
         }
+        let live = || view.endpoints.iter().filter(|v| !v.ejected && v.weight.is_finite() && v.weight > 0.0);
+        let n = live().count();
+        self.readmit_weight = if n == 0 { 1.0 } else { live().map(|v| v.weight).sum::<f64>() / n as f64 };
         self.view_expires_us = expires_us;
         self.sampler_stale = true;
     }
@@ -408,7 +422,8 @@ impl Cluster {
     }
 
     fn rebuild_sampler(&mut self, fresh: bool, now_us: u64) {
-        let weights: Vec<f64> = self.endpoints.iter().map(|e| e.sampling_weight(fresh, now_us)).collect();
+        let readmit = self.readmit_weight;
+        let weights: Vec<f64> = self.endpoints.iter().map(|e| e.sampling_weight(fresh, readmit, now_us)).collect();
         let uniform = weights.first().is_some_and(|w0| *w0 > 0.0 && weights.iter().all(|w| w == w0));
         self.uniform_weight = weights.first().copied().unwrap_or(0.0);
         self.cumulative = if uniform {

@@ -17,6 +17,8 @@ use tailweight_wire::orca::OrcaLoad;
 
 /// Weight given to an endpoint whose aggregator weight is zero or missing in sampling.
 const MIN_SAMPLING_WEIGHT: f64 = 1e-3;
+/// A good answer within this factor of the endpoint's latency estimate is at normal latency.
+pub const NORMAL_LATENCY_FACTOR: f64 = 1.5;
 
 #[derive(Debug, Clone)]
 pub struct Endpoint {
@@ -89,7 +91,9 @@ impl Endpoint {
     }
 
     /// Record a response this endpoint gave (or a failed attempt on it). Failures never enter the
-    /// latency estimate: they count through the failure ratio (see `score`).
+    /// latency estimate: they count through the failure ratio (see `score`). A good answer is at
+    /// normal latency when within `NORMAL_LATENCY_FACTOR` x its estimate before it (or it had none):
+    /// strong evidence toward ending a recovery ramp (see `health`).
     pub fn record(
         &mut self,
         class: ResponseClass,
@@ -100,6 +104,7 @@ impl Endpoint {
     ) -> HealthChange {
         let l = &mut self.local;
         l.requests += 1;
+        let normal = l.latency.is_none_or(|e| latency_us as f64 <= NORMAL_LATENCY_FACTOR * e.value_us());
         if class.is_success() {
             l.latency_sum_us = l.latency_sum_us.saturating_add(latency_us);
             match &mut l.latency {
@@ -115,7 +120,14 @@ impl Endpoint {
             l.cpu = Some((cpu, now_us));
         }
         self.last_response_us = self.last_response_us.max(now_us);
-        self.health.record(class, now_us, &p.health_times())
+        let change = self.health.record(class, now_us, &p.health_times());
+        if !class.is_success() {
+            return change;
+        }
+        match self.health.note_answer_latency(normal, now_us) {
+            HealthChange::None => change,
+            cut => cut,
+        }
     }
 
     /// Latency to expect: the freshest of this worker's and its siblings' estimates while fresh,
@@ -167,15 +179,19 @@ impl Endpoint {
 
     /// Its weight in the draw of candidates: the aggregator's while the view is fresh (an ejected
     /// endpoint 0, unless its last answer here was a good one: this worker's own evidence is newer
-    /// than the view's), else 1; times its health's factor (0 while suspended or absent, a ramp's
-    /// share).
-    pub fn sampling_weight(&self, global_fresh: bool, now_us: u64) -> f64 {
+    /// than the view's, and it draws at least as an average live endpoint, `readmit_weight` (see
+    /// `Cluster::readmit_weight`), since the view's weight of an ejected endpoint follows its dead
+    /// capacity down to the floor: so the answers that readmit it at the aggregator come), else 1;
+    /// times its health's factor (0 while suspended or absent, a ramp's share).
+    pub fn sampling_weight(&self, global_fresh: bool, readmit_weight: f64, now_us: u64) -> f64 {
         let base = match self.global {
             Some(g) if global_fresh => {
-                if g.ejected && self.last_success_us < self.last_response_us {
+                if !g.ejected {
+                    g.weight.max(MIN_SAMPLING_WEIGHT)
+                } else if self.last_success_us < self.last_response_us {
                     0.0
                 } else {
-                    g.weight.max(MIN_SAMPLING_WEIGHT)
+                    g.weight.max(readmit_weight)
                 }
             }
             _ => 1.0,
@@ -300,23 +316,42 @@ mod tests {
     }
 
     #[test]
+    fn answers_within_the_normal_latency_factor_end_a_recovery_ramp() {
+        let p = params();
+        let mut e = Endpoint::new("10.0.0.1:80", 0);
+        e.record(OK, 10_000, None, 0, &p);
+        e.record(FAIL, 0, None, 1, &p);
+        assert_eq!(e.record(FAIL, 0, None, 2, &p), HealthChange::Suspended);
+        assert_eq!(e.record(OK, 10_000, None, 300_000, &p), HealthChange::Recovered);
+        // Twice the estimate is not normal: the count starts again.
+        assert_eq!(e.record(OK, 20_000, None, 301_000, &p), HealthChange::None);
+        assert_eq!(e.record(OK, 12_000, None, 302_000, &p), HealthChange::None);
+        assert_eq!(e.record(OK, 9_000, None, 303_000, &p), HealthChange::None);
+        assert_eq!(e.record(OK, 11_000, None, 304_000, &p), HealthChange::RampCut);
+        assert_eq!(e.sampling_weight(false, 1.0, 304_000), 1.0);
+    }
+
+    #[test]
     fn sampling_weight_is_the_fresh_view_times_health() {
         let p = params();
         let mut e = Endpoint::new("10.0.0.1:80", 0);
-        assert_eq!(e.sampling_weight(true, 0), 1.0);
+        assert_eq!(e.sampling_weight(true, 1.0, 0), 1.0);
         e.global = Some(GlobalStats { weight: 2.0, inflight: 0.0, latency_us: 0.0, ejected: false });
-        assert_eq!(e.sampling_weight(true, 0), 2.0);
-        assert_eq!(e.sampling_weight(false, 0), 1.0);
+        assert_eq!(e.sampling_weight(true, 1.0, 0), 2.0);
+        assert_eq!(e.sampling_weight(false, 1.0, 0), 1.0);
         e.global.as_mut().unwrap().ejected = true;
-        assert_eq!(e.sampling_weight(true, 0), 2.0, "its last answer here was good: trusted over the view");
+        assert_eq!(e.sampling_weight(true, 1.0, 0), 2.0, "its last answer here was good: trusted over the view");
+        e.global.as_mut().unwrap().weight = 0.01;
+        assert_eq!(e.sampling_weight(true, 1.4, 0), 1.4, "drawn as an average live endpoint, not the floor");
+        e.global.as_mut().unwrap().weight = 2.0;
         e.record(FAIL, 0, None, 1, &p);
-        assert_eq!(e.sampling_weight(true, 1), 0.0, "ejected, and it failed here last");
+        assert_eq!(e.sampling_weight(true, 1.0, 1), 0.0, "ejected, and it failed here last");
         e.global.as_mut().unwrap().weight = 0.0;
         e.global.as_mut().unwrap().ejected = false;
-        assert_eq!(e.sampling_weight(true, 1), 1e-3);
+        assert_eq!(e.sampling_weight(true, 1.0, 1), 1e-3);
         // Suspended after a run of failures: not drawn at all.
         e.record(FAIL, 0, None, 2, &p);
         assert!(matches!(e.health.availability(), Availability::Suspended { .. }));
-        assert_eq!(e.sampling_weight(false, 2), 0.0);
+        assert_eq!(e.sampling_weight(false, 1.0, 2), 0.0);
     }
 }

@@ -19,6 +19,10 @@
 //!   not flooded. The recovery ramp doubles with each suspension within `FLAP_MEMORY_US` of the last
 //!   recovery, so a flapping endpoint never returns at full rate (the ramp's shape and the flap
 //!   memory are `tailweight_math::ramp`'s: the aggregator's weights use them too).
+//! - **Strong evidence**: a recovery ramp ends early, at full share, after enough good answers in a
+//!   row at normal latency (the count is `Health::note_answer_latency`'s): an endpoint that is
+//!   plainly back is not held at a fraction for the whole window, and a flapping one must show more.
+//!   Slow-start ramps (cold pods) run their full window.
 
 use crate::outcome::ResponseClass;
 use tailweight_math::ewma::DecayingRatio;
@@ -34,6 +38,8 @@ pub const SUSPEND_AFTER: u32 = 2;
 pub const MAX_PROBE_DOUBLINGS: u32 = 2;
 /// Recovery ramps double at most this many times for a flapping endpoint.
 pub const MAX_RAMP_DOUBLINGS: u32 = 4;
+/// Good answers in a row at normal latency that end a first recovery ramp (see `note_answer_latency`).
+pub const STRONG_EVIDENCE_ANSWERS: u32 = 3;
 
 /// The time constants health needs (from `PickParams`), in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -61,6 +67,10 @@ pub struct Health {
     consecutive_failures: u32,
     availability: Availability,
     ramp: Option<Ramp>,
+    /// The ramp is a recovery's (not a slow start), and the good answers at normal latency in a row
+    /// since it began.
+    recovering: bool,
+    strong_answers: u32,
     /// Suspensions since the endpoint last stayed up for `FLAP_MEMORY_US`, and when it last recovered.
     flaps: u32,
     recovered_us: u64,
@@ -74,6 +84,8 @@ pub enum HealthChange {
     Recovered,
     /// An absent endpoint served again.
     Returned,
+    /// Strong evidence ended a recovery ramp: full share now.
+    RampCut,
 }
 
 impl Health {
@@ -109,6 +121,7 @@ impl Health {
         if window_us > 0 {
             self.ramp = Some(Ramp { start_us: now_us, window_us });
         }
+        self.recovering = false;
     }
 
     /// End finished ramps; true if one ended (the sampler's weights change).
@@ -126,7 +139,9 @@ impl Health {
     pub fn record(&mut self, class: ResponseClass, now_us: u64, t: &HealthTimes) -> HealthChange {
         let bad = !class.is_success();
         self.failures.observe(bad, now_us, t.failure_decay_us, FAILURE_MIN_STEP);
-        if !bad {
+        if bad {
+            self.strong_answers = 0;
+        } else {
             self.consecutive_failures = 0;
             return match self.availability {
                 Availability::Suspended { .. } => {
@@ -165,6 +180,28 @@ impl Health {
         }
     }
 
+    /// A good answer (already `record`ed) at normal latency or not (see `Endpoint::record`): a recovery
+    /// ramp ends (RampCut) after `STRONG_EVIDENCE_ANSWERS x 2^min(flaps - 1, MAX_RAMP_DOUBLINGS)`
+    /// normal answers in a row since it began, the probe's included (`flaps`: suspensions within the
+    /// flap memory); a failure or a slow answer starts the count again.
+    pub fn note_answer_latency(&mut self, normal: bool, now_us: u64) -> HealthChange {
+        if !self.recovering || self.ramp.is_none_or(|r| r.done(now_us)) {
+            return HealthChange::None;
+        }
+        if !normal {
+            self.strong_answers = 0;
+            return HealthChange::None;
+        }
+        self.strong_answers = self.strong_answers.saturating_add(1);
+        let needed = STRONG_EVIDENCE_ANSWERS << self.flaps.saturating_sub(1).min(MAX_RAMP_DOUBLINGS);
+        if self.strong_answers < needed {
+            return HealthChange::None;
+        }
+        self.ramp = None;
+        self.recovering = false;
+        HealthChange::RampCut
+    }
+
     /// Envoy did not try this endpoint when we picked it.
     pub fn mark_absent(&mut self) {
         self.availability = Availability::Absent;
@@ -193,6 +230,8 @@ impl Health {
         self.failures = DecayingRatio::default();
         let doublings = self.flaps.saturating_sub(1).min(MAX_RAMP_DOUBLINGS);
         self.start_ramp(now_us, t.recovery_ramp_us << doublings);
+        self.recovering = self.ramp.is_some();
+        self.strong_answers = 0;
     }
 }
 
@@ -256,6 +295,48 @@ mod tests {
         h.record(ResponseClass::Failure, now + 1, &T);
         h.record(ResponseClass::Success, now + 300 * MS, &T);
         assert_eq!(h.ramp().unwrap().window_us, 1_000 * MS);
+    }
+
+    fn suspend_and_recover(h: &mut Health, now: u64) {
+        h.record(ResponseClass::Failure, now, &T);
+        h.record(ResponseClass::Failure, now + 1, &T);
+        assert_eq!(h.record(ResponseClass::Success, now + 300 * MS, &T), HealthChange::Recovered);
+    }
+
+    #[test]
+    fn strong_evidence_ends_a_recovery_ramp_and_a_flapper_needs_twice_as_much() {
+        let mut h = Health::default();
+        suspend_and_recover(&mut h, 0);
+        // The probe's answer and the next at normal latency: not yet; a slow one starts again.
+        assert_eq!(h.note_answer_latency(true, 300 * MS), HealthChange::None);
+        assert_eq!(h.note_answer_latency(true, 310 * MS), HealthChange::None);
+        assert_eq!(h.note_answer_latency(false, 320 * MS), HealthChange::None);
+        assert_eq!(h.note_answer_latency(true, 330 * MS), HealthChange::None);
+        assert_eq!(h.note_answer_latency(true, 340 * MS), HealthChange::None);
+        assert!(h.weight_factor(340 * MS) < 0.5, "still ramping");
+        assert_eq!(h.note_answer_latency(true, 350 * MS), HealthChange::RampCut);
+        assert_eq!((h.weight_factor(350 * MS), h.ramp()), (1.0, None), "full share at once");
+        assert_eq!(h.note_answer_latency(true, 360 * MS), HealthChange::None, "nothing left to cut");
+        // Suspended again within the flap memory: six answers in a row, and a failure resets them.
+        suspend_and_recover(&mut h, 1_000 * MS);
+        let mut now = 1_300 * MS;
+        for _ in 0..5 {
+            assert_eq!(h.note_answer_latency(true, now), HealthChange::None);
+            now += MS;
+        }
+        h.record(ResponseClass::Failure, now, &T);
+        let cut = (0..6).map(|i| h.note_answer_latency(true, now + i * MS)).position(|c| c == HealthChange::RampCut);
+        assert_eq!(cut, Some(5), "the sixth in a row after the failure");
+    }
+
+    #[test]
+    fn a_slow_start_ramp_runs_its_window_whatever_the_answers() {
+        let mut h = Health::default();
+        h.start_ramp(0, 10_000 * MS);
+        for i in 0..20 {
+            assert_eq!(h.note_answer_latency(true, i * MS), HealthChange::None);
+        }
+        assert!(h.weight_factor(20 * MS) < 0.2);
     }
 
     #[test]

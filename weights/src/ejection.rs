@@ -3,9 +3,13 @@
 //! answers, at least `READMIT_MIN_ANSWERS` of them. Its weight goes on following its capacity
 //! meanwhile (down to the floor, for a dead one), so when it is readmitted it gets back the weight it
 //! had while it was last healthy (error ratio below a quarter of the threshold; its weight at
-//! ejection if higher), halved for each other ejection within `FLAP_MEMORY_US`: a recovered endpoint
-//! returns to its share at once instead of climbing back from the floor by `max_step` a recompute,
-//! and a flapping one does not.
+//! ejection if higher), relative to the others: both are kept as ratios to the live mean (see
+//! `Ejection::resume`), since while it was out the others' weights rose to fill the mean of 1 and
+//! its old absolute weight would be no more than theirs. A recovered endpoint returns to its share
+//! at once instead of climbing back from the floor by `max_step` a recompute. In full when the
+//! evidence that readmits it is strong (`Ejection::strong_evidence`: a flapping endpoint must show
+//! more); otherwise (fewer answers, or the ratio faded) halved for each other ejection within
+//! `FLAP_MEMORY_US`, so a flapping one does not.
 
 use crate::merge::Merged;
 use crate::params::WeightParams;
@@ -21,11 +25,14 @@ pub const READMIT_MIN_ANSWERS: f64 = 3.0;
 pub(crate) struct Ejection {
     pub error_ratio: f64,
     pub ejected: bool,
-    /// The weight it had when last ejected, and ejections in a row (see the module docs).
+    /// The weight it had when last ejected, as a ratio to the live mean then (see `resume`), and
+    /// ejections in a row (see the module docs).
     pub held_weight: Option<f64>,
     pub recent_ejections: u32,
     pub readmitted_us: u64,
-    /// The weight it had at the last recompute it was healthy (see the module docs).
+    /// Good answers in the window that readmitted it, if one did (see the module docs).
+    pub readmitting_answers: f64,
+    /// The weight it had at the last recompute it was healthy, as a ratio to the live mean then.
     pub healthy_weight: Option<f64>,
 }
 
@@ -42,8 +49,10 @@ impl Ejection {
     pub fn learn(&mut self, m: &Merged, first_sample: bool, p: &WeightParams, elapsed_us: Option<u64>) {
         let dt_us = elapsed_us.unwrap_or(1_000_000);
         let window_requests = m.qps * dt_us as f64 / 1e6;
+        self.readmitting_answers = 0.0;
         if self.ejected && m.eps <= 0.0 && window_requests >= READMIT_MIN_ANSWERS {
             self.error_ratio = 0.0;
+            self.readmitting_answers = window_requests;
         } else if m.qps > 0.0 {
             let evidence =
                 if p.eject_min_requests > 0.0 { (window_requests / p.eject_min_requests).min(1.0) } else { 1.0 };
@@ -62,23 +71,37 @@ impl Ejection {
     }
 
     /// Step 2, after `learn`: the weight an endpoint resumes with. `weight` is its published one (None
-    /// before the first); `was_ejected` what it was before this recompute's `learn`.
-    pub fn resume(&mut self, was_ejected: bool, weight: Option<f64>, p: &WeightParams, now_us: u64) -> Option<f64> {
-        let resumed = self.resumed(was_ejected, weight, now_us);
-        if !self.ejected && self.error_ratio < p.eject_ratio / 4.0 && resumed.is_some() {
-            self.healthy_weight = resumed;
+    /// before the first); `was_ejected` what it was before this recompute's `learn`; `live_mean` the
+    /// mean published weight of the endpoints not ejected before it (1 if none). The weights it keeps
+    /// are relative, `weight / live_mean`, and a readmitted one resumes with
+    /// `max(weight, kept x live_mean now)` (kept halved as `resumed_weight` says, unless
+    /// `strong_evidence`).
+    pub fn resume(
+        &mut self,
+        was_ejected: bool,
+        weight: Option<f64>,
+        live_mean: f64,
+        p: &WeightParams,
+        now_us: u64,
+    ) -> Option<f64> {
+        let live_mean = if live_mean.is_finite() && live_mean > 0.0 { live_mean } else { 1.0 };
+        let resumed = self.resumed(was_ejected, weight, live_mean, now_us);
+        if !self.ejected && self.error_ratio < p.eject_ratio / 4.0 {
+            if let Some(w) = resumed {
+                self.healthy_weight = Some(w / live_mean);
+            }
         }
         resumed
     }
 
-    fn resumed(&mut self, was_ejected: bool, weight: Option<f64>, now_us: u64) -> Option<f64> {
+    fn resumed(&mut self, was_ejected: bool, weight: Option<f64>, live_mean: f64, now_us: u64) -> Option<f64> {
         match (was_ejected, self.ejected) {
             (false, true) => {
                 if now_us.saturating_sub(self.readmitted_us) > FLAP_MEMORY_US {
                     self.recent_ejections = 0;
                 }
                 self.recent_ejections = self.recent_ejections.saturating_add(1);
-                self.held_weight = match (weight, self.healthy_weight) {
+                self.held_weight = match (weight.map(|w| w / live_mean), self.healthy_weight) {
                     (Some(w), Some(h)) => Some(w.max(h)),
                     (w, h) => w.or(h),
                 };
@@ -86,7 +109,8 @@ impl Ejection {
             }
             (true, false) => {
                 self.readmitted_us = now_us;
-                let held = self.resumed_weight();
+                let held = if self.strong_evidence() { self.held_weight } else { self.resumed_weight() };
+                let held = held.map(|h| h * live_mean);
                 self.held_weight = None;
                 match (weight, held) {
                     (Some(w), Some(h)) => Some(w.max(h)),
@@ -95,6 +119,13 @@ impl Ejection {
             }
             _ => weight,
         }
+    }
+
+    /// The window that readmits it had only good answers, at least `READMIT_MIN_ANSWERS x 2^(other
+    /// ejections within FLAP_MEMORY_US)` of them.
+    fn strong_evidence(&self) -> bool {
+        let others = self.recent_ejections.saturating_sub(1).min(16);
+        self.readmitting_answers >= READMIT_MIN_ANSWERS * f64::from(1u32 << others)
     }
 
     /// What a readmission resumes with: the weight at ejection x 0.5^(ejections in a row - 1).
@@ -162,33 +193,78 @@ mod tests {
     fn a_readmitted_endpoint_resumes_the_weight_it_had_while_healthy() {
         let p = WeightParams::default();
         let mut e = Ejection::default();
-        assert_eq!(e.resume(false, Some(1.5), &p, 0), Some(1.5));
+        assert_eq!(e.resume(false, Some(1.5), 1.0, &p, 0), Some(1.5));
         // It starts failing: its weight falls before the ratio reaches the threshold.
         e.error_ratio = 0.3;
-        e.resume(false, Some(1.0), &p, 1_000_000);
+        e.resume(false, Some(1.0), 1.0, &p, 1_000_000);
         e.error_ratio = 0.6;
         e.ejected = true;
-        e.resume(false, Some(0.8), &p, 2_000_000);
+        e.resume(false, Some(0.8), 1.0, &p, 2_000_000);
         e.ejected = false;
         e.error_ratio = 0.0;
-        assert_eq!(e.resume(true, Some(0.05), &p, 20_000_000), Some(1.5), "its healthy weight");
+        assert_eq!(e.resume(true, Some(0.05), 1.0, &p, 20_000_000), Some(1.5), "its healthy weight");
+    }
+
+    #[test]
+    fn strong_evidence_restores_the_weight_at_ejection_and_a_flapper_needs_more_of_it() {
+        let p = WeightParams::default();
+        let eject = |e: &mut Ejection, now: u64| {
+            e.error_ratio = 1.0;
+            e.learn(&window(100.0, 100.0), false, &p, Some(1_000_000));
+            assert!(e.ejected);
+            e.resume(false, Some(1.2), 1.0, &p, now);
+        };
+        let readmit = |e: &mut Ejection, answers: f64, now: u64| {
+            e.learn(&window(answers, 0.0), false, &p, Some(1_000_000));
+            assert!(!e.ejected, "{e:?}");
+            e.resume(true, Some(0.05), 1.0, &p, now)
+        };
+        let mut e = Ejection::default();
+        eject(&mut e, 0);
+        assert_eq!(readmit(&mut e, 3.0, 5_000_000), Some(1.2));
+        // Ejected again within the flap memory: 3 good answers readmit it at half, 6 in full.
+        eject(&mut e, 6_000_000);
+        assert_eq!(readmit(&mut e, 3.0, 7_000_000), Some(0.6), "weak evidence for a flapper");
+        eject(&mut e, 8_000_000);
+        assert_eq!(readmit(&mut e, 12.0, 9_000_000), Some(1.2), "three ejections in a row: 12 answers");
+        eject(&mut e, 10_000_000);
+        assert_eq!(readmit(&mut e, 23.0, 11_000_000), Some(0.15), "four in a row: 24 needed, else 1/8");
+    }
+
+    #[test]
+    fn a_readmitted_endpoint_resumes_its_weight_relative_to_the_live_mean() {
+        let p = WeightParams::default();
+        let mut e = Ejection::default();
+        // Twice the mean of 0.75 while healthy; ejected at 0.9 against a live mean of 0.9.
+        assert_eq!(e.resume(false, Some(1.5), 0.75, &p, 0), Some(1.5));
+        e.ejected = true;
+        e.resume(false, Some(0.9), 0.9, &p, 1_000_000);
+        // The others rose to 1.4 while it was out: back at twice theirs.
+        e.ejected = false;
+        assert_eq!(e.resume(true, Some(0.05), 1.4, &p, 20_000_000), Some(2.8));
+        assert_eq!(e.resume(false, Some(2.0), f64::NAN, &p, 21_000_000), Some(2.0));
+        assert_eq!(e.healthy_weight, Some(2.0), "no live mean: 1");
     }
 
     #[test]
     fn a_readmitted_endpoint_resumes_its_weight_halved_for_each_recent_ejection() {
         let p = WeightParams::default();
         let mut e = Ejection { ejected: true, ..Default::default() };
-        assert_eq!(e.resume(false, Some(1.2), &p, 0), Some(1.2));
+        assert_eq!(e.resume(false, Some(1.2), 1.0, &p, 0), Some(1.2));
         e.ejected = false;
-        assert_eq!(e.resume(true, Some(0.05), &p, 5_000_000), Some(1.2), "back to its share at once");
+        assert_eq!(e.resume(true, Some(0.05), 1.0, &p, 5_000_000), Some(1.2), "back to its share at once");
         e.ejected = true;
-        e.resume(false, Some(1.2), &p, 6_000_000);
+        e.resume(false, Some(1.2), 1.0, &p, 6_000_000);
         e.ejected = false;
-        assert_eq!(e.resume(true, Some(0.05), &p, 9_000_000), Some(0.6), "flapping: half of it");
+        assert_eq!(e.resume(true, Some(0.05), 1.0, &p, 9_000_000), Some(0.6), "flapping: half of it");
         e.ejected = true;
-        e.resume(false, Some(1.2), &p, 9_000_000 + FLAP_MEMORY_US + 1);
+        e.resume(false, Some(1.2), 1.0, &p, 9_000_000 + FLAP_MEMORY_US + 1);
         e.ejected = false;
-        assert_eq!(e.resume(true, Some(0.05), &p, 9_000_000 + FLAP_MEMORY_US + 2), Some(1.2), "up for long: forgiven");
-        assert_eq!(e.resume(false, Some(0.3), &p, 0), Some(0.3), "no change, no effect");
+        assert_eq!(
+            e.resume(true, Some(0.05), 1.0, &p, 9_000_000 + FLAP_MEMORY_US + 2),
+            Some(1.2),
+            "up for long: forgiven"
+        );
+        assert_eq!(e.resume(false, Some(0.3), 1.0, &p, 0), Some(0.3), "no change, no effect");
     }
 }

@@ -198,13 +198,17 @@ fn learn(
     now_us: u64,
 ) {
     s.by_cpu.clear();
+    let live = || endpoints.iter().filter(|e| !e.ejection.ejected).filter_map(|e| e.weight);
+    let live_mean = if live().count() == 0 { 1.0 } else { live().sum::<f64>() / live().count() as f64 };
+    let mut readmitted = false;
     for ((endpoint, merged), counted) in endpoints.iter_mut().zip(s.merged.iter_mut()).zip(&s.counted) {
         merge::with_metrics_cpu(merged, endpoint.ip, external_cpu, p, now_us);
         let merged = *merged;
         let first_sample = endpoint.weight.is_none();
         let was_ejected = endpoint.ejection.ejected;
         endpoint.ejection.learn(&merged, first_sample, p, elapsed_us);
-        endpoint.weight = endpoint.ejection.resume(was_ejected, endpoint.weight, p, now_us);
+        endpoint.weight = endpoint.ejection.resume(was_ejected, endpoint.weight, live_mean, p, now_us);
+        readmitted |= was_ejected && !endpoint.ejection.ejected;
         endpoint.latency.learn(&merged, p, elapsed_us);
         // 3, CPU path: its rates over the window of a metrics-store CPU value.
         let metrics_cpu = endpoint.ip.is_some_and(|ip| external_cpu.contains_key(&ip));
@@ -214,6 +218,24 @@ fn learn(
         decision.counted = *counted;
         decision.view_inflight = p.view_inflight.of(&decision);
         endpoint.decision = Some(decision);
+    }
+    if readmitted {
+        rebase(endpoints, &s.counted);
+    }
+}
+
+/// After a readmission raised a weight (see `Ejection::resume`): every previous weight divided by
+/// their mean over the `counted` endpoints, so they have mean 1 again. Pickers use only their
+/// ratios, and `normalize`'s step bounds around them have a solution only from a mean of 1.
+fn rebase(endpoints: &mut [EndpointRecord], counted: &[bool]) {
+    let kept = || endpoints.iter().zip(counted).filter(|(_, c)| **c).filter_map(|(e, _)| e.weight);
+    let (n, sum) = (kept().count(), kept().sum::<f64>());
+    if n == 0 || !(sum.is_finite() && sum > 0.0) {
+        return;
+    }
+    let mean = sum / n as f64;
+    for w in endpoints.iter_mut().filter_map(|e| e.weight.as_mut()) {
+        *w /= mean;
     }
 }
 

@@ -252,6 +252,23 @@ fn a_readmitted_endpoint_resumes_its_weight_instead_of_climbing_from_the_floor()
 }
 
 #[test]
+fn a_readmitted_endpoint_resumes_its_share_relative_to_the_others_whose_weights_rose_meanwhile() {
+    let mut w = World::new(WeightParams::default());
+    w.steps(20, &REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000))]);
+    let healthy_ratio = w.decision(B).weight / w.decision(A).weight;
+    let down = Traffic { errors: 50, ..ok(50, 1_000) };
+    w.steps(20, &REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, down)]);
+    assert!(w.decision(B).ejected && w.decision(A).weight > 1.5, "A fills the mean: {:?}", w.weights());
+    while w.decision(B).ejected {
+        w.step(&REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000))]);
+    }
+    let ratio = w.decision(B).weight / w.decision(A).weight;
+    assert!(ratio >= 0.8 * healthy_ratio, "B/A {ratio} at readmission, {healthy_ratio} while healthy");
+    let mean = (w.decision(A).weight + w.decision(B).weight) / 2.0;
+    assert!((mean - 1.0).abs() < 1e-9, "the published weights keep mean 1: {:?}", w.weights());
+}
+
+#[test]
 fn an_ejected_endpoint_without_traffic_fades_back_to_probing() {
     let mut w = World::new(WeightParams::default());
     w.steps(5, &["r0"], |_| vec![(A, ok(50, 10_000)), (B, Traffic { errors: 50, ..ok(50, 1_000) })]);

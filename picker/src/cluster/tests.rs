@@ -93,6 +93,20 @@ fn ejected_endpoints_are_never_sampled() {
 }
 
 #[test]
+fn an_ejected_endpoint_that_answered_well_here_draws_as_an_average_live_one() {
+    let mut c = known(&["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]);
+    let listed = [("10.0.0.1:80", 2.0, false), ("10.0.0.2:80", 1.0, false), ("10.0.0.3:80", 0.05, true)];
+    c.apply_view(&view(&listed), 1_000, 0);
+    assert_eq!(c.readmit_weight(), 1.5, "the mean of the live ones, not the view's 1");
+    let mut rng = Rng::new(3);
+    let hits = (0..40_000).filter(|_| c.sample(&mut rng, 0) == Some(2)).count();
+    let share = hits as f64 / 40_000.0;
+    assert!((share - 1.5 / 4.5).abs() < 0.02, "drawn at 1.5 of 4.5, got {share}");
+    c.apply_view(&view(&[("10.0.0.3:80", 0.05, true)]), 1_000, 0);
+    assert_eq!(c.readmit_weight(), 1.0, "none live: 1");
+}
+
+#[test]
 fn a_new_view_clears_global_stats_of_endpoints_it_omits() {
     let mut c = known(&["10.0.0.1:80", "10.0.0.2:80"]);
     c.apply_view(&view(&[("10.0.0.1:80", 2.0, false), ("10.0.0.2:80", 1.0, false)]), 1_000, 0);
