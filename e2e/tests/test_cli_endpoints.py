@@ -1,9 +1,9 @@
 """`tailweight endpoints` (cli/) against a real client Envoy with the filter, the real aggregator and
 emulated backends on 127.0.0.1: one backend fails throughout (suspended), one failed and recovered
-(ramping: a long recovery ramp keeps it there for the test), one healthy. The CLI's JSON names each
-state, shares the window's picks, and carries the aggregator's weights; the table (run under the
-name kubectl runs plugins by) lists the same endpoints; a cluster the sidecar lacks is a one-line
-error."""
+(ramping: a long recovery ramp that good answers do not cut keeps it there for the test), one
+healthy. The CLI's JSON names each state, shares the window's picks, and carries the aggregator's
+weights; the table (run under the name kubectl runs plugins by) lists the same endpoints; a cluster
+the sidecar lacks is a one-line error."""
 import json
 import os
 import subprocess
@@ -28,7 +28,8 @@ def test_endpoints_shows_suspended_ramping_and_healthy_endpoints(group, tmp_path
     backends = emu.start(group, [emu.BackendSettings(workers=4, base_ms=2.0) for _ in range(3)])
     agg = aggregator.start(group, args=["--identity=report", "--recompute-interval-ms", "200"])
     plugin = envoy_configs.plugin_config_for("tailweight", report_interval_ms=250, extra={
-        "per_endpoint_metrics": True, "recovery_ramp_ms": 120_000, "probe_interval_ms": 100})
+        "per_endpoint_metrics": True, "recovery_ramp_ms": 120_000,
+        "recovery_evidence_answers": 0, "probe_interval_ms": 100})
     proxy = envoy.start(group, "envoy-client", envoy_configs.render_client_envoy(
         backends.addresses, "tailweight", wasm_path=paths.WASM, plugin_config=plugin, aggregator_port=agg.port))
     healthy, failing, recovering = backends.addresses

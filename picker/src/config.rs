@@ -69,6 +69,8 @@ pub struct PickParams {
     pub probe_interval_us: u64,
     /// After a successful probe its share ramps up over this long (longer when it flaps).
     pub recovery_ramp_us: u64,
+    /// Good answers in a row at normal latency that end a recovery ramp early (0: never).
+    pub recovery_evidence_answers: u32,
     /// An endpoint joining a cluster known for longer than this ramps up over this long (0: off).
     pub slow_start_us: u64,
     /// Use the aggregator's view; when false it is reported to but not used (for comparisons).
@@ -139,6 +141,7 @@ impl Default for PickParams {
             failure_decay_us: 1_000_000.0,
             probe_interval_us: 250_000,
             recovery_ramp_us: 1_000_000,
+            recovery_evidence_answers: 3,
             slow_start_us: 10_000_000,
             use_global_view: true,
             load_stamp_max_age_us: 0,
@@ -185,6 +188,7 @@ impl PickParams {
             failure_decay_us: self.failure_decay_us,
             probe_interval_us: self.probe_interval_us,
             recovery_ramp_us: self.recovery_ramp_us,
+            recovery_evidence_answers: self.recovery_evidence_answers,
         }
     }
 }
@@ -220,7 +224,9 @@ impl FilterConfig {
 }
 
 /// The configuration object's fields (see `Fields` for how a bad one is reported). Errors stay
-/// `FieldError` until `parse`: one conversion, not one per field.
+/// `FieldError` until `parse`: one conversion, not one per field. Longer than 80 lines: one
+/// statement per configuration key, read in one place.
+#[allow(clippy::too_many_lines)]
 fn fields(members: &[(String, Value)]) -> Result<FilterConfig, FieldError> {
     let mut f = Fields::new("", members);
     let d = FilterConfig::default();
@@ -244,6 +250,11 @@ fn fields(members: &[(String, Value)]) -> Result<FilterConfig, FieldError> {
                 * 1e3,
             probe_interval_us: f.integer("probe_interval_ms", p.probe_interval_us / 1_000, 10..=600_000) * 1_000,
             recovery_ramp_us: f.integer("recovery_ramp_ms", p.recovery_ramp_us / 1_000, 0..=600_000) * 1_000,
+            recovery_evidence_answers: f.integer(
+                "recovery_evidence_answers",
+                p.recovery_evidence_answers.into(),
+                0..=1_000,
+            ) as u32,
             slow_start_us: f.integer("slow_start_ms", p.slow_start_us / 1_000, 0..=3_600_000) * 1_000,
             use_global_view: f.boolean("use_global_view", p.use_global_view),
             load_stamp_max_age_us: f.integer("load_stamp_max_age_ms", p.load_stamp_max_age_us / 1_000, 0..=10_000)

@@ -124,7 +124,7 @@ impl Endpoint {
         if !class.is_success() {
             return change;
         }
-        match self.health.note_answer_latency(normal, now_us) {
+        match self.health.note_answer_latency(normal, now_us, &p.health_times()) {
             HealthChange::None => change,
             cut => cut,
         }

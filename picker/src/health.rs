@@ -38,8 +38,6 @@ pub const SUSPEND_AFTER: u32 = 2;
 pub const MAX_PROBE_DOUBLINGS: u32 = 2;
 /// Recovery ramps double at most this many times for a flapping endpoint.
 pub const MAX_RAMP_DOUBLINGS: u32 = 4;
-/// Good answers in a row at normal latency that end a first recovery ramp (see `note_answer_latency`).
-pub const STRONG_EVIDENCE_ANSWERS: u32 = 3;
 
 /// The time constants health needs (from `PickParams`), in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,6 +45,9 @@ pub struct HealthTimes {
     pub failure_decay_us: f64,
     pub probe_interval_us: u64,
     pub recovery_ramp_us: u64,
+    /// Good answers in a row at normal latency that end a first recovery ramp early (see
+    /// `note_answer_latency`; 0: a ramp always runs its length).
+    pub recovery_evidence_answers: u32,
 }
 
 /// Whether normal picks may choose the endpoint.
@@ -181,11 +182,11 @@ impl Health {
     }
 
     /// A good answer (already `record`ed) at normal latency or not (see `Endpoint::record`): a recovery
-    /// ramp ends (RampCut) after `STRONG_EVIDENCE_ANSWERS x 2^min(flaps - 1, MAX_RAMP_DOUBLINGS)`
+    /// ramp ends (RampCut) after `recovery_evidence_answers x 2^min(flaps - 1, MAX_RAMP_DOUBLINGS)`
     /// normal answers in a row since it began, the probe's included (`flaps`: suspensions within the
-    /// flap memory); a failure or a slow answer starts the count again.
-    pub fn note_answer_latency(&mut self, normal: bool, now_us: u64) -> HealthChange {
-        if !self.recovering || self.ramp.is_none_or(|r| r.done(now_us)) {
+    /// flap memory); a failure or a slow answer starts the count again. Never with 0 answers.
+    pub fn note_answer_latency(&mut self, normal: bool, now_us: u64, t: &HealthTimes) -> HealthChange {
+        if t.recovery_evidence_answers == 0 || !self.recovering || self.ramp.is_none_or(|r| r.done(now_us)) {
             return HealthChange::None;
         }
         if !normal {
@@ -193,7 +194,7 @@ impl Health {
             return HealthChange::None;
         }
         self.strong_answers = self.strong_answers.saturating_add(1);
-        let needed = STRONG_EVIDENCE_ANSWERS << self.flaps.saturating_sub(1).min(MAX_RAMP_DOUBLINGS);
+        let needed = t.recovery_evidence_answers << self.flaps.saturating_sub(1).min(MAX_RAMP_DOUBLINGS);
         if self.strong_answers < needed {
             return HealthChange::None;
         }
@@ -246,8 +247,12 @@ mod tests {
     use tailweight_math::ramp::RAMP_FLOOR;
 
     const MS: u64 = 1_000;
-    const T: HealthTimes =
-        HealthTimes { failure_decay_us: 1_000_000.0, probe_interval_us: 250 * MS, recovery_ramp_us: 1_000 * MS };
+    const T: HealthTimes = HealthTimes {
+        failure_decay_us: 1_000_000.0,
+        probe_interval_us: 250 * MS,
+        recovery_ramp_us: 1_000 * MS,
+        recovery_evidence_answers: 3,
+    };
 
     #[test]
     fn a_run_of_failures_suspends_and_a_probe_success_recovers_with_a_ramp() {
@@ -308,25 +313,37 @@ mod tests {
         let mut h = Health::default();
         suspend_and_recover(&mut h, 0);
         // The probe's answer and the next at normal latency: not yet; a slow one starts again.
-        assert_eq!(h.note_answer_latency(true, 300 * MS), HealthChange::None);
-        assert_eq!(h.note_answer_latency(true, 310 * MS), HealthChange::None);
-        assert_eq!(h.note_answer_latency(false, 320 * MS), HealthChange::None);
-        assert_eq!(h.note_answer_latency(true, 330 * MS), HealthChange::None);
-        assert_eq!(h.note_answer_latency(true, 340 * MS), HealthChange::None);
+        assert_eq!(h.note_answer_latency(true, 300 * MS, &T), HealthChange::None);
+        assert_eq!(h.note_answer_latency(true, 310 * MS, &T), HealthChange::None);
+        assert_eq!(h.note_answer_latency(false, 320 * MS, &T), HealthChange::None);
+        assert_eq!(h.note_answer_latency(true, 330 * MS, &T), HealthChange::None);
+        assert_eq!(h.note_answer_latency(true, 340 * MS, &T), HealthChange::None);
         assert!(h.weight_factor(340 * MS) < 0.5, "still ramping");
-        assert_eq!(h.note_answer_latency(true, 350 * MS), HealthChange::RampCut);
+        assert_eq!(h.note_answer_latency(true, 350 * MS, &T), HealthChange::RampCut);
         assert_eq!((h.weight_factor(350 * MS), h.ramp()), (1.0, None), "full share at once");
-        assert_eq!(h.note_answer_latency(true, 360 * MS), HealthChange::None, "nothing left to cut");
+        assert_eq!(h.note_answer_latency(true, 360 * MS, &T), HealthChange::None, "nothing left to cut");
         // Suspended again within the flap memory: six answers in a row, and a failure resets them.
         suspend_and_recover(&mut h, 1_000 * MS);
         let mut now = 1_300 * MS;
         for _ in 0..5 {
-            assert_eq!(h.note_answer_latency(true, now), HealthChange::None);
+            assert_eq!(h.note_answer_latency(true, now, &T), HealthChange::None);
             now += MS;
         }
         h.record(ResponseClass::Failure, now, &T);
-        let cut = (0..6).map(|i| h.note_answer_latency(true, now + i * MS)).position(|c| c == HealthChange::RampCut);
+        let cut =
+            (0..6).map(|i| h.note_answer_latency(true, now + i * MS, &T)).position(|c| c == HealthChange::RampCut);
         assert_eq!(cut, Some(5), "the sixth in a row after the failure");
+    }
+
+    #[test]
+    fn with_no_evidence_answers_configured_a_recovery_ramp_runs_its_length() {
+        let t = HealthTimes { recovery_evidence_answers: 0, ..T };
+        let mut h = Health::default();
+        suspend_and_recover(&mut h, 0);
+        for i in 0..50 {
+            assert_eq!(h.note_answer_latency(true, 300 * MS + i * MS, &t), HealthChange::None);
+        }
+        assert!(h.weight_factor(350 * MS) < 0.5, "still ramping");
     }
 
     #[test]
@@ -334,7 +351,7 @@ mod tests {
         let mut h = Health::default();
         h.start_ramp(0, 10_000 * MS);
         for i in 0..20 {
-            assert_eq!(h.note_answer_latency(true, i * MS), HealthChange::None);
+            assert_eq!(h.note_answer_latency(true, i * MS, &T), HealthChange::None);
         }
         assert!(h.weight_factor(20 * MS) < 0.2);
     }

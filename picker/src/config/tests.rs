@@ -20,6 +20,7 @@ fn full_configuration() {
           "reporter_id": "pod-1.ns", "per_endpoint_metrics": true,
           "grpc_failure_codes": [14, 13], "inflight_bound_ms": 5000, "failure_decay_ms": 500,
           "probe_interval_ms": 100, "recovery_ramp_ms": 2000, "slow_start_ms": 0,
+          "recovery_evidence_answers": 0,
           "load_stamp_max_age_ms": 40, "load_stamp_pool": 4, "load_stamp_max_fresh_share": 0.5,
           "load_stamp_clusters": ["b"], "role": "client",
           "aggregator": {"cluster": "agg", "authority": "agg.local", "path": "/r",
@@ -41,6 +42,7 @@ fn full_configuration() {
     assert_eq!((c.grpc_failure_codes.as_slice(), c.inflight_bound_ms), (&[14, 13][..], 5_000));
     assert_eq!((c.pick.failure_decay_us, c.pick.probe_interval_us), (500_000.0, 100_000));
     assert_eq!((c.pick.recovery_ramp_us, c.pick.slow_start_us), (2_000_000, 0));
+    assert_eq!(c.pick.recovery_evidence_answers, 0);
     assert_eq!((c.pick.load_stamp_max_age_us, c.pick.load_stamp_pool), (40_000, 4));
     assert_eq!(c.pick.load_stamp_max_fresh_share, 0.5);
     assert!(c.reads_stamps_of("b") && !c.reads_stamps_of("a"));
