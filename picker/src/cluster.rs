@@ -153,8 +153,9 @@ impl Cluster {
     /// The endpoint at `address`, added if new and there is room (first contact at `seen_us`,
     /// which keeps it for `ttl` like a good answer). One joining a cluster known here for longer
     /// than `slow_start_us` starts a ramp (a new pod, likely cold), unless a fresh view suggested
-    /// it (the aggregator's weight already ramps endpoints new to the mesh); the endpoints found in
-    /// the cluster's first window do not (this proxy discovering an established set). Returns its slot and whether it was added.
+    /// it (the aggregator's weight ramps endpoints new to the mesh until it can rate them); the
+    /// endpoints found in the cluster's first window do not (this proxy discovering an established
+    /// set). Returns its slot and whether it was added.
     pub fn learn(
         &mut self,
         address: &str,

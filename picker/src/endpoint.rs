@@ -120,11 +120,12 @@ impl Endpoint {
             l.cpu = Some((cpu, now_us));
         }
         self.last_response_us = self.last_response_us.max(now_us);
-        let change = self.health.record(class, now_us, &p.health_times());
+        let times = p.health_times();
+        let change = self.health.record(class, now_us, &times);
         if !class.is_success() {
             return change;
         }
-        match self.health.note_answer_latency(normal, now_us, &p.health_times()) {
+        match self.health.note_answer_latency(normal, now_us, &times) {
             HealthChange::None => change,
             cut => cut,
         }
