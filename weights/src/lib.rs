@@ -26,7 +26,8 @@
 //!    source principal (`WeightBook::attest`, `evidence.rs`), only proven callers count, each up to
 //!    what it was served (`callers.rs`). Then across principals (`consensus.rs`): with three or more,
 //!    one vote each (medians, the consensus split); endpoints fewer than half of them report stay
-//!    out of the cluster's normalisation in steps 3 and 4.
+//!    out of the cluster's normalisation in steps 3 and 4, and so do endpoints no reporter has
+//!    sent a request to for `quiet_uncounted_us` (ones that left the cluster: `traffic.rs`).
 //! 2. Learn the slow state from the merged numbers: the smoothed error ratio, which ejects the
 //!    endpoint at `eject_ratio` and readmits it below half of that (`ejection.rs`); the service time
 //!    and the concurrency of the latency path (`latency_model.rs`).
@@ -79,6 +80,7 @@ mod rejection;
 mod reply_plan;
 mod route;
 mod smoothing;
+mod traffic;
 mod view_inflight;
 
 pub use book::{Counts, WeightBook, TRUSTED_PRINCIPAL};

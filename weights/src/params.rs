@@ -60,6 +60,10 @@ pub struct WeightParams {
     /// window, as the picker steers around a slow endpoint) keeps its last capacity of that method
     /// for this long before it falls back to the median.
     pub capacity_hold_us: u64,
+    /// An endpoint without requests sent or in flight for this long (one that left the cluster)
+    /// does not count in the cluster's mean, median target, method and median concurrency
+    /// (`traffic.rs`). Three report intervals: a left pod's request rate is 0 after one or two.
+    pub quiet_uncounted_us: u64,
     /// Envoy CSWRR's error_utilization_penalty: qps / (cpu + penalty x eps / qps).
     pub error_penalty: f64,
     /// An endpoint new to a cluster the book has known for longer than this ramps up over this
@@ -137,6 +141,7 @@ impl Default for WeightParams {
             failure_cost_us: 100_000.0,
             min_qps_for_cpu: 1.0,
             capacity_hold_us: 10_000_000,
+            quiet_uncounted_us: 3_000_000,
             error_penalty: 1.0,
             slow_start_us: 10_000_000,
             backlog_drain_us: 5_000_000.0,

@@ -12,6 +12,7 @@ use crate::params::WeightParams;
 use crate::published::PublishedCluster;
 use crate::record::{ClusterRecord, EndpointRecord};
 use crate::smoothing;
+use crate::traffic;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -104,6 +105,8 @@ pub(crate) fn recompute_cluster(
             }
         }
     }
+    // Endpoints without traffic for a while (left the cluster) share nothing out (`traffic.rs`).
+    traffic::uncount_quiet(endpoints, &s.merged, p, now_us, &mut s.counted);
     // 2. Learn the slow state, and the CPU path of step 3.
     learn(endpoints, external_cpu, p, s, elapsed_us, now_us);
     // 3. Raw capacity by the cluster's method, less the backlog.

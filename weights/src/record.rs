@@ -181,6 +181,8 @@ pub(crate) struct EndpointRecord {
     pub decision: Option<EndpointDecision>,
     /// Merged counts over the window of a metrics-store CPU value (kept while the IP has one).
     pub rates: RateHistory,
+    /// The last recompute whose merged numbers showed traffic here (`traffic.rs`).
+    pub last_traffic_us: Option<u64>,
 }
 
 impl EndpointRecord {
@@ -248,6 +250,7 @@ impl EndpointRecord {
             held: None,
             decision: None,
             rates: RateHistory::default(),
+            last_traffic_us: None,
         }
     }
 }

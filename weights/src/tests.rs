@@ -1390,3 +1390,56 @@ fn a_joining_endpoint_is_slow_started_only_until_its_own_capacity_is_measured() 
     let expected = d_raw / ((3.0 * a_raw + d_raw) / 4.0);
     assert!((rated.target - expected).abs() < 1e-9, "no ramp on a measured capacity: {} vs {expected}", rated.target);
 }
+
+#[test]
+fn endpoints_that_left_the_cluster_stop_counting_in_what_the_others_share() {
+    // Five pods rated by the metrics store's CPU (0.5 at 50 rps: 100 rps each). C, D and E leave:
+    // the proxies still list them, with no requests; their CPU stays (a process's baseline) while
+    // their request rate over the CPU window decays, so their capacities fall toward 0. F joins,
+    // unrated: it gets the median target of the endpoints that carry traffic (A's and B's, 1),
+    // not the median over all, which the three leaving pods' falling targets would hold below 1.
+    const E: &str = "10.0.0.5:8080";
+    const F: &str = "10.0.0.6:8080";
+    let p = WeightParams::default();
+    let mut w = World::new(p.clone());
+    let busy = |requests| Traffic { inflight: 0, ..ok(requests, 10_000) };
+    let gone = Traffic { inflight: 0, ..ok(0, 0) };
+    let all = [A, B, C, D, E, F];
+    let set_cpu = |w: &mut World, at: &[&str]| {
+        let now = w.now + SEC;
+        for address in at {
+            w.book.set_external_cpu(address.parse::<SocketAddr>().unwrap().ip(), 0.5, now);
+        }
+    };
+    for _ in 0..70 {
+        set_cpu(&mut w, &all[..5]);
+        w.step(&REPORTERS, |_| vec![(A, busy(50)), (B, busy(50)), (C, busy(50)), (D, busy(50)), (E, busy(50))]);
+    }
+    for _ in 0..30 {
+        set_cpu(&mut w, &all[..5]);
+        w.step(&REPORTERS, |_| vec![(A, busy(50)), (B, busy(50)), (C, gone), (D, gone), (E, gone)]);
+    }
+    let left = w.decision(C);
+    assert!(!left.counted && left.weight.is_finite() && left.weight >= p.floor, "{left:?}");
+    assert!(left.capacity.unwrap() < 0.75 * w.decision(A).capacity.unwrap(), "{left:?}");
+    assert!(w.decision(A).counted && w.decision(B).counted);
+    let weights = w.weights();
+    assert!((weights[A] + weights[B] - 2.0).abs() < 1e-6, "mean 1 over the two that carry traffic: {weights:?}");
+    set_cpu(&mut w, &all[..5]);
+    w.step(&REPORTERS, |_| vec![(A, busy(50)), (B, busy(50)), (C, gone), (D, gone), (E, gone), (F, gone)]);
+    let joining = w.decision(F);
+    assert_eq!((joining.method, joining.counted), (Method::Median, true), "{joining:?}");
+    let ramp_at_join = Ramp { start_us: w.now, window_us: p.slow_start_us }.factor(w.now);
+    assert!((joining.target - ramp_at_join).abs() < 1e-9, "the median target 1 x ramp {ramp_at_join}: {joining:?}");
+}
+
+#[test]
+fn a_cluster_nobody_sends_to_keeps_every_endpoint_counted() {
+    let mut w = World::new(WeightParams::default());
+    w.steps(20, &REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 20_000))]);
+    let idle = Traffic { inflight: 0, ..ok(0, 0) };
+    w.steps(20, &REPORTERS, |_| vec![(A, idle), (B, idle)]);
+    assert!(w.decision(A).counted && w.decision(B).counted);
+    let weights = w.weights();
+    assert!((weights[A] + weights[B] - 2.0).abs() < 1e-6, "{weights:?}");
+}
