@@ -70,12 +70,25 @@ fn drained(capacity: f64, backlog: f64, p: &WeightParams) -> f64 {
 }
 
 /// One method per cluster (raw capacities in different units must not be compared): CPU when at
-/// least half of the `counted` endpoints that can be rated at all can be rated by CPU.
-fn cluster_method(endpoints: &[EndpointRecord], by_cpu: &[Option<f64>], counted: &[bool]) -> Method {
-    let counted = || endpoints.iter().zip(by_cpu).zip(counted).filter(|(_, c)| **c).map(|(e, _)| e);
-    let by_cpu_count = counted().filter(|(_, cpu)| cpu.is_some()).count();
-    let rated_count = counted().filter(|(e, cpu)| cpu.is_some() || e.latency.service_us.is_some()).count();
-    if by_cpu_count > 0 && by_cpu_count * 2 >= rated_count {
+/// least half of the `counted` endpoints that vote can be rated by CPU. An endpoint votes when it
+/// served at least `min_qps_for_cpu` (below that the CPU path cannot rate it, whatever it
+/// reports: no traffic is no vote for latency) and can be rated at all; when none does, every
+/// counted endpoint that can be rated votes.
+fn cluster_method(endpoints: &[EndpointRecord], by_cpu: &[Option<f64>], counted: &[bool], p: &WeightParams) -> Method {
+    let rated = || {
+        endpoints
+            .iter()
+            .zip(by_cpu)
+            .zip(counted)
+            .filter(|(_, c)| **c)
+            .map(|(e, _)| e)
+            .filter(|(e, cpu)| cpu.is_some() || e.latency.service_us.is_some())
+    };
+    let busy = |e: &EndpointRecord| e.decision.as_ref().is_some_and(|d| d.qps >= p.min_qps_for_cpu);
+    let any_busy = rated().any(|(e, _)| busy(e));
+    let voters = || rated().filter(move |(e, _)| !any_busy || busy(e));
+    let by_cpu_count = voters().filter(|(_, cpu)| cpu.is_some()).count();
+    if by_cpu_count > 0 && by_cpu_count * 2 >= voters().count() {
         Method::Cpu
     } else {
         Method::Latency
@@ -95,7 +108,7 @@ pub(crate) fn rate(
     raw: &mut Vec<Option<f64>>,
     now_us: u64,
 ) {
-    let method = cluster_method(endpoints, by_cpu, counted);
+    let method = cluster_method(endpoints, by_cpu, counted, p);
     sorted.clear();
     sorted.extend(endpoints.iter().zip(counted).filter(|(_, c)| **c).filter_map(|(e, _)| e.latency.concurrency));
     let median_concurrency = median(sorted).unwrap_or(1.0);

@@ -1443,3 +1443,22 @@ fn a_cluster_nobody_sends_to_keeps_every_endpoint_counted() {
     let weights = w.weights();
     assert!((weights[A] + weights[B] - 2.0).abs() < 1e-6, "{weights:?}");
 }
+
+#[test]
+fn endpoints_without_traffic_do_not_vote_the_cluster_off_the_cpu_method() {
+    // Five endpoints report ORCA CPU; three stop getting requests (a rollout removed them, or the
+    // proxies steer around them). They cannot be rated by CPU without traffic, but their learned
+    // service times could rate them by latency: that is no vote for latency. The two busy ones
+    // keep the cluster on CPU.
+    const E: &str = "10.0.0.5:8080";
+    let mut w = World::new(WeightParams::default());
+    let busy = |cpu| Traffic { cpu: Some(cpu), ..ok(50, 10_000) };
+    w.steps(20, &REPORTERS, |_| vec![(A, busy(0.5)), (B, busy(0.25)), (C, busy(0.5)), (D, busy(0.5)), (E, busy(0.5))]);
+    assert_eq!(w.decision(A).method, Method::Cpu);
+    let idle = Traffic { inflight: 0, ..ok(0, 0) };
+    w.step(&REPORTERS, |_| vec![(A, busy(0.5)), (B, busy(0.25)), (C, idle), (D, idle), (E, idle)]);
+    let (a, b) = (w.decision(A), w.decision(B));
+    assert!(w.decision(C).counted, "idle for a second only: still counted");
+    assert_eq!((a.method, b.method), (Method::Cpu, Method::Cpu), "{a:?} {b:?}");
+    assert!((b.capacity.unwrap() / a.capacity.unwrap() - 2.0).abs() < 1e-6, "{a:?} {b:?}");
+}
