@@ -40,10 +40,10 @@
 //!    - A standing queue is work already owed: `backlog / backlog_drain` requests per second come
 //!      off the capacity so new requests go elsewhere until it drains.
 //!
-//!    A cluster uses one method for all endpoints (the one most endpoints with
-//!    traffic support); an endpoint it
-//!    cannot rate this time keeps its last capacity by that method for `capacity_hold_us`
-//!    (`held_capacity.rs`), then gets the median target, as Envoy's CSWRR gives unweighted hosts.
+//!    A cluster uses one method for all endpoints (the one most endpoints with traffic support);
+//!    an endpoint it cannot rate this time keeps its last capacity by that method for
+//!    `capacity_hold_us` (`held_capacity.rs`), then gets the median target, as Envoy's CSWRR gives
+//!    unweighted hosts.
 //! 4. Target = raw / mean raw, at least `floor`, smoothed geometrically toward (`smoothing.rs`);
 //!    then `normalize.rs`: mean 1, each weight within a factor `max_step` of its previous value,
 //!    never below `floor`.
