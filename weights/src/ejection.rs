@@ -9,7 +9,11 @@
 //! at once instead of climbing back from the floor by `max_step` a recompute. In full when the
 //! evidence that readmits it is strong (`Ejection::strong_evidence`: a flapping endpoint must show
 //! more); otherwise (fewer answers, or the ratio faded) halved for each other ejection within
-//! `FLAP_MEMORY_US`, so a flapping one does not.
+//! `FLAP_MEMORY_US`, so a flapping one does not. A flap needs a good answer: an endpoint
+//! readmitted because its ratio faded while nothing reached it, and ejected again before it answered
+//! well, is still in the same outage; that ejection neither counts nor replaces the weight held
+//! from the outage's start (a 20 s outage used to count three or four ejections and come back at
+//! an eighth of its share).
 
 use crate::merge::Merged;
 use crate::params::WeightParams;
@@ -32,6 +36,8 @@ pub(crate) struct Ejection {
     pub readmitted_us: u64,
     /// Good answers in the window that readmitted it, if one did (see the module docs).
     pub readmitting_answers: f64,
+    /// Whether it answered well since it was last readmitted (see the module docs).
+    pub answered_since_readmitted: bool,
     /// The weight it had at the last recompute it was healthy, as a ratio to the live mean then.
     pub healthy_weight: Option<f64>,
 }
@@ -50,6 +56,7 @@ impl Ejection {
         let dt_us = elapsed_us.unwrap_or(1_000_000);
         let window_requests = m.qps * dt_us as f64 / 1e6;
         self.readmitting_answers = 0.0;
+        self.answered_since_readmitted |= !self.ejected && m.qps > m.eps;
         if self.ejected && m.eps <= 0.0 && window_requests >= READMIT_MIN_ANSWERS {
             self.error_ratio = 0.0;
             self.readmitting_answers = window_requests;
@@ -97,21 +104,25 @@ impl Ejection {
     fn resumed(&mut self, was_ejected: bool, weight: Option<f64>, live_mean: f64, now_us: u64) -> Option<f64> {
         match (was_ejected, self.ejected) {
             (false, true) => {
-                if now_us.saturating_sub(self.readmitted_us) > FLAP_MEMORY_US {
+                let forgiven = now_us.saturating_sub(self.readmitted_us) > FLAP_MEMORY_US;
+                if forgiven {
                     self.recent_ejections = 0;
                 }
-                self.recent_ejections = self.recent_ejections.saturating_add(1);
-                self.held_weight = match (weight.map(|w| w / live_mean), self.healthy_weight) {
-                    (Some(w), Some(h)) => Some(w.max(h)),
-                    (w, h) => w.or(h),
-                };
+                let same_outage = !forgiven && !self.answered_since_readmitted && self.held_weight.is_some();
+                if !same_outage {
+                    self.recent_ejections = self.recent_ejections.saturating_add(1);
+                    self.held_weight = match (weight.map(|w| w / live_mean), self.healthy_weight) {
+                        (Some(w), Some(h)) => Some(w.max(h)),
+                        (w, h) => w.or(h),
+                    };
+                }
                 weight
             }
             (true, false) => {
                 self.readmitted_us = now_us;
+                self.answered_since_readmitted = self.readmitting_answers > 0.0;
                 let held = if self.strong_evidence() { self.held_weight } else { self.resumed_weight() };
                 let held = held.map(|h| h * live_mean);
-                self.held_weight = None;
                 match (weight, held) {
                     (Some(w), Some(h)) => Some(w.max(h)),
                     (w, h) => w.or(h),
@@ -253,10 +264,12 @@ mod tests {
         assert_eq!(e.resume(false, Some(1.2), 1.0, &p, 0), Some(1.2));
         e.ejected = false;
         assert_eq!(e.resume(true, Some(0.05), 1.0, &p, 5_000_000), Some(1.2), "back to its share at once");
+        e.answered_since_readmitted = true;
         e.ejected = true;
         e.resume(false, Some(1.2), 1.0, &p, 6_000_000);
         e.ejected = false;
         assert_eq!(e.resume(true, Some(0.05), 1.0, &p, 9_000_000), Some(0.6), "flapping: half of it");
+        e.answered_since_readmitted = true;
         e.ejected = true;
         e.resume(false, Some(1.2), 1.0, &p, 9_000_000 + FLAP_MEMORY_US + 1);
         e.ejected = false;
@@ -266,5 +279,37 @@ mod tests {
             "up for long: forgiven"
         );
         assert_eq!(e.resume(false, Some(0.3), 1.0, &p, 0), Some(0.3), "no change, no effect");
+    }
+
+    #[test]
+    fn readmitted_by_fading_and_failing_again_is_the_same_outage_not_a_flap() {
+        // Down for 20 s: ejected; its ratio fades while the proxies keep away, it is readmitted,
+        // the first requests fail, ejected again, twice. Then it is back and answers its probes
+        // (3, weak evidence for a flapper): it resumes its whole healthy share, not an eighth.
+        let p = WeightParams::default();
+        let mut e = Ejection::default();
+        assert_eq!(e.resume(false, Some(1.5), 1.0, &p, 0), Some(1.5));
+        let fail = |e: &mut Ejection, now: u64| {
+            for _ in 0..3 {
+                e.learn(&window(20.0, 20.0), false, &p, Some(1_000_000));
+            }
+            assert!(e.ejected, "{e:?}");
+            e.resume(false, Some(0.05), 1.0, &p, now);
+        };
+        fail(&mut e, 1_000_000);
+        for at in [8_000_000, 15_000_000] {
+            e.error_ratio = 0.2;
+            e.learn(&window(0.0, 0.0), false, &p, Some(1_000_000));
+            assert!(!e.ejected, "faded: readmitted {e:?}");
+            e.resume(true, Some(0.05), 1.0, &p, at);
+            fail(&mut e, at + 1_000_000);
+        }
+        assert_eq!(e.recent_ejections, 1, "{e:?}");
+        e.learn(&window(3.0, 0.0), false, &p, Some(1_000_000));
+        assert_eq!(e.resume(true, Some(0.05), 1.0, &p, 21_000_000), Some(1.5), "{e:?}");
+        // A good answer after a readmission makes the next ejection a flap.
+        e.learn(&window(10.0, 0.0), false, &p, Some(1_000_000));
+        fail(&mut e, 23_000_000);
+        assert_eq!(e.recent_ejections, 2, "{e:?}");
     }
 }
