@@ -6,7 +6,8 @@
 //! 2. With probability max(explore_ratio, novelty / 2) explore: try an endpoint a fresh view lists
 //!    but we do not know yet (drawn by weight; see `cluster`), else leave the request to the
 //!    fallback LB: it discovers endpoints and refreshes the samples of those we avoid.
-//! 3. A suspended endpoint whose probe is due gets this request (see `health`).
+//! 3. A suspended endpoint whose probe is due gets this request (see `health`); with health checks
+//!    on, never: `due_health_checks` hands its probe out as a check instead (see `health_check`).
 //! 4. Else draw two distinct candidates, each with probability proportional to its sampling weight
 //!    (the aggregator's weight while the view is fresh, times its health's factor: suspended and
 //!    absent endpoints never, ramping ones less; a fresh view's suggestions by their view weight),
@@ -25,6 +26,7 @@ use crate::cluster::{Candidate, Cluster};
 use crate::config::{FilterConfig, PickParams};
 use crate::endpoint::SiblingStats;
 use crate::health::HealthChange;
+use crate::health_check::DueHealthCheck;
 use crate::outcome::{RequestOutcome, ResponseClass};
 use crate::snapshot::Part;
 use tailweight_math::hash::FastMap;
@@ -42,6 +44,8 @@ pub struct Settings {
     pub max_endpoints_per_cluster: usize,
     /// Half the in-flight bound: the length of an in-flight epoch (see `inflight`).
     pub inflight_epoch_us: u64,
+    /// Suspended endpoints are probed by out-of-band health checks, not users' requests.
+    pub health_checks: bool,
 }
 
 impl From<&FilterConfig> for Settings {
@@ -53,6 +57,7 @@ impl From<&FilterConfig> for Settings {
             max_clusters: c.max_clusters,
             max_endpoints_per_cluster: c.max_endpoints_per_cluster,
             inflight_epoch_us: (c.inflight_bound_ms * 1_000 / 2).max(1),
+            health_checks: c.health_check.is_some(),
         }
     }
 }
@@ -178,7 +183,7 @@ impl Balancer {
                 Some(at) => Candidate::Suggested(at),
                 None => return Pick::Explore,
             }
-        } else if let Some(probe) = cluster.take_due_probe(now_us, p) {
+        } else if let Some(probe) = user_probe(cluster, now_us, p, settings.health_checks) {
             Candidate::Known(probe)
         } else {
             let Some(a) = cluster.sample_candidate(rng, now_us, true) else {
@@ -252,6 +257,52 @@ impl Balancer {
                 cluster.note_stamp(slot, stamp, now_us, pool);
             }
         }
+    }
+
+    /// A user request to `cluster_name` carried `authority` (only needed with health checks on).
+    pub fn note_authority(&mut self, cluster_name: &str, authority: &str) {
+        if let Some(cluster) = self.clusters.get_mut(cluster_name) {
+            cluster.note_authority(authority);
+        }
+    }
+
+    /// With health checks on: the suspended endpoints whose probe is due, each marked as probed (the
+    /// next is due a probe wait later, see `health`), into `due`, at most `max` of them. Off: none
+    /// (users' requests probe).
+    pub fn due_health_checks(&mut self, now_us: u64, max: usize, due: &mut Vec<DueHealthCheck>) {
+        if !self.settings.health_checks {
+            return;
+        }
+        let p = &self.settings.pick;
+        for (name, cluster) in &mut self.clusters.list {
+            while due.len() < max {
+                let Some(slot) = cluster.take_due_probe(now_us, p) else { break };
+                let address = cluster.endpoints()[slot].address.clone();
+                let authority = match cluster.authority() {
+                    "" => address.clone(),
+                    known => known.to_string(),
+                };
+                due.push(DueHealthCheck { cluster: name.clone(), address, authority, sent_us: now_us });
+            }
+        }
+    }
+
+    /// The answer to `check` (`passed`: see `health_check::check_passed`) came at `now_us`: for an
+    /// endpoint still suspended, what a probe's answer at `now - sent` would do (a pass ends the
+    /// suspension with a recovery ramp; a failure doubles the wait). Else (recovered meanwhile, or
+    /// forgotten) nothing. Returns the health change.
+    pub fn health_check_answered(&mut self, check: &DueHealthCheck, passed: bool, now_us: u64) -> HealthChange {
+        let p = &self.settings.pick;
+        let Some(cluster) = self.clusters.get_mut(&check.cluster) else { return HealthChange::None };
+        let Some(slot) = cluster.slot_of(&check.address) else { return HealthChange::None };
+        let endpoint = cluster.endpoint_mut(slot);
+        if endpoint.health.probe_due_us().is_none() {
+            return HealthChange::None;
+        }
+        let change = endpoint.record_health_check(passed, now_us.saturating_sub(check.sent_us), now_us, p);
+        cluster.health_changed(change);
+        self.revision += 1;
+        change
     }
 
     /// Account a finished request. `chosen` is the first choice the pick returned (if it steered);
@@ -483,6 +534,15 @@ fn stamped_choice(cluster: &Cluster, drawn: Candidate, now_us: u64, p: &PickPara
         }
     }
     best.1
+}
+
+/// Step 3: a suspended endpoint whose probe is due, marked as probed, unless health checks probe
+/// instead (see `due_health_checks`).
+fn user_probe(cluster: &mut Cluster, now_us: u64, p: &PickParams, health_checks: bool) -> Option<usize> {
+    if health_checks {
+        return None;
+    }
+    cluster.take_due_probe(now_us, p)
 }
 
 /// A slot not in `taken`, drawn by weight; None when no such slot turns up in a few draws.
