@@ -6,8 +6,7 @@
 //! 2. With probability max(explore_ratio, novelty / 2) explore: try an endpoint a fresh view lists
 //!    but we do not know yet (drawn by weight; see `cluster`), else leave the request to the
 //!    fallback LB: it discovers endpoints and refreshes the samples of those we avoid.
-//! 3. A suspended endpoint whose probe is due gets this request (see `health`); with health checks
-//!    on, never: `due_health_checks` hands its probe out as a check instead (see `health_check`).
+//! 3. A suspended endpoint whose probe is due gets this request, unless health checks probe it (see `health`).
 //! 4. Else draw two distinct candidates, each with probability proportional to its sampling weight
 //!    (the aggregator's weight while the view is fresh, times its health's factor: suspended and
 //!    absent endpoints never, ramping ones less; a fresh view's suggestions by their view weight),
@@ -23,10 +22,9 @@
 //! failure of ours if known here; a suggestion is only no longer suggested, see `complete`).
 
 use crate::cluster::{Candidate, Cluster};
-use crate::config::{FilterConfig, PickParams};
+use crate::config::PickParams;
 use crate::endpoint::SiblingStats;
 use crate::health::HealthChange;
-use crate::health_check::DueHealthCheck;
 use crate::outcome::{RequestOutcome, ResponseClass};
 use crate::snapshot::Part;
 use tailweight_math::hash::FastMap;
@@ -34,39 +32,6 @@ use tailweight_math::rng::Rng;
 use tailweight_wire::reply::ClusterView;
 use tailweight_wire::report::ClusterReport;
 use tailweight_wire::stamp::LoadStamp;
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
-    pub pick: PickParams,
-    pub retry_choices: usize,
-    pub endpoint_ttl_us: u64,
-    pub max_clusters: usize,
-    pub max_endpoints_per_cluster: usize,
-    /// Half the in-flight bound: the length of an in-flight epoch (see `inflight`).
-    pub inflight_epoch_us: u64,
-    /// Suspended endpoints are probed by out-of-band health checks, not users' requests.
-    pub health_checks: bool,
-}
-
-impl From<&FilterConfig> for Settings {
-    fn from(c: &FilterConfig) -> Self {
-        Settings {
-            pick: c.pick.clone(),
-            retry_choices: c.retry_choices,
-            endpoint_ttl_us: c.endpoint_ttl_ms * 1_000,
-            max_clusters: c.max_clusters,
-            max_endpoints_per_cluster: c.max_endpoints_per_cluster,
-            inflight_epoch_us: (c.inflight_bound_ms * 1_000 / 2).max(1),
-            health_checks: c.health_check.is_some(),
-        }
-    }
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings::from(&FilterConfig::default())
-    }
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Pick {
@@ -183,7 +148,7 @@ impl Balancer {
                 Some(at) => Candidate::Suggested(at),
                 None => return Pick::Explore,
             }
-        } else if let Some(probe) = user_probe(cluster, now_us, p, settings.health_checks) {
+        } else if let Some(probe) = (!cluster.health_checked).then(|| cluster.take_due_probe(now_us, p)).flatten() {
             Candidate::Known(probe)
         } else {
             let Some(a) = cluster.sample_candidate(rng, now_us, true) else {
@@ -257,52 +222,6 @@ impl Balancer {
                 cluster.note_stamp(slot, stamp, now_us, pool);
             }
         }
-    }
-
-    /// A user request to `cluster_name` carried `authority` (only needed with health checks on).
-    pub fn note_authority(&mut self, cluster_name: &str, authority: &str) {
-        if let Some(cluster) = self.clusters.get_mut(cluster_name) {
-            cluster.note_authority(authority);
-        }
-    }
-
-    /// With health checks on: the suspended endpoints whose probe is due, each marked as probed (the
-    /// next is due a probe wait later, see `health`), into `due`, at most `max` of them. Off: none
-    /// (users' requests probe).
-    pub fn due_health_checks(&mut self, now_us: u64, max: usize, due: &mut Vec<DueHealthCheck>) {
-        if !self.settings.health_checks {
-            return;
-        }
-        let p = &self.settings.pick;
-        for (name, cluster) in &mut self.clusters.list {
-            while due.len() < max {
-                let Some(slot) = cluster.take_due_probe(now_us, p) else { break };
-                let address = cluster.endpoints()[slot].address.clone();
-                let authority = match cluster.authority() {
-                    "" => address.clone(),
-                    known => known.to_string(),
-                };
-                due.push(DueHealthCheck { cluster: name.clone(), address, authority, sent_us: now_us });
-            }
-        }
-    }
-
-    /// The answer to `check` (`passed`: see `health_check::check_passed`) came at `now_us`: for an
-    /// endpoint still suspended, what a probe's answer at `now - sent` would do (a pass ends the
-    /// suspension with a recovery ramp; a failure doubles the wait). Else (recovered meanwhile, or
-    /// forgotten) nothing. Returns the health change.
-    pub fn health_check_answered(&mut self, check: &DueHealthCheck, passed: bool, now_us: u64) -> HealthChange {
-        let p = &self.settings.pick;
-        let Some(cluster) = self.clusters.get_mut(&check.cluster) else { return HealthChange::None };
-        let Some(slot) = cluster.slot_of(&check.address) else { return HealthChange::None };
-        let endpoint = cluster.endpoint_mut(slot);
-        if endpoint.health.probe_due_us().is_none() {
-            return HealthChange::None;
-        }
-        let change = endpoint.record_health_check(passed, now_us.saturating_sub(check.sent_us), now_us, p);
-        cluster.health_changed(change);
-        self.revision += 1;
-        change
     }
 
     /// Account a finished request. `chosen` is the first choice the pick returned (if it steered);
@@ -475,8 +394,7 @@ impl Clusters {
         self.at.get(name).map(|&at| &mut self.list[at].1)
     }
 
-    /// Keep the clusters `keep` says (rare: an idle cluster is forgotten); the index is rebuilt
-    /// when any went.
+    /// Keep the clusters `keep` says (rare: an idle cluster is forgotten); the index is rebuilt when any went.
     fn retain(&mut self, mut keep: impl FnMut(&Cluster) -> bool) {
         let before = self.list.len();
         self.list.retain(|(_, c)| keep(c));
@@ -497,7 +415,9 @@ fn cluster_entry<'a>(
         Some(&at) => at,
         None if clusters.list.len() >= settings.max_clusters => return None,
         None => {
-            clusters.list.push((name.to_string(), Cluster::new(now_us, settings.pick.default_latency_us)));
+            let mut cluster = Cluster::new(now_us, settings.pick.default_latency_us);
+            cluster.health_checked = settings.health_checks(name);
+            clusters.list.push((name.to_string(), cluster));
             clusters.at.insert(name.to_string(), clusters.list.len() - 1);
             clusters.list.len() - 1
         }
@@ -536,15 +456,6 @@ fn stamped_choice(cluster: &Cluster, drawn: Candidate, now_us: u64, p: &PickPara
     best.1
 }
 
-/// Step 3: a suspended endpoint whose probe is due, marked as probed, unless health checks probe
-/// instead (see `due_health_checks`).
-fn user_probe(cluster: &mut Cluster, now_us: u64, p: &PickParams, health_checks: bool) -> Option<usize> {
-    if health_checks {
-        return None;
-    }
-    cluster.take_due_probe(now_us, p)
-}
-
 /// A slot not in `taken`, drawn by weight; None when no such slot turns up in a few draws.
 fn draw_distinct(cluster: &mut Cluster, rng: &mut Rng, now_us: u64, taken: &[usize]) -> Option<usize> {
     if cluster.len() <= taken.len() {
@@ -553,5 +464,8 @@ fn draw_distinct(cluster: &mut Cluster, rng: &mut Rng, now_us: u64, taken: &[usi
     (0..8).filter_map(|_| cluster.sample(rng, now_us)).find(|slot| !taken.contains(slot))
 }
 
+mod health_checks;
+mod settings;
+pub use settings::Settings;
 #[cfg(test)]
 mod tests;

@@ -69,6 +69,8 @@ pub struct Cluster {
     readmit_weight: f64,
     /// The `:authority` of the latest user request seen here, for health checks (empty: none seen).
     authority: String,
+    /// Its suspended endpoints are probed by health checks, not users' requests (see `health_check`).
+    pub health_checked: bool,
     /// Whether Envoy honours our picks here.
     pub steering: Steering,
     pub last_used_us: u64,
@@ -99,6 +101,7 @@ impl Cluster {
             suggestion_inflight: Vec::new(),
             readmit_weight: 1.0,
             authority: String::new(),
+            health_checked: false,
             steering: Steering::default(),
             last_used_us: now_us,
         }

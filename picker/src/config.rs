@@ -57,6 +57,9 @@ pub struct HealthCheckConfig {
     pub path: String,
     /// A check not answered with response headers within this long failed.
     pub timeout_ms: u64,
+    /// The clusters checked (empty: every steered one); the others keep probing with users' requests
+    /// (e.g. gRPC clusters whose servers answer no plain GET).
+    pub clusters: Vec<String>,
 }
 
 /// Knobs of the per-request pick (see `balancer`). Times in microseconds.
@@ -431,11 +434,12 @@ fn header_name(f: &mut Fields, key: &'static str, default: &str) -> String {
     default.to_string()
 }
 
-/// `health_check_path` (absent or "": off) and `health_check_timeout_ms`. The path must start with
+/// `health_check_path` (absent or "": off), `health_check_timeout_ms` and `health_check_clusters`. The path must start with
 /// '/' and be visible ASCII (it is sent as `:path` as is); a bad one is noted in `f` and reads as off.
 fn health_check(f: &mut Fields) -> Option<HealthCheckConfig> {
     const KEY: &str = "health_check_path";
     let timeout_ms = f.integer("health_check_timeout_ms", 1_000, 10..=60_000);
+    let clusters = f.string_list("health_check_clusters", 256);
     if matches!(f.get(KEY), Some(Value::String(s)) if s.is_empty()) {
         return None;
     }
@@ -444,7 +448,7 @@ fn health_check(f: &mut Fields) -> Option<HealthCheckConfig> {
         f.fail(f.unexpected(KEY, "a path starting with '/' (visible ASCII, no spaces)", &Value::String(path)));
         return None;
     }
-    Some(HealthCheckConfig { path, timeout_ms })
+    Some(HealthCheckConfig { path, timeout_ms, clusters })
 }
 
 /// A list of gRPC status codes (0..=16), each at most once. A bad one is noted in `f` and reads as

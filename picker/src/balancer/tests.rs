@@ -729,9 +729,13 @@ fn a_trusted_liar_can_hide_only_the_other_proxies_load_at_it() {
     assert!(own(&b, X) <= 30 / 3 + OTHERS + 1, "{}", own(&b, X));
 }
 
-/// A balancer with health checks on (explore_ratio 0) that knows A and B, B suspended at 2 (two
-/// failures in a row) after a user request to C carried `svc.example:80`.
+/// A balancer with health checks on for every cluster or off (explore_ratio 0) that knows A and B,
+/// B suspended at 2 (two failures in a row) after a user request to C carried `svc.example:80`.
 fn with_b_suspended(health_checks: bool) -> Balancer {
+    suspended_with(health_checks.then(Vec::new))
+}
+
+fn suspended_with(health_checks: Option<Vec<String>>) -> Balancer {
     let pick = PickParams { explore_ratio: 0.0, ..Default::default() };
     let mut b = Balancer::new(Settings { pick, health_checks, ..Default::default() }, 9);
     learn(&mut b, &[A, B], 0);
@@ -762,10 +766,13 @@ fn with_health_checks_no_user_request_goes_to_a_suspended_endpoint() {
         answer(&mut b, &pick, &ok(A, MS), now);
     }
     assert!(steered > 4_900, "{steered}");
-    // Today's behaviour with them off: the probe is a user's request.
-    let mut off = with_b_suspended(false);
-    assert!(due(&mut off, 10_000 * MS).is_empty(), "off: no checks");
-    assert_eq!(off.pick(C, 2 + 250 * MS).first_choice(), Some(B), "off: the due probe takes a user request");
+    // Today's behaviour with them off, or on for other clusters only: the probe is a user's request.
+    for mut off in [with_b_suspended(false), suspended_with(Some(vec!["other".into()]))] {
+        assert!(due(&mut off, 10_000 * MS).is_empty(), "off: no checks");
+        assert_eq!(off.pick(C, 2 + 250 * MS).first_choice(), Some(B), "off: the due probe takes a user request");
+    }
+    let mut named = suspended_with(Some(vec![C.into()]));
+    assert_eq!(due(&mut named, 2 + 250 * MS).len(), 1, "on for the cluster named");
 }
 
 #[test]

@@ -144,6 +144,7 @@ fn every_error_names_the_field() {
         (r#"{"health_check_path": "healthz"}"#, "field `health_check_path`: expected a path starting with '/'"),
         (r#"{"health_check_path": "/a b"}"#, "field `health_check_path`: expected a path starting with '/'"),
         (r#"{"health_check_path": 1}"#, "field `health_check_path`: expected a non-empty string of at most 256"),
+        (r#"{"health_check_clusters": "a"}"#, "field `health_check_clusters`: expected a list"),
         (r#"{"health_check_timeout_ms": 5}"#, "field `health_check_timeout_ms`: expected an integer in 10..=60000"),
         (r#"{"role": "server", "health_check_path": "/h"}"#, "field `health_check_path`: needs role \"client\""),
         // Several bad fields: the first read is reported, before any unknown one.
@@ -164,7 +165,9 @@ fn health_checks_are_off_unless_a_path_is_given() {
     assert_eq!(FilterConfig::parse(b"{}").unwrap().health_check, None);
     assert_eq!(FilterConfig::parse(br#"{"health_check_path": ""}"#).unwrap().health_check, None);
     let on = FilterConfig::parse(br#"{"health_check_path": "/healthz?x=1"}"#).unwrap().health_check;
-    assert_eq!(on, Some(HealthCheckConfig { path: "/healthz?x=1".into(), timeout_ms: 1_000 }));
+    assert_eq!(on, Some(HealthCheckConfig { path: "/healthz?x=1".into(), timeout_ms: 1_000, clusters: vec![] }));
+    let some = FilterConfig::parse(br#"{"health_check_path": "/h", "health_check_clusters": ["a"]}"#).unwrap();
+    assert_eq!(some.health_check.map(|h| h.clusters), Some(vec!["a".to_string()]));
     let timed = FilterConfig::parse(br#"{"health_check_path": "/h", "health_check_timeout_ms": 200}"#).unwrap();
     assert_eq!(timed.health_check.map(|h| h.timeout_ms), Some(200));
     let long = format!(r#"{{"health_check_path": "/{}"}}"#, "a".repeat(256));
