@@ -6,7 +6,8 @@
 //! 2. With probability max(explore_ratio, novelty / 2) explore: try an endpoint a fresh view lists
 //!    but we do not know yet (drawn by weight; see `cluster`), else leave the request to the
 //!    fallback LB: it discovers endpoints and refreshes the samples of those we avoid.
-//! 3. A suspended endpoint whose probe is due gets this request, unless health checks probe it (see `health`).
+//! 3. A suspended endpoint whose probe is due gets this request (see `health`), unless its cluster is
+//!    health-checked: then `due_health_checks` hands the probe out as a check (see `health_check`).
 //! 4. Else draw two distinct candidates, each with probability proportional to its sampling weight
 //!    (the aggregator's weight while the view is fresh, times its health's factor: suspended and
 //!    absent endpoints never, ramping ones less; a fresh view's suggestions by their view weight),
@@ -32,6 +33,10 @@ use tailweight_math::rng::Rng;
 use tailweight_wire::reply::ClusterView;
 use tailweight_wire::report::ClusterReport;
 use tailweight_wire::stamp::LoadStamp;
+
+mod health_checks;
+mod settings;
+pub use settings::Settings;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Pick {
@@ -394,7 +399,8 @@ impl Clusters {
         self.at.get(name).map(|&at| &mut self.list[at].1)
     }
 
-    /// Keep the clusters `keep` says (rare: an idle cluster is forgotten); the index is rebuilt when any went.
+    /// Keep the clusters `keep` says (rare: an idle cluster is forgotten); the index is rebuilt
+    /// when any went.
     fn retain(&mut self, mut keep: impl FnMut(&Cluster) -> bool) {
         let before = self.list.len();
         self.list.retain(|(_, c)| keep(c));
@@ -464,8 +470,5 @@ fn draw_distinct(cluster: &mut Cluster, rng: &mut Rng, now_us: u64, taken: &[usi
     (0..8).filter_map(|_| cluster.sample(rng, now_us)).find(|slot| !taken.contains(slot))
 }
 
-mod health_checks;
-mod settings;
-pub use settings::Settings;
 #[cfg(test)]
 mod tests;
