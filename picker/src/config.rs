@@ -51,7 +51,7 @@ pub struct FilterConfig {
     pub health_check: Option<HealthCheckConfig>,
 }
 
-/// `health_check_path` and `health_check_timeout_ms` (see `FilterConfig::health_check`).
+/// `health_check_path`, `health_check_timeout_ms`, `health_check_clusters` (see `FilterConfig::health_check`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthCheckConfig {
     pub path: String,
@@ -434,13 +434,22 @@ fn header_name(f: &mut Fields, key: &'static str, default: &str) -> String {
     default.to_string()
 }
 
-/// `health_check_path` (absent or "": off), `health_check_timeout_ms` and `health_check_clusters`. The path must start with
-/// '/' and be visible ASCII (it is sent as `:path` as is); a bad one is noted in `f` and reads as off.
+/// `health_check_path` (absent or "": off), `health_check_timeout_ms` and `health_check_clusters` (an
+/// error without a path: it would do nothing). The path must start with '/' and be visible ASCII (it
+/// is sent as `:path` as is); a bad one is noted in `f` and reads as off.
 fn health_check(f: &mut Fields) -> Option<HealthCheckConfig> {
     const KEY: &str = "health_check_path";
     let timeout_ms = f.integer("health_check_timeout_ms", 1_000, 10..=60_000);
     let clusters = f.string_list("health_check_clusters", 256);
-    if matches!(f.get(KEY), Some(Value::String(s)) if s.is_empty()) {
+    let off = match f.get(KEY) {
+        None => true,
+        Some(Value::String(s)) => s.is_empty(),
+        Some(_) => false,
+    };
+    if off {
+        if f.get("health_check_clusters").is_some() {
+            f.fail(f.error("health_check_clusters", "needs `health_check_path` (health checks are off)".into()));
+        }
         return None;
     }
     let path = f.optional_string(KEY, 256)?;

@@ -145,6 +145,8 @@ fn every_error_names_the_field() {
         (r#"{"health_check_path": "/a b"}"#, "field `health_check_path`: expected a path starting with '/'"),
         (r#"{"health_check_path": 1}"#, "field `health_check_path`: expected a non-empty string of at most 256"),
         (r#"{"health_check_clusters": "a"}"#, "field `health_check_clusters`: expected a list"),
+        (r#"{"health_check_clusters": ["a"]}"#, "field `health_check_clusters`: needs `health_check_path`"),
+        (r#"{"health_check_path": "", "health_check_clusters": []}"#, "field `health_check_clusters`: needs"),
         (r#"{"health_check_timeout_ms": 5}"#, "field `health_check_timeout_ms`: expected an integer in 10..=60000"),
         (r#"{"role": "server", "health_check_path": "/h"}"#, "field `health_check_path`: needs role \"client\""),
         // Several bad fields: the first read is reported, before any unknown one.
