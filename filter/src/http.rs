@@ -141,6 +141,11 @@ impl Request {
             host::remove_request_header(header);
         }
         if !untracked {
+            if w.health_checker.is_some() {
+                if let Some(authority) = host::request_header(":authority") {
+                    w.balancer.note_authority(&cluster, &authority);
+                }
+            }
             self.grpc = host::request_header("content-type").is_some_and(|t| t.starts_with("application/grpc"));
             self.cluster = Some(cluster);
             self.started_us = now;

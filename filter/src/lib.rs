@@ -28,6 +28,8 @@ mod direction;
 #[cfg(target_arch = "wasm32")]
 mod dispatch;
 #[cfg(target_arch = "wasm32")]
+mod health_checker;
+#[cfg(target_arch = "wasm32")]
 mod host;
 #[cfg(target_arch = "wasm32")]
 mod http;

@@ -23,6 +23,10 @@ pub struct Metrics {
     /// Endpoints suspended after a run of failures, and suspensions ended by a good probe.
     pub suspensions: Option<u32>,
     pub recoveries: Option<u32>,
+    /// Health checks of suspended endpoints sent (`health_check_path`), and those that failed (not
+    /// a 2xx in time, or refused by the host); a passed one that ends a suspension is a recovery.
+    pub health_checks_sent: Option<u32>,
+    pub health_checks_failed: Option<u32>,
     /// Left to the fallback LB on purpose (exploration), and for want of a candidate.
     pub explorations: Option<u32>,
     pub fallbacks: Option<u32>,
@@ -107,6 +111,8 @@ impl Metrics {
             overloads: c("tailweight.overloads"),
             suspensions: c("tailweight.suspensions"),
             recoveries: c("tailweight.recoveries"),
+            health_checks_sent: c("tailweight.health_checks_sent"),
+            health_checks_failed: c("tailweight.health_checks_failed"),
             explorations: c("tailweight.explorations"),
             fallbacks: c("tailweight.fallbacks"),
             untracked: c("tailweight.untracked"),

@@ -50,9 +50,13 @@ impl Root {
     pub fn on_http_call_response(&mut self, token: u32, body_size: usize) {
         match &mut *self.state.borrow_mut() {
             PluginState::Active(w) => {
-                let Worker { reporter, metrics, .. } = &mut **w;
+                let Worker { reporter, metrics, health_checker, balancer, .. } = &mut **w;
+                let now_us = host::now_us();
+                if health_checker.as_mut().is_some_and(|c| c.on_response(token, balancer, metrics, now_us)) {
+                    return;
+                }
                 if let Some(reporter) = reporter {
-                    reporter.on_response(token, body_size, metrics, host::now_us());
+                    reporter.on_response(token, body_size, metrics, now_us);
                 }
             }
             PluginState::Stamping(s) => {

@@ -5,6 +5,7 @@
 //! shared data (but the one setting the gauges: see `tick`).
 
 use crate::digest::report_digest;
+use crate::health_checker::HealthChecker;
 use crate::host;
 use crate::metrics::{self, Metrics};
 use crate::reporter::Reporter;
@@ -38,6 +39,8 @@ pub struct Worker {
     pub balancer: Balancer,
     pub metrics: Metrics,
     pub reporter: Option<Reporter>,
+    /// With `health_check_path`: the out-of-band checks of suspended endpoints.
+    pub health_checker: Option<HealthChecker>,
     /// Whether the listener direction was compared with the role yet (on the first request).
     pub direction_checked: bool,
     /// This VM's slot (u64::MAX: none could be claimed), the id it holds it by, and when it last
@@ -82,6 +85,7 @@ impl Worker {
             balancer: Balancer::new(Settings::from(&config), seed),
             metrics: Metrics::define(config.per_endpoint_metrics),
             reporter,
+            health_checker: config.health_check.clone().map(|h| HealthChecker::new(h, &config.header)),
             direction_checked: false,
             slot: None,
             holder: host::random_u64(),
@@ -113,6 +117,9 @@ impl Worker {
         drop(probe);
         if forgotten > 0 {
             host::increment(self.metrics.endpoints_forgotten, forgotten as i64);
+        }
+        if let Some(checker) = &mut self.health_checker {
+            checker.tick(&mut self.balancer, &self.metrics, now_us);
         }
         self.count_paused(now_us);
         // Idle: this VM has never served a request (the main thread's VM, which serves none, from

@@ -6,7 +6,8 @@
 //! 2. With probability max(explore_ratio, novelty / 2) explore: try an endpoint a fresh view lists
 //!    but we do not know yet (drawn by weight; see `cluster`), else leave the request to the
 //!    fallback LB: it discovers endpoints and refreshes the samples of those we avoid.
-//! 3. A suspended endpoint whose probe is due gets this request (see `health`).
+//! 3. A suspended endpoint whose probe is due gets this request (see `health`), unless its cluster is
+//!    health-checked: then `due_health_checks` hands the probe out as a check (see `health_check`).
 //! 4. Else draw two distinct candidates, each with probability proportional to its sampling weight
 //!    (the aggregator's weight while the view is fresh, times its health's factor: suspended and
 //!    absent endpoints never, ramping ones less; a fresh view's suggestions by their view weight),
@@ -22,7 +23,7 @@
 //! failure of ours if known here; a suggestion is only no longer suggested, see `complete`).
 
 use crate::cluster::{Candidate, Cluster};
-use crate::config::{FilterConfig, PickParams};
+use crate::config::PickParams;
 use crate::endpoint::SiblingStats;
 use crate::health::HealthChange;
 use crate::outcome::{RequestOutcome, ResponseClass};
@@ -33,35 +34,9 @@ use tailweight_wire::reply::ClusterView;
 use tailweight_wire::report::ClusterReport;
 use tailweight_wire::stamp::LoadStamp;
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
-    pub pick: PickParams,
-    pub retry_choices: usize,
-    pub endpoint_ttl_us: u64,
-    pub max_clusters: usize,
-    pub max_endpoints_per_cluster: usize,
-    /// Half the in-flight bound: the length of an in-flight epoch (see `inflight`).
-    pub inflight_epoch_us: u64,
-}
-
-impl From<&FilterConfig> for Settings {
-    fn from(c: &FilterConfig) -> Self {
-        Settings {
-            pick: c.pick.clone(),
-            retry_choices: c.retry_choices,
-            endpoint_ttl_us: c.endpoint_ttl_ms * 1_000,
-            max_clusters: c.max_clusters,
-            max_endpoints_per_cluster: c.max_endpoints_per_cluster,
-            inflight_epoch_us: (c.inflight_bound_ms * 1_000 / 2).max(1),
-        }
-    }
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings::from(&FilterConfig::default())
-    }
-}
+mod health_checks;
+mod settings;
+pub use settings::Settings;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Pick {
@@ -178,7 +153,7 @@ impl Balancer {
                 Some(at) => Candidate::Suggested(at),
                 None => return Pick::Explore,
             }
-        } else if let Some(probe) = cluster.take_due_probe(now_us, p) {
+        } else if let Some(probe) = (!cluster.health_checked).then(|| cluster.take_due_probe(now_us, p)).flatten() {
             Candidate::Known(probe)
         } else {
             let Some(a) = cluster.sample_candidate(rng, now_us, true) else {
@@ -446,7 +421,9 @@ fn cluster_entry<'a>(
         Some(&at) => at,
         None if clusters.list.len() >= settings.max_clusters => return None,
         None => {
-            clusters.list.push((name.to_string(), Cluster::new(now_us, settings.pick.default_latency_us)));
+            let mut cluster = Cluster::new(now_us, settings.pick.default_latency_us);
+            cluster.health_checked = settings.health_checks(name);
+            clusters.list.push((name.to_string(), cluster));
             clusters.at.insert(name.to_string(), clusters.list.len() - 1);
             clusters.list.len() - 1
         }

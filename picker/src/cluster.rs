@@ -67,10 +67,17 @@ pub struct Cluster {
     suggestion_inflight: Vec<f64>,
     /// What an ejected endpoint that answered well here last draws with (see `readmit_weight`).
     readmit_weight: f64,
+    /// The `:authority` of the latest user request seen here, for health checks (empty: none seen).
+    authority: String,
+    /// Its suspended endpoints are probed by health checks, not users' requests (see `health_check`).
+    pub health_checked: bool,
     /// Whether Envoy honours our picks here.
     pub steering: Steering,
     pub last_used_us: u64,
 }
+
+/// Longest `:authority` kept for health checks (a DNS name is at most 253 bytes, with a port 259).
+const MAX_AUTHORITY_BYTES: usize = 259;
 
 impl Cluster {
     pub fn new(now_us: u64, default_latency_us: f64) -> Self {
@@ -93,6 +100,8 @@ impl Cluster {
             stamped: Vec::new(),
             suggestion_inflight: Vec::new(),
             readmit_weight: 1.0,
+            authority: String::new(),
+            health_checked: false,
             steering: Steering::default(),
             last_used_us: now_us,
         }
@@ -202,6 +211,22 @@ impl Cluster {
         self.endpoints[slot].health.mark_absent();
         self.sampler_stale = true;
         self.schedule_probes();
+    }
+
+    /// The `:authority` health checks of this cluster's endpoints use (see `note_authority`).
+    pub fn authority(&self) -> &str {
+        &self.authority
+    }
+
+    /// A user request to this cluster carried `authority`: kept for health checks unless empty,
+    /// longer than `MAX_AUTHORITY_BYTES` or not visible ASCII (copied only when it changes).
+    pub fn note_authority(&mut self, authority: &str) {
+        let usable = !authority.is_empty()
+            && authority.len() <= MAX_AUTHORITY_BYTES
+            && authority.bytes().all(|b| b.is_ascii_graphic());
+        if usable && self.authority != authority {
+            self.authority = authority.to_string();
+        }
     }
 
     /// A suspended endpoint whose probe is due, marked as probed (None: none due). O(1) unless one is

@@ -20,6 +20,12 @@ const MIN_SAMPLING_WEIGHT: f64 = 1e-3;
 /// A good answer within this factor of the endpoint's latency estimate is at normal latency.
 pub const NORMAL_LATENCY_FACTOR: f64 = 1.5;
 
+/// An answer is at normal latency when `latency <= NORMAL_LATENCY_FACTOR x estimate` (or there is no
+/// estimate yet).
+fn is_normal_latency(estimate: Option<PeakEwma>, latency_us: u64) -> bool {
+    estimate.is_none_or(|e| latency_us as f64 <= NORMAL_LATENCY_FACTOR * e.value_us())
+}
+
 #[derive(Debug, Clone)]
 pub struct Endpoint {
     pub address: String,
@@ -104,7 +110,7 @@ impl Endpoint {
     ) -> HealthChange {
         let l = &mut self.local;
         l.requests += 1;
-        let normal = l.latency.is_none_or(|e| latency_us as f64 <= NORMAL_LATENCY_FACTOR * e.value_us());
+        let normal = is_normal_latency(l.latency, latency_us);
         if class.is_success() {
             l.latency_sum_us = l.latency_sum_us.saturating_add(latency_us);
             match &mut l.latency {
@@ -120,6 +126,24 @@ impl Endpoint {
             l.cpu = Some((cpu, now_us));
         }
         self.last_response_us = self.last_response_us.max(now_us);
+        self.record_health(class, normal, now_us, p)
+    }
+
+    /// A health check's answer (see `health_check`): for its health what a user request's answer
+    /// would be (a pass is a good answer, normal when within `NORMAL_LATENCY_FACTOR` x the latency
+    /// estimate; else a failure), and a pass keeps it tracked like a good answer; its request counts
+    /// and latency estimate are the users' requests' only (a check's path is not what they ask).
+    pub fn record_health_check(&mut self, passed: bool, latency_us: u64, now_us: u64, p: &PickParams) -> HealthChange {
+        let normal = is_normal_latency(self.local.latency, latency_us);
+        if passed {
+            self.last_success_us = self.last_success_us.max(now_us);
+            self.answered_well = true;
+        }
+        let class = if passed { ResponseClass::Success } else { ResponseClass::Failure };
+        self.record_health(class, normal, now_us, p)
+    }
+
+    fn record_health(&mut self, class: ResponseClass, normal: bool, now_us: u64, p: &PickParams) -> HealthChange {
         let times = p.health_times();
         let change = self.health.record(class, now_us, &times);
         if !class.is_success() {

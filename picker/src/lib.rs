@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod config;
 pub mod endpoint;
 pub mod health;
+pub mod health_check;
 pub mod inflight;
 pub mod inspect;
 pub mod outcome;

@@ -1,5 +1,6 @@
 use super::*;
 use crate::health::Availability;
+use crate::health_check::DueHealthCheck;
 use crate::outcome::{RequestOutcome, ResponseClass};
 use tailweight_wire::reply::EndpointView;
 use tailweight_wire::report::EndpointReport;
@@ -726,4 +727,94 @@ fn a_trusted_liar_can_hide_only_the_other_proxies_load_at_it() {
     // What it can still do: hide the others' load, so it holds up to OTHERS more than a fair third.
     assert!(own(&b, X) > own(&b, A).max(own(&b, B)), "{}", own(&b, X));
     assert!(own(&b, X) <= 30 / 3 + OTHERS + 1, "{}", own(&b, X));
+}
+
+/// A balancer with health checks on for every cluster or off (explore_ratio 0) that knows A and B,
+/// B suspended at 2 (two failures in a row) after a user request to C carried `svc.example:80`.
+fn with_b_suspended(health_checks: bool) -> Balancer {
+    suspended_with(health_checks.then(Vec::new))
+}
+
+fn suspended_with(health_checks: Option<Vec<String>>) -> Balancer {
+    let pick = PickParams { explore_ratio: 0.0, ..Default::default() };
+    let mut b = Balancer::new(Settings { pick, health_checks, ..Default::default() }, 9);
+    learn(&mut b, &[A, B], 0);
+    b.note_authority(C, "svc.example:80");
+    b.complete(C, None, &failed(B, MS), 1);
+    assert!(b.complete(C, None, &failed(B, MS), 2).suspended);
+    b
+}
+
+fn due(b: &mut Balancer, now: u64) -> Vec<DueHealthCheck> {
+    let mut due = Vec::new();
+    b.due_health_checks(now, 16, &mut due);
+    due
+}
+
+#[test]
+fn with_health_checks_no_user_request_goes_to_a_suspended_endpoint() {
+    let mut b = with_b_suspended(true);
+    // Through many probe waits: every steered pick is A's, first choice and retry choice alike
+    // (exploration, left to the fallback LB while novelty is high, is the fallback's choice).
+    let mut steered = 0;
+    for now in (3..5_000).map(|i| i * 2 * MS) {
+        let pick = b.pick(C, now);
+        if let Pick::Steer { header, .. } = &pick {
+            assert!(!header.contains(B), "at {now}: {header}");
+            steered += 1;
+        }
+        answer(&mut b, &pick, &ok(A, MS), now);
+    }
+    assert!(steered > 4_900, "{steered}");
+    // Today's behaviour with them off, or on for other clusters only: the probe is a user's request.
+    for mut off in [with_b_suspended(false), suspended_with(Some(vec!["other".into()]))] {
+        assert!(due(&mut off, 10_000 * MS).is_empty(), "off: no checks");
+        assert_eq!(off.pick(C, 2 + 250 * MS).first_choice(), Some(B), "off: the due probe takes a user request");
+    }
+    let mut named = suspended_with(Some(vec![C.into()]));
+    assert_eq!(due(&mut named, 2 + 250 * MS).len(), 1, "on for the cluster named");
+}
+
+#[test]
+fn a_health_check_is_due_once_per_wait() {
+    let mut b = with_b_suspended(true);
+    assert!(due(&mut b, 2 + 250 * MS - 1).is_empty(), "not before its probe time");
+    let first = due(&mut b, 2 + 250 * MS);
+    let expected = DueHealthCheck {
+        cluster: C.into(),
+        address: B.into(),
+        authority: "svc.example:80".into(),
+        sent_us: 2 + 250 * MS,
+    };
+    assert_eq!(first, [expected]);
+    // No answer yet: the next is due a wait after this one was sent, not before.
+    assert!(due(&mut b, 2 + 499 * MS).is_empty());
+    assert_eq!(due(&mut b, 2 + 500 * MS).len(), 1);
+    // `max` bounds a tick's checks; the rest stay due for the next tick.
+    let mut none = Vec::new();
+    b.due_health_checks(2 + 900 * MS, 0, &mut none);
+    assert!(none.is_empty());
+    assert_eq!(due(&mut b, 2 + 900 * MS).len(), 1);
+}
+
+#[test]
+fn a_passed_health_check_readmits_and_a_failed_one_doubles_the_wait() {
+    let mut b = with_b_suspended(true);
+    let check = due(&mut b, 250 * MS + 2).remove(0);
+    // Failed (a 503, a timeout): the wait doubles from the answer.
+    assert_eq!(b.health_check_answered(&check, false, 260 * MS), HealthChange::None);
+    let health = |b: &Balancer| b.cluster(C).unwrap().get(B).unwrap().health.clone();
+    assert_eq!(health(&b).probe_due_us(), Some(260 * MS + 500 * MS));
+    assert!(due(&mut b, 759 * MS).is_empty());
+    let check = due(&mut b, 760 * MS).remove(0);
+    // Passed: suspension over, ramping back from the floor like after a good probe.
+    assert_eq!(b.health_check_answered(&check, true, 765 * MS), HealthChange::Recovered);
+    assert!(health(&b).pickable());
+    assert!(health(&b).ramp().is_some(), "the recovery ramp runs");
+    let e = b.cluster(C).unwrap().get(B).unwrap();
+    assert_eq!((e.local.requests, e.local.errors), (3, 2), "checks are not users' requests in the counts");
+    assert!((0..400).any(|_| b.pick(C, 800 * MS).first_choice() == Some(B)), "picked again");
+    // A late answer to a check of an endpoint no longer suspended changes nothing.
+    assert_eq!(b.health_check_answered(&check, false, 900 * MS), HealthChange::None);
+    assert!(health(&b).pickable());
 }

@@ -141,6 +141,14 @@ fn every_error_names_the_field() {
         ),
         (r#"{"role": "server", "load_stamp_max_age_ms": 20, "load_stamp_clusters": ["a"]}"#, "reads stamps only"),
         (r#"{"load_stamp_clusters": "a"}"#, "field `load_stamp_clusters`: expected a list"),
+        (r#"{"health_check_path": "healthz"}"#, "field `health_check_path`: expected a path starting with '/'"),
+        (r#"{"health_check_path": "/a b"}"#, "field `health_check_path`: expected a path starting with '/'"),
+        (r#"{"health_check_path": 1}"#, "field `health_check_path`: expected a non-empty string of at most 256"),
+        (r#"{"health_check_clusters": "a"}"#, "field `health_check_clusters`: expected a list"),
+        (r#"{"health_check_clusters": ["a"]}"#, "field `health_check_clusters`: needs `health_check_path`"),
+        (r#"{"health_check_path": "", "health_check_clusters": []}"#, "field `health_check_clusters`: needs"),
+        (r#"{"health_check_timeout_ms": 5}"#, "field `health_check_timeout_ms`: expected an integer in 10..=60000"),
+        (r#"{"role": "server", "health_check_path": "/h"}"#, "field `health_check_path`: needs role \"client\""),
         // Several bad fields: the first read is reported, before any unknown one.
         (r#"{"explore_ratio": 2, "retry_choices": 9, "typo": 1}"#, "field `retry_choices`: expected an integer"),
         (r#"{"typo": 1, "header": "X", "role": "x"}"#, "field `role`: expected \"client\" or \"server\""),
@@ -152,6 +160,20 @@ fn every_error_names_the_field() {
         let err = FilterConfig::parse(input.as_bytes()).unwrap_err().to_string();
         assert!(err.contains(message), "{input}: expected {message:?} in {err:?}");
     }
+}
+
+#[test]
+fn health_checks_are_off_unless_a_path_is_given() {
+    assert_eq!(FilterConfig::parse(b"{}").unwrap().health_check, None);
+    assert_eq!(FilterConfig::parse(br#"{"health_check_path": ""}"#).unwrap().health_check, None);
+    let on = FilterConfig::parse(br#"{"health_check_path": "/healthz?x=1"}"#).unwrap().health_check;
+    assert_eq!(on, Some(HealthCheckConfig { path: "/healthz?x=1".into(), timeout_ms: 1_000, clusters: vec![] }));
+    let some = FilterConfig::parse(br#"{"health_check_path": "/h", "health_check_clusters": ["a"]}"#).unwrap();
+    assert_eq!(some.health_check.map(|h| h.clusters), Some(vec!["a".to_string()]));
+    let timed = FilterConfig::parse(br#"{"health_check_path": "/h", "health_check_timeout_ms": 200}"#).unwrap();
+    assert_eq!(timed.health_check.map(|h| h.timeout_ms), Some(200));
+    let long = format!(r#"{{"health_check_path": "/{}"}}"#, "a".repeat(256));
+    assert!(FilterConfig::parse(long.as_bytes()).is_err(), "at most 256 bytes");
 }
 
 #[test]

@@ -1,0 +1,127 @@
+"""Health checks of suspended endpoints (`health_check_path`) with a real Envoy and stub backends on
+127.0.0.1: the filter's checks, sent from its root context with the override header, reach the
+endpoint it names (not the fallback policy's pick), and with them on a suspended endpoint gets no
+user request until a check passes.
+
+Counts are asserted, never times: each backend records the path of every request it gets."""
+import threading
+
+import pytest
+import requests
+
+from tailweight_e2e import envoy, envoy_configs, paths
+from tailweight_e2e.procs import wait_for
+from tailweight_e2e.stub_server import Reply, Request, StubServer
+
+STAT = "wasmcustom.tailweight."
+CHECK_PATH = "/healthz"
+AUTHORITY = "shop.example:8080"
+
+
+class Backend:
+    """A stub backend that records (path, authority) of every request and answers 503 while `failing`."""
+
+    def __init__(self):
+        self.failing = False
+        self.seen, self.lock = [], threading.Lock()
+        self.server = StubServer(self._serve, keep_alive=True, name="backend").start()
+        self.address = self.server.address
+
+    def _serve(self, request: Request) -> Reply:
+        with self.lock:
+            self.seen.append((request.path, request.headers.get("host")))
+        return Reply(status=503 if self.failing else 200)
+
+    def count(self, path):
+        with self.lock:
+            return sum(1 for p, _ in self.seen if p == path)
+
+    def authorities(self, path):
+        with self.lock:
+            return {a for p, a in self.seen if p == path}
+
+    def close(self):
+        self.server.close()
+
+
+# Checks every probe wait (50, 100, 200 ms) at the ticks of a busy worker; exploration only while
+# endpoints are new.
+CONFIG = {"explore_ratio": 0.0, "health_check_path": CHECK_PATH, "probe_interval_ms": 50, "sync_interval_ms": 50}
+
+
+@pytest.fixture
+def checked(group):
+    """Three stub backends behind a client Envoy whose filter health-checks (CONFIG); a session."""
+    backends = [Backend() for _ in range(3)]
+    # The fallback (least_request) would spread checks over all three if the override were ignored.
+    config = envoy_configs.render_client_envoy([b.address for b in backends], "tailweight_local",
+                                               wasm_path=paths.WASM, plugin_config=CONFIG)
+    proxy = envoy.start(group, "envoy-checked", config)
+    yield backends, proxy, requests.Session()
+    for b in backends:
+        b.close()
+
+
+def users(proxy, session, n):
+    """`n` user requests in sequence (GET /, Host AUTHORITY); their status codes."""
+    return [session.get(proxy.url(), headers={"host": AUTHORITY}, timeout=10).status_code for _ in range(n)]
+
+
+def stat(proxy, name):
+    return proxy.stat(STAT + name)
+
+
+def suspend(proxy, session, backend, limit=1000):
+    """Fail `backend` and send user requests until the filter suspends it (at most `limit`)."""
+    backend.failing = True
+    for _ in range(limit):
+        users(proxy, session, 1)
+        if stat(proxy, "suspensions") >= 1:
+            return
+    raise AssertionError(f"no suspension in {limit} requests")
+
+
+# The check names its endpoint in the override header, and Envoy's override_host policy honours it
+# on a call dispatched from the root context: every check reaches the suspended backend.
+def test_health_checks_reach_the_endpoint_the_override_header_names(checked):
+    backends, proxy, session = checked
+    assert users(proxy, session, 150) == [200] * 150
+    down = backends[1]
+    suspend(proxy, session, down)
+    wait_for(lambda: down.count(CHECK_PATH) >= 10, 30, "10 health checks at the suspended backend")
+    others = [b.count(CHECK_PATH) for b in backends if b is not down]
+    assert others == [0, 0], f"checks reached other backends: {others} (the suspended one: {down.count(CHECK_PATH)})"
+    assert down.authorities(CHECK_PATH) == {AUTHORITY}, "checks carry the users' authority"
+    assert stat(proxy, "health_checks_sent") >= 10
+    assert stat(proxy, "health_checks_failed") >= 9  # the last may still be under way
+
+
+# A backend that fails for a while and recovers: once suspended it gets checks, not users' requests;
+# when it answers again a check readmits it and its share of users' requests returns.
+def test_a_suspended_backend_gets_no_user_requests_and_comes_back_after_it_recovers(checked):
+    backends, proxy, session = checked
+    assert users(proxy, session, 300) == [200] * 300
+    # The picker's favourite fails (the stubs' latencies differ: their shares are uneven).
+    down = max(backends, key=lambda b: b.count("/"))
+    assert down.count("/") >= 100
+    suspend(proxy, session, down)
+    at_suspension = down.count("/")
+    left_to_envoy = stat(proxy, "explorations") + stat(proxy, "fallbacks")
+    # 600 users' requests while it stays down (several probe waits of 50-200 ms at any pace):
+    # without health checks each wait costs one of them (a user's probe, steered there); with them
+    # no steered request reaches it, only those left to Envoy's fallback policy (exploration)
+    # may: few, as nothing new turns up.
+    codes = users(proxy, session, 600)
+    leaked = down.count("/") - at_suspension
+    left_to_envoy = stat(proxy, "explorations") + stat(proxy, "fallbacks") - left_to_envoy
+    assert leaked <= left_to_envoy, f"{leaked} users' requests reached the suspended backend, " \
+        f"{left_to_envoy} were left to Envoy"
+    assert leaked <= 6 and codes.count(503) == leaked, (leaked, codes.count(503))
+    wait_for(lambda: down.count(CHECK_PATH) >= 3, 30, "health checks of the suspended backend")
+    # It recovers: a check passes, and it is picked again.
+    down.failing = False
+    wait_for(lambda: stat(proxy, "recoveries") >= 1, 30, "a passed check ends the suspension")
+    before = down.count("/")
+    assert users(proxy, session, 600) == [200] * 600
+    share = (down.count("/") - before) / 600
+    assert share > 0.15, f"its share after recovering: {share}"
