@@ -33,7 +33,15 @@ def main(argv=None) -> int:
                     help="Istio's default retry policy in the client Envoys: on, off, or each policy run both "
                          "ways (overrides the scenario's clients.retries; default on)")
     ap.add_argument("--quiet", action="store_true", help="no progress line")
+    ap.add_argument("--filter-setting", action="append", default=[], metavar="KEY=VALUE",
+                    help="a tailweight filter setting for every tailweight policy (repeatable; VALUE is JSON, "
+                         "else a string), e.g. health_check_path=/healthz")
     args = ap.parse_args(argv)
+    try:
+        filter_settings = parse_filter_settings(args.filter_setting)
+    except ValueError as e:
+        print(f"harness: {e}", file=sys.stderr)
+        return 2
     try:
         scenario = load(args.scenario, args.policies.split(",") if args.policies else None)
     except ScenarioError as e:
@@ -64,14 +72,14 @@ def main(argv=None) -> int:
     for i, (policy, retries, name) in enumerate(runs):
         opts = runner.Options(out_dir=out_dir, log_dir=log_dir, warmup_s=args.warmup, duration_s=args.duration,
                               operator_period_s=args.operator_period, kill_aggregator_at_s=args.kill_aggregator_at,
-                              segment_s=args.segment, retries=retries, run_name=name,
+                              segment_s=args.segment, retries=retries, run_name=name, plugin_extra=filter_settings,
                               progress=not args.quiet, label=f"{i + 1}/{len(runs)}")
         try:
             results.append(runner.run_policy(scenario, policy, opts))
         except Exception as e:  # one broken policy must not lose the others' results
             print(f"harness: {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
             results.append({"policy": policy, "run": name, "retries": retries, "error": f"{type(e).__name__}: {e}"})
-    meta = {"elapsed_s": round(time.monotonic() - started, 1),
+    meta = {"elapsed_s": round(time.monotonic() - started, 1), "filter_settings": filter_settings,
             "note": "operator starts from its converged weights "
                     f"(capacity-proportional, {operator.RULE.median_weight:g}/median)"
                     if "operator" in policies else ""}
@@ -79,6 +87,21 @@ def main(argv=None) -> int:
 
 
 RETRY_MODES = {"on": (True,), "off": (False,), "both": (True, False)}
+
+
+def parse_filter_settings(items: list[str]) -> dict:
+    """`KEY=VALUE` items as a dict: VALUE parsed as JSON when it is JSON, else kept as a string."""
+    import json
+    settings = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--filter-setting: expected KEY=VALUE, got {item!r}")
+        try:
+            settings[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            settings[key.strip()] = value
+    return settings
 
 
 def run_name(policy: str, retries: bool) -> str:

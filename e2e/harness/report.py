@@ -45,7 +45,8 @@ def markdown(scenario: Scenario, results: list[dict], meta: dict) -> str:
                  if scenario.protocol == "grpc" else f"HTTP/1.1, {clients.connections} connections per client")
     lines.append(f"warm-up {first.get('warmup_s', '?')} s, recorded {first.get('duration_s', '?')} s per policy; "
                  f"{transport}; client Envoys with Istio's default retry policy unless marked -no-retries; "
-                 f"{meta.get('note', '')}".rstrip("; "))
+                 f"{meta.get('note', '')}".rstrip("; ")
+                 + (f"; tailweight filter settings {meta['filter_settings']}" if meta.get("filter_settings") else ""))
     lines += ["", "| run | p50 ms | p90 ms | p99 ms | p99.9 ms | p99 / least_request | errors | requests | "
                   "Envoy retries | CPU cores (all) | Envoy us/req | aggregator us/req |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]

@@ -664,3 +664,13 @@ def test_eds_file_is_written_atomically_with_integer_weights(tmp_path):
     assert list(tmp_path.iterdir()) == [path]
     with pytest.raises(ValueError, match="must be >= 1"):
         render_eds({"127.0.0.1:1": 0})
+
+
+def test_filter_settings_from_the_command_line_are_json_or_strings_and_bad_ones_are_refused():
+    from harness.__main__ import parse_filter_settings
+    assert parse_filter_settings(["health_check_path=/healthz", "recovery_ramp_ms=500", "x=[1]"]) == {
+        "health_check_path": "/healthz", "recovery_ramp_ms": 500, "x": [1]}
+    assert parse_filter_settings([]) == {}
+    for bad in ("no_equals", "=1", " =2"):
+        with pytest.raises(ValueError, match="KEY=VALUE"):
+            parse_filter_settings([bad])
