@@ -112,6 +112,7 @@ impl Endpoint {
         l.requests += 1;
         let normal = is_normal_latency(l.latency, latency_us);
         if class.is_success() {
+            self.health.confirm();
             l.latency_sum_us = l.latency_sum_us.saturating_add(latency_us);
             match &mut l.latency {
                 Some(ewma) => ewma.observe(latency_us as f64, now_us, p.latency_decay_us),
@@ -140,7 +141,11 @@ impl Endpoint {
             self.answered_well = true;
         }
         let class = if passed { ResponseClass::Success } else { ResponseClass::Failure };
-        self.record_health(class, normal, now_us, p)
+        let change = self.record_health(class, normal, now_us, p);
+        if change == HealthChange::Recovered {
+            self.health.recovered_by_check();
+        }
+        change
     }
 
     fn record_health(&mut self, class: ResponseClass, normal: bool, now_us: u64, p: &PickParams) -> HealthChange {

@@ -36,6 +36,12 @@ pub const SUSPEND_RATIO: f64 = 0.5;
 pub const SUSPEND_AFTER: u32 = 2;
 /// Probe waits double at most this many times (a probe interval of 250 ms backs off to 1 s).
 pub const MAX_PROBE_DOUBLINGS: u32 = 2;
+/// A suspension that follows a health check's pass with no good user answer since (the check said
+/// healthy, users' requests failed: a health path that answers 2xx while the application fails)
+/// starts its probe wait one doubling further than the last such one, up to this many (250 ms x 32
+/// = 8 s): each such cycle costs two failed user requests, so a destination whose checks lie costs
+/// ever fewer, down to below the one per second users' probes cost. A good user answer resets it.
+pub const MAX_UNCONFIRMED_DOUBLINGS: u32 = 5;
 /// Recovery ramps double at most this many times for a flapping endpoint.
 pub const MAX_RAMP_DOUBLINGS: u32 = 4;
 
@@ -75,6 +81,10 @@ pub struct Health {
     /// Suspensions since the endpoint last stayed up for `FLAP_MEMORY_US`, and when it last recovered.
     flaps: u32,
     recovered_us: u64,
+    /// A health check's pass ended the last suspension and no user request has answered well since;
+    /// and the doublings the last suspension after such a pass started with.
+    check_unconfirmed: bool,
+    unconfirmed_doublings: u32,
 }
 
 /// What a recorded response changed, for the sampler (weights) and the caller's counters.
@@ -160,7 +170,7 @@ impl Health {
         match self.availability {
             Availability::Suspended { doublings, .. } => {
                 // A failed probe (or a late failure): wait longer before the next one.
-                let doublings = (doublings + 1).min(MAX_PROBE_DOUBLINGS);
+                let doublings = (doublings + 1).min(MAX_PROBE_DOUBLINGS).max(doublings);
                 self.availability =
                     Availability::Suspended { probe_at_us: now_us + probe_wait(t, doublings), doublings };
                 HealthChange::None
@@ -174,7 +184,14 @@ impl Health {
                 }
                 self.flaps = self.flaps.saturating_add(1);
                 self.ramp = None;
-                self.availability = Availability::Suspended { probe_at_us: now_us + probe_wait(t, 0), doublings: 0 };
+                let doublings = if std::mem::take(&mut self.check_unconfirmed) {
+                    self.unconfirmed_doublings = (self.unconfirmed_doublings + 1).min(MAX_UNCONFIRMED_DOUBLINGS);
+                    self.unconfirmed_doublings
+                } else {
+                    0
+                };
+                self.availability =
+                    Availability::Suspended { probe_at_us: now_us + probe_wait(t, doublings), doublings };
                 HealthChange::Suspended
             }
             _ => HealthChange::None,
@@ -201,6 +218,17 @@ impl Health {
         self.ramp = None;
         self.recovering = false;
         HealthChange::RampCut
+    }
+
+    /// A health check's pass just ended its suspension (see `MAX_UNCONFIRMED_DOUBLINGS`).
+    pub fn recovered_by_check(&mut self) {
+        self.check_unconfirmed = true;
+    }
+
+    /// A user request answered well: what a health check said is confirmed.
+    pub fn confirm(&mut self) {
+        self.check_unconfirmed = false;
+        self.unconfirmed_doublings = 0;
     }
 
     /// Envoy did not try this endpoint when we picked it.
@@ -238,7 +266,7 @@ impl Health {
 
 /// probe_interval x 2^doublings.
 fn probe_wait(t: &HealthTimes, doublings: u32) -> u64 {
-    t.probe_interval_us << doublings.min(MAX_PROBE_DOUBLINGS)
+    t.probe_interval_us << doublings.min(MAX_UNCONFIRMED_DOUBLINGS)
 }
 
 #[cfg(test)]
