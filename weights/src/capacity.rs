@@ -7,7 +7,6 @@ use crate::merge::{CpuOrigin, Merged};
 use crate::params::WeightParams;
 use crate::rate_history::RateHistory;
 use crate::record::EndpointRecord;
-use crate::traffic;
 use tailweight_math::stats::median;
 
 /// Envoy client-side WRR's weight from an ORCA-style report: `qps / (utilisation + penalty x eps /
@@ -120,8 +119,7 @@ pub(crate) fn rate(
             Method::Cpu => *by_cpu,
             _ => by_latency(k, endpoint.ejection.error_ratio, endpoint.latency.service_us, p),
         };
-        let quiet = traffic::is_quiet(endpoint, p, now_us);
-        let capacity = hold(&mut endpoint.held, rated.filter(|v| v.is_finite() && *v > 0.0), method, quiet, p, now_us);
+        let capacity = hold(&mut endpoint.held, rated.filter(|v| v.is_finite() && *v > 0.0), method, p, now_us);
         let backlog = endpoint.decision.as_ref().map_or(0.0, |d| backlog(d.inflight, k));
         raw.push(capacity.map(|c| drained(c, backlog, p)));
         if let Some(d) = endpoint.decision.as_mut() {

@@ -13,15 +13,11 @@ pub(crate) struct HeldCapacity {
 
 /// The capacity by `method` if there is one this time (and remember it), else the last one by the
 /// same method for `capacity_hold_us`: a slow endpoint the picker steers around may see no request
-/// in a window, which is no reason to send it the median share. While the endpoint is `quiet`
-/// (`traffic::is_quiet`: no request at all, e.g. every proxy suspended it and health-checks it)
-/// nothing new is known about it, so the hold does not run down: it resumes with its capacity when
-/// traffic returns, and the hold counts from then.
+/// in a window, which is no reason to send it the median share.
 pub(crate) fn hold(
     held: &mut Option<HeldCapacity>,
     rated: Option<f64>,
     method: Method,
-    quiet: bool,
     p: &WeightParams,
     now_us: u64,
 ) -> Option<f64> {
@@ -30,14 +26,9 @@ pub(crate) fn hold(
             *held = Some(HeldCapacity { capacity, method, at_us: now_us });
             Some(capacity)
         }
-        None => {
-            let h =
-                held.as_mut().filter(|h| h.method == method && now_us.saturating_sub(h.at_us) <= p.capacity_hold_us)?;
-            if quiet {
-                h.at_us = now_us;
-            }
-            Some(h.capacity)
-        }
+        None => held
+            .filter(|h| h.method == method && now_us.saturating_sub(h.at_us) <= p.capacity_hold_us)
+            .map(|h| h.capacity),
     }
 }
 
@@ -49,24 +40,9 @@ mod tests {
     fn a_capacity_is_held_by_its_own_method_only() {
         let p = WeightParams::default();
         let mut held = None;
-        assert_eq!(hold(&mut held, Some(50.0), Method::Cpu, false, &p, 0), Some(50.0));
-        assert_eq!(hold(&mut held, None, Method::Cpu, false, &p, p.capacity_hold_us), Some(50.0));
-        assert_eq!(hold(&mut held, None, Method::Cpu, false, &p, p.capacity_hold_us + 1), None);
-        assert_eq!(hold(&mut held, None, Method::Latency, false, &p, 1), None);
-    }
-
-    #[test]
-    fn a_quiet_endpoints_capacity_is_held_until_traffic_returns_and_for_the_hold_after() {
-        let p = WeightParams::default();
-        let mut held = None;
-        hold(&mut held, Some(50.0), Method::Cpu, false, &p, 0);
-        let hold_us = p.capacity_hold_us;
-        for t in 1..=6 {
-            assert_eq!(hold(&mut held, None, Method::Cpu, true, &p, t * hold_us / 2), Some(50.0), "quiet at {t}");
-        }
-        let back = 3 * hold_us;
-        assert_eq!(hold(&mut held, None, Method::Cpu, false, &p, back + hold_us), Some(50.0));
-        assert_eq!(hold(&mut held, None, Method::Cpu, false, &p, back + hold_us + 1), None);
-        assert_eq!(hold(&mut held, None, Method::Latency, true, &p, back + 1), None, "another method's");
+        assert_eq!(hold(&mut held, Some(50.0), Method::Cpu, &p, 0), Some(50.0));
+        assert_eq!(hold(&mut held, None, Method::Cpu, &p, p.capacity_hold_us), Some(50.0));
+        assert_eq!(hold(&mut held, None, Method::Cpu, &p, p.capacity_hold_us + 1), None);
+        assert_eq!(hold(&mut held, None, Method::Latency, &p, 1), None);
     }
 }

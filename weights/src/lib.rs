@@ -42,8 +42,8 @@
 //!
 //!    A cluster uses one method for all endpoints (the one most endpoints with traffic support);
 //!    an endpoint it cannot rate this time keeps its last capacity by that method for
-//!    `capacity_hold_us` (`held_capacity.rs`; while no request reaches it at all, until one does),
-//!    then gets the median target, as Envoy's CSWRR gives unweighted hosts.
+//!    `capacity_hold_us` (`held_capacity.rs`), then gets the median target, as Envoy's CSWRR gives
+//!    unweighted hosts.
 //! 4. Target = raw / mean raw, at least `floor`, smoothed geometrically toward (`smoothing.rs`);
 //!    then `normalize.rs`: mean 1, each weight within a factor `max_step` of its previous value,
 //!    never below `floor`.

@@ -1462,23 +1462,3 @@ fn endpoints_without_traffic_do_not_vote_the_cluster_off_the_cpu_method() {
     assert_eq!((a.method, b.method), (Method::Cpu, Method::Cpu), "{a:?} {b:?}");
     assert!((b.capacity.unwrap() / a.capacity.unwrap() - 2.0).abs() < 1e-6, "{a:?} {b:?}");
 }
-
-#[test]
-fn an_endpoint_no_request_reached_comes_back_with_the_capacity_it_had() {
-    // B serves twice A's and C's rate per unit of CPU. Then no request reaches it for 30 s (every
-    // proxy suspended it and health-checks it: nothing is reported). It returns: its first window
-    // is too thin to rate, and its held capacity, not the median, sets its weight.
-    let mut w = World::new(WeightParams::default());
-    let busy = |cpu| Traffic { inflight: 0, cpu: Some(cpu), ..ok(50, 10_000) };
-    w.steps(20, &REPORTERS, |_| vec![(A, busy(0.5)), (B, busy(0.25)), (C, busy(0.5))]);
-    let before = w.decision(B).capacity.unwrap();
-    let idle = Traffic { inflight: 0, ..ok(0, 0) };
-    w.steps(30, &REPORTERS, |_| vec![(A, busy(0.5)), (B, idle), (C, busy(0.5))]);
-    let quiet = w.decision(B);
-    assert!(!quiet.counted && quiet.capacity == Some(before), "{quiet:?}");
-    let thin = Traffic { inflight: 0, ..ok(0, 10_000) };
-    w.step(&REPORTERS, |i| vec![(A, busy(0.5)), (B, if i == 0 { Traffic { requests: 1, ..thin } } else { thin }), (C, busy(0.5))]);
-    let back = w.decision(B);
-    assert_eq!((back.capacity, back.method), (Some(before), Method::Cpu), "{back:?}");
-    assert!(back.target > 1.5 * w.decision(A).target, "{back:?}");
-}

@@ -17,13 +17,6 @@ fn carries_traffic(merged: &Merged) -> bool {
     merged.qps > 0.0 || merged.eps > 0.0 || merged.inflight > 0.0
 }
 
-/// Whether no reporter has sent `endpoint` a request or held one in flight there for longer than
-/// `quiet_uncounted_us` (or since the book first heard of it), as of the last `uncount_quiet`.
-pub(crate) fn is_quiet(endpoint: &EndpointRecord, p: &WeightParams, now_us: u64) -> bool {
-    let since = endpoint.last_traffic_us.unwrap_or(endpoint.first_seen_us).max(endpoint.first_seen_us);
-    now_us.saturating_sub(since) > p.quiet_uncounted_us
-}
-
 /// Note each endpoint's traffic (`merged`, aligned with `endpoints`) at `now_us`, then clear
 /// `counted` for those quiet for longer than `quiet_uncounted_us` since that traffic (or since
 /// the book first heard of them). When that would leave no counted endpoint (a cluster nobody
@@ -40,7 +33,10 @@ pub(crate) fn uncount_quiet(
             endpoint.last_traffic_us = Some(now_us);
         }
     }
-    let quiet = |e: &EndpointRecord| is_quiet(e, p, now_us);
+    let quiet = |e: &EndpointRecord| {
+        let since = e.last_traffic_us.unwrap_or(e.first_seen_us).max(e.first_seen_us);
+        now_us.saturating_sub(since) > p.quiet_uncounted_us
+    };
     let stays_counted = endpoints.iter().zip(counted.iter()).any(|(e, c)| *c && !quiet(e));
     if !stays_counted {
         return;
