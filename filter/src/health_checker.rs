@@ -28,7 +28,7 @@ impl HealthChecker {
     pub fn tick(&mut self, balancer: &mut Balancer, metrics: &Metrics, now_us: u64) {
         // The host answers every call by its timeout; an entry older than twice that was lost.
         self.ledger.forget_sent_before(now_us.saturating_sub(2_000 * self.config.timeout_ms));
-        balancer.due_health_checks(now_us, MAX_PENDING_HEALTH_CHECKS - self.ledger.len(), &mut self.due);
+        balancer.due_health_checks(now_us, MAX_PENDING_HEALTH_CHECKS.saturating_sub(self.ledger.len()), &mut self.due);
         for check in self.due.drain(..) {
             if !self.ledger.admits(&check) {
                 continue;
