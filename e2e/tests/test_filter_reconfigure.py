@@ -110,7 +110,10 @@ def test_reconfigurations_leave_no_endpoint_of_a_gone_worker_in_the_reports(grou
         again = reconfigure(range(RECONFIGURATIONS + 1, RECONFIGURATIONS + MORE_RECONFIGURATIONS + 1))
         wait_for(lambda: time.monotonic() > again + TTL_MS / 1000 + 3.0, 30, "the second round's settling",
                  proxy.proc)
-        assert proxy.stat(slots_gauge) <= slots, (proxy.stat(slots_gauge), slots)
+        # One round's VMs (2 workers and the main thread's) of slack: a worker of the first round
+        # still draining when the second starts holds its slot live, and a loaded machine stretches
+        # that (62 -> 63 once in CI). Without the takeover the count grows by ~3 per round (61 -> 95).
+        assert proxy.stat(slots_gauge) <= slots + 3, (proxy.stat(slots_gauge), slots)
         assert all(gone not in e for e in reports.since(again + TTL_MS / 1000 + 3.0)), "a left endpoint again"
         load.popen.wait(75)
         total, _ = fortio.counts(fortio.read(tmp_path / "load.json"))
