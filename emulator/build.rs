@@ -1,4 +1,5 @@
-//! Generates the gRPC server code from proto/ (Fortio's ping service, our streaming service).
+//! Generates the gRPC server code from proto/ (Fortio's ping service, our streaming service, the
+//! gRPC health service).
 //!
 //! protox, a pure-Rust protobuf compiler, parses the .proto files into a FileDescriptorSet and
 //! tonic-prost-build generates prost messages and tonic services from it: no system `protoc` is
@@ -6,7 +7,8 @@
 //! paths that Fortio and grpcio call (hand-declared prost messages would have to repeat them).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/fgrpc/ping.proto", "proto/tailweight/emulator/v1/streamer.proto"];
+    let protos =
+        ["proto/fgrpc/ping.proto", "proto/tailweight/emulator/v1/streamer.proto", "proto/grpc/health/v1/health.proto"];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }

@@ -131,3 +131,36 @@ def test_long_streams_count_in_flight_only_until_their_first_headers(group, tmp_
     assert all(call.running() for call in streams), "the streams are still open"
     for call in streams:
         call.cancel()
+
+
+def test_grpc_health_checks_keep_rpcs_off_a_failing_backend_and_readmit_it(group, tmp_path):
+    """With `health_check_grpc` a suspended gRPC backend is probed by `grpc.health.v1.Health/Check`
+    calls (the emulator answers UNAVAILABLE while failing, SERVING otherwise; checks are not requests
+    there), not by users' RPCs; a passing check readmits it. Failures leave scores alone
+    (error_penalty and failure_latency_ms 0, see test_filter_health_checks.py) and probe waits are
+    short (50 ms doubling) so that users' probes would be many without the checks."""
+    backends = grpc_backends(group, 3)
+    plugin = {"explore_ratio": 0.0, "health_check_grpc": True, "probe_interval_ms": 50, "sync_interval_ms": 50,
+              "error_penalty": 0, "failure_latency_ms": 0}
+    proxy = grpc_client(group, backends.addresses, plugin)
+    destination = f"127.0.0.1:{proxy.port()}"
+    ping_load(group, tmp_path, destination, qps=100, connections=1, streams=4, seconds=3, name="warm")
+    backends.event([1], "fail")
+    before, s = backends.requests_total(), stats(proxy)
+    left_to_envoy = s["explorations"] + s["fallbacks"]
+    ping_load(group, tmp_path, destination, qps=100, connections=1, streams=4, seconds=8, name="down")
+    reached = backends.requests_total()[1] - before[1]
+    s = stats(proxy)
+    left_to_envoy = s["explorations"] + s["fallbacks"] - left_to_envoy
+    assert s["suspensions"] >= 1, s
+    # Checks went to it (only it fails them) through the 8 s; users' RPCs reached it only until each
+    # worker suspended it (two in a row, and those already on their way) and when left to Envoy's
+    # fallback policy. Without the checks: 45 in one run, against 5 with them (two runs).
+    assert s["health_checks_failed"] >= 8, s
+    assert reached <= 4 * s["suspensions"] + left_to_envoy, (reached, left_to_envoy, s)
+    backends.event([1], "recover")
+    wait_for(lambda: stats(proxy)["recoveries"] >= 1, 30, "a passing check ends the suspension")
+    before = backends.requests_total()
+    ping_load(group, tmp_path, destination, qps=100, connections=1, streams=4, seconds=4, name="back")
+    served = [a - b for a, b in zip(backends.requests_total(), before, strict=True)]
+    assert served[1] > 0.1 * sum(served), f"its share after recovering: {served}"

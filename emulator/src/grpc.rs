@@ -3,7 +3,11 @@
 //! - `fgrpc.PingServer/Ping` (Fortio's `load -grpc -ping`): answers the request's `seq`, the time
 //!   as `ts` and `payload_bytes` bytes as `payload`; the request's `delayNanos` and payload are
 //!   ignored (the backend decides the service time);
-//! - `tailweight.emulator.v1.Streamer/Ticks`: server streaming (proto/tailweight/emulator/v1/streamer.proto).
+//! - `tailweight.emulator.v1.Streamer/Ticks`: server streaming (proto/tailweight/emulator/v1/streamer.proto);
+//! - `grpc.health.v1.Health/Check` (proto/grpc/health/v1/health.proto): SERVING for the server as a
+//!   whole (service ""), NOT_FOUND for any other service, and while the backend fails or sheds the
+//!   status its requests get. Like grpc-go's health server it answers at once: no worker, no
+//!   service time, not a request.
 //!
 //! Fail and shed answer at once with UNAVAILABLE and RESOURCE_EXHAUSTED as trailers-only responses
 //! (HTTP 200, grpc-status in the headers). Every answer carries `x-served-by` and the ORCA report
@@ -38,8 +42,16 @@ pub mod streamer {
     tonic::include_proto!("tailweight.emulator.v1");
 }
 
+#[allow(clippy::all, clippy::pedantic)]
+pub mod health {
+    tonic::include_proto!("grpc.health.v1");
+}
+
 use fgrpc::ping_server_server::{PingServer, PingServerServer, SERVICE_NAME as PING_SERVICE};
 use fgrpc::PingMessage;
+use health::health_check_response::ServingStatus;
+use health::health_server::{Health, HealthServer, SERVICE_NAME as HEALTH_SERVICE};
+use health::{HealthCheckRequest, HealthCheckResponse};
 use streamer::streamer_server::{Streamer, StreamerServer};
 use streamer::{Tick, TicksRequest};
 
@@ -62,6 +74,7 @@ pub struct GrpcService {
     backend: Arc<Backend>,
     ping: PingServerServer<GrpcHandlers>,
     streamer: StreamerServer<GrpcHandlers>,
+    health: HealthServer<GrpcHandlers>,
 }
 
 impl GrpcService {
@@ -71,7 +84,8 @@ impl GrpcService {
         GrpcService {
             backend,
             ping: PingServerServer::from_arc(handlers.clone()),
-            streamer: StreamerServer::from_arc(handlers),
+            streamer: StreamerServer::from_arc(handlers.clone()),
+            health: HealthServer::from_arc(handlers),
         }
     }
 
@@ -79,8 +93,11 @@ impl GrpcService {
     /// anything that is not its own.
     async fn route(mut self, request: hyper::Request<Incoming>) -> Result<hyper::Response<Body>, Infallible> {
         let service = request.uri().path().trim_start_matches('/').split('/').next().unwrap_or("");
-        let mut response =
-            if service == PING_SERVICE { self.ping.call(request).await? } else { self.streamer.call(request).await? };
+        let mut response = match service {
+            PING_SERVICE => self.ping.call(request).await?,
+            HEALTH_SERVICE => self.health.call(request).await?,
+            _ => self.streamer.call(request).await?,
+        };
         if let Ok(v) = HeaderValue::from_str(&self.backend.address) {
             response.headers_mut().insert("x-served-by", v);
         }
@@ -124,6 +141,18 @@ impl PingServer for GrpcHandlers {
         let seq = request.get_ref().seq;
         status_of(self.backend.serve().await)?;
         Ok(Response::new(PingMessage { seq, ts: unix_nanos(), payload: self.ping_payload.clone(), delay_nanos: 0 }))
+    }
+}
+
+#[tonic::async_trait]
+impl Health for GrpcHandlers {
+    async fn check(&self, request: Request<HealthCheckRequest>) -> Result<Response<HealthCheckResponse>, Status> {
+        let service = &request.get_ref().service;
+        if !service.is_empty() {
+            return Err(Status::not_found(format!("unknown service {service:?}")));
+        }
+        self.backend.refusal().map_or(Ok(()), status_of)?;
+        Ok(Response::new(HealthCheckResponse { status: ServingStatus::Serving.into() }))
     }
 }
 
@@ -358,9 +387,28 @@ mod tests {
             let status = Status::from_header_map(&head.headers).expect("trailers-only status");
             assert_eq!((status.code(), status.message()), (tonic::Code::InvalidArgument, needle));
         }
-        let (head, _) = call(&mut client, "/grpc.health.v1.Health/Check", PingMessage::default()).await;
+        let (head, _) = call(&mut client, "/grpc.health.v1.Health/Watch", HealthCheckRequest::default()).await;
         assert_eq!(head.headers["grpc-status"], "12", "UNIMPLEMENTED");
         assert_eq!(backend.snapshot().requests_total, 0, "rejected calls are not requests");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_health_service_says_serving_until_the_backend_fails() {
+        let backend = start("workers=1,base_ms=1");
+        let (mut client, _connection) = connect(&backend).await;
+        let check = |service: &str| HealthCheckRequest { service: service.into() };
+        let (head, body) = call(&mut client, "/grpc.health.v1.Health/Check", check("")).await;
+        assert_eq!(head.status, 200);
+        let (messages, trailers) = read_all(body).await;
+        let answer = HealthCheckResponse::decode(messages[0].clone()).expect("a HealthCheckResponse");
+        assert_eq!((messages.len(), answer.status()), (1, ServingStatus::Serving));
+        assert_eq!(trailers.expect("trailers")["grpc-status"], "0");
+        let (head, _) = call(&mut client, "/grpc.health.v1.Health/Check", check("shop.Cart")).await;
+        assert_eq!(head.headers["grpc-status"], "5", "NOT_FOUND for a service it does not know");
+        backend.apply(Action::Fail);
+        let (head, _) = call(&mut client, "/grpc.health.v1.Health/Check", check("")).await;
+        assert_eq!(head.headers["grpc-status"], "14", "UNAVAILABLE while failing");
+        assert_eq!(backend.snapshot().requests_total, 0, "checks are not requests");
     }
 
     #[tokio::test(flavor = "current_thread")]

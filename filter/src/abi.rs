@@ -28,6 +28,7 @@ pub enum MapType {
     ResponseHeaders = 2,
     ResponseTrailers = 3,
     CallResponseHeaders = 6,
+    CallResponseTrailers = 7,
 }
 
 #[derive(Clone, Copy)]

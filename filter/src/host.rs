@@ -120,9 +120,14 @@ pub fn response_trailer(name: &str) -> Option<String> {
     map_value(MapType::ResponseTrailers, name)
 }
 
-/// A header of an aggregator call's response (in `on_http_call_response`).
+/// A header of a call's response (in `on_http_call_response`).
 pub fn call_response_header(name: &str) -> Option<String> {
     map_value(MapType::CallResponseHeaders, name)
+}
+
+/// A trailer of a call's response (in `on_http_call_response`).
+pub fn call_response_trailer(name: &str) -> Option<String> {
+    map_value(MapType::CallResponseTrailers, name)
 }
 
 /// A body-like buffer of the host, at most `max` bytes; empty if absent or on any error.
@@ -140,7 +145,7 @@ pub fn plugin_configuration(size: usize) -> Vec<u8> {
     buffer(BufferType::PluginConfiguration, size)
 }
 
-/// The body of an aggregator call's response (in `on_http_call_response`), cut at `max` bytes.
+/// The body of a call's response (in `on_http_call_response`), cut at `max` bytes.
 pub fn call_response_body(max: usize) -> Vec<u8> {
     buffer(BufferType::CallResponseBody, max)
 }

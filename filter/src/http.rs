@@ -19,6 +19,7 @@ use crate::metrics;
 use crate::state::{PluginState, Shared};
 use crate::worker::Worker;
 use tailweight_picker::config::is_override_value;
+use tailweight_picker::health_check::CheckProtocol;
 use tailweight_picker::outcome::classify;
 use tailweight_picker::{Completion, Pick, RequestOutcome};
 use tailweight_wire::orca::{self, OrcaLoad};
@@ -141,12 +142,9 @@ impl Request {
             host::remove_request_header(header);
         }
         if !untracked {
-            if w.health_checker.is_some() {
-                if let Some(authority) = host::request_header(":authority") {
-                    w.balancer.note_authority(&cluster, &authority);
-                }
-            }
             self.grpc = host::request_header("content-type").is_some_and(|t| t.starts_with("application/grpc"));
+            let protocol = if self.grpc { CheckProtocol::Grpc } else { CheckProtocol::Http };
+            w.balancer.note_user_request(&cluster, protocol, now, || host::request_header(":authority"));
             self.cluster = Some(cluster);
             self.started_us = now;
         }

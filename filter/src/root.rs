@@ -52,7 +52,7 @@ impl Root {
             PluginState::Active(w) => {
                 let Worker { reporter, metrics, health_checker, balancer, .. } = &mut **w;
                 let now_us = host::now_us();
-                if health_checker.as_mut().is_some_and(|c| c.on_response(token, balancer, metrics, now_us)) {
+                if health_checker.as_mut().is_some_and(|c| c.on_response(token, body_size, balancer, metrics, now_us)) {
                     return;
                 }
                 if let Some(reporter) = reporter {

@@ -36,7 +36,7 @@ use tailweight_wire::stamp::LoadStamp;
 
 mod health_checks;
 mod settings;
-pub use settings::Settings;
+pub use settings::{HealthCheckScope, Settings};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Pick {
@@ -153,7 +153,9 @@ impl Balancer {
                 Some(at) => Candidate::Suggested(at),
                 None => return Pick::Explore,
             }
-        } else if let Some(probe) = (!cluster.health_checked).then(|| cluster.take_due_probe(now_us, p)).flatten() {
+        } else if let Some(probe) =
+            (!settings.checks_out_of_band(cluster)).then(|| cluster.take_due_probe(now_us, p)).flatten()
+        {
             Candidate::Known(probe)
         } else {
             let Some(a) = cluster.sample_candidate(rng, now_us, true) else {
@@ -422,7 +424,7 @@ fn cluster_entry<'a>(
         None if clusters.list.len() >= settings.max_clusters => return None,
         None => {
             let mut cluster = Cluster::new(now_us, settings.pick.default_latency_us);
-            cluster.health_checked = settings.health_checks(name);
+            cluster.health_check_listed = settings.health_check_listed(name);
             clusters.list.push((name.to_string(), cluster));
             clusters.at.insert(name.to_string(), clusters.list.len() - 1);
             clusters.list.len() - 1

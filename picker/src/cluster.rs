@@ -18,6 +18,7 @@
 use crate::config::PickParams;
 use crate::endpoint::{Endpoint, GlobalStats};
 use crate::health::HealthChange;
+use crate::health_check::CheckTarget;
 use crate::stamp_record::StampRecord;
 use crate::steering::Steering;
 use tailweight_math::hash::FastMap;
@@ -67,17 +68,15 @@ pub struct Cluster {
     suggestion_inflight: Vec<f64>,
     /// What an ejected endpoint that answered well here last draws with (see `readmit_weight`).
     readmit_weight: f64,
-    /// The `:authority` of the latest user request seen here, for health checks (empty: none seen).
-    authority: String,
-    /// Its suspended endpoints are probed by health checks, not users' requests (see `health_check`).
-    pub health_checked: bool,
+    /// What its health checks are sent with (see `health_check`).
+    pub check_target: CheckTarget,
+    /// Listed for health checks (`health_check_clusters`, or all): its suspended endpoints are
+    /// checked out of band if its protocol's check is configured (see `balancer::health_checks`).
+    pub health_check_listed: bool,
     /// Whether Envoy honours our picks here.
     pub steering: Steering,
     pub last_used_us: u64,
 }
-
-/// Longest `:authority` kept for health checks (a DNS name is at most 253 bytes, with a port 259).
-const MAX_AUTHORITY_BYTES: usize = 259;
 
 impl Cluster {
     pub fn new(now_us: u64, default_latency_us: f64) -> Self {
@@ -100,8 +99,8 @@ impl Cluster {
             stamped: Vec::new(),
             suggestion_inflight: Vec::new(),
             readmit_weight: 1.0,
-            authority: String::new(),
-            health_checked: false,
+            check_target: CheckTarget::default(),
+            health_check_listed: false,
             steering: Steering::default(),
             last_used_us: now_us,
         }
@@ -211,22 +210,6 @@ impl Cluster {
         self.endpoints[slot].health.mark_absent();
         self.sampler_stale = true;
         self.schedule_probes();
-    }
-
-    /// The `:authority` health checks of this cluster's endpoints use (see `note_authority`).
-    pub fn authority(&self) -> &str {
-        &self.authority
-    }
-
-    /// A user request to this cluster carried `authority`: kept for health checks unless empty,
-    /// longer than `MAX_AUTHORITY_BYTES` or not visible ASCII (copied only when it changes).
-    pub fn note_authority(&mut self, authority: &str) {
-        let usable = !authority.is_empty()
-            && authority.len() <= MAX_AUTHORITY_BYTES
-            && authority.bytes().all(|b| b.is_ascii_graphic());
-        if usable && self.authority != authority {
-            self.authority = authority.to_string();
-        }
     }
 
     /// A suspended endpoint whose probe is due, marked as probed (None: none due). O(1) unless one is

@@ -46,20 +46,9 @@ pub struct FilterConfig {
     /// Server role: the request header naming the source principal, instead of the verified peer
     /// certificate's URI SAN. INSECURE (any caller can write it): for meshless test setups only.
     pub attest_source_header: Option<String>,
-    /// Suspended endpoints are checked out of band with a GET of this path instead of being given a
-    /// user's request when their probe is due (None: off, the default; see `health_check`).
+    /// Suspended endpoints are checked out of band instead of being given a user's request when their
+    /// probe is due (None: off, the default; see `health_check`).
     pub health_check: Option<HealthCheckConfig>,
-}
-
-/// `health_check_path`, `health_check_timeout_ms`, `health_check_clusters` (see `FilterConfig::health_check`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct HealthCheckConfig {
-    pub path: String,
-    /// A check not answered with response headers within this long failed.
-    pub timeout_ms: u64,
-    /// The clusters checked (empty: every steered one); the others keep probing with users' requests
-    /// (e.g. gRPC clusters whose servers answer no plain GET).
-    pub clusters: Vec<String>,
 }
 
 /// Knobs of the per-request pick (see `balancer`). Times in microseconds.
@@ -325,8 +314,9 @@ fn fields(members: &[(String, Value)]) -> Result<FilterConfig, FieldError> {
                 .into(),
         ));
     }
-    if server && config.health_check.is_some() {
-        return Err(f.error("health_check_path", "needs role \"client\" (the server role never steers)".into()));
+    if let (true, Some(checks)) = (server, &config.health_check) {
+        let key = if checks.path.is_some() { "health_check_path" } else { "health_check_grpc" };
+        return Err(f.error(key, "needs role \"client\" (the server role never steers)".into()));
     }
     let can_attest = server && config.aggregator.is_some();
     if !config.attest_clusters.is_empty() && !can_attest {
@@ -434,32 +424,6 @@ fn header_name(f: &mut Fields, key: &'static str, default: &str) -> String {
     default.to_string()
 }
 
-/// `health_check_path` (absent or "": off), `health_check_timeout_ms` and `health_check_clusters` (an
-/// error without a path: it would do nothing). The path must start with '/' and be visible ASCII (it
-/// is sent as `:path` as is); a bad one is noted in `f` and reads as off.
-fn health_check(f: &mut Fields) -> Option<HealthCheckConfig> {
-    const KEY: &str = "health_check_path";
-    let timeout_ms = f.integer("health_check_timeout_ms", 1_000, 10..=60_000);
-    let clusters = f.string_list("health_check_clusters", 256);
-    let off = match f.get(KEY) {
-        None => true,
-        Some(Value::String(s)) => s.is_empty(),
-        Some(_) => false,
-    };
-    if off {
-        if f.get("health_check_clusters").is_some() {
-            f.fail(f.error("health_check_clusters", "needs `health_check_path` (health checks are off)".into()));
-        }
-        return None;
-    }
-    let path = f.optional_string(KEY, 256)?;
-    if !path.starts_with('/') || !path.bytes().all(|b| b.is_ascii_graphic()) {
-        f.fail(f.unexpected(KEY, "a path starting with '/' (visible ASCII, no spaces)", &Value::String(path)));
-        return None;
-    }
-    Some(HealthCheckConfig { path, timeout_ms, clusters })
-}
-
 /// A list of gRPC status codes (0..=16), each at most once. A bad one is noted in `f` and reads as
 /// `default`.
 fn code_list(f: &mut Fields, key: &'static str, default: &[u32]) -> Vec<u32> {
@@ -494,5 +458,9 @@ pub fn is_override_value(s: &str) -> bool {
     !s.is_empty() && s.len() <= 1024 && s.split(',').all(|a| is_endpoint_address(a.trim()))
 }
 
+mod health_checks;
 #[cfg(test)]
 mod tests;
+
+use health_checks::health_check;
+pub use health_checks::HealthCheckConfig;

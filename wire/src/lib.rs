@@ -20,8 +20,10 @@
 pub mod address;
 pub mod attest;
 pub mod fields;
+pub mod grpc_health;
 pub mod json;
 pub mod orca;
+pub mod protobuf;
 pub mod protocol;
 pub mod reply;
 pub mod report;

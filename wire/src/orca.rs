@@ -6,6 +6,8 @@
 //!
 //! Unknown keys and fields are ignored; bad values reject the report.
 
+use crate::protobuf::{self, FieldValue, ProtobufError};
+
 pub const HEADER: &str = "endpoint-load-metrics";
 pub const BIN_HEADER: &str = "endpoint-load-metrics-bin";
 
@@ -76,6 +78,16 @@ impl std::fmt::Display for OrcaError {
 
 impl std::error::Error for OrcaError {}
 
+impl From<ProtobufError> for OrcaError {
+    fn from(e: ProtobufError) -> Self {
+        match e {
+            ProtobufError::Truncated => OrcaError::Truncated,
+            ProtobufError::LongVarint => OrcaError::LongVarint,
+            ProtobufError::WireType { field, wire_type } => OrcaError::WireType { field, wire_type },
+        }
+    }
+}
+
 pub fn parse(header: &str) -> Result<OrcaLoad, OrcaError> {
     let header = header.trim();
     let (format, body) = header.split_once(char::is_whitespace).unwrap_or((header, ""));
@@ -119,58 +131,20 @@ fn parse_json(body: &str) -> Result<OrcaLoad, OrcaError> {
 pub fn parse_bin(value: &str) -> Result<OrcaLoad, OrcaError> {
     let bytes = decode_base64(value.trim()).ok_or(OrcaError::NotBase64)?;
     let mut load = OrcaLoad::default();
-    let mut at = 0;
-    while at < bytes.len() {
-        let key = varint(&bytes, &mut at)?;
-        let (field, wire_type) = (key >> 3, key & 7);
-        match wire_type {
-            0 => {
-                varint(&bytes, &mut at)?;
-            }
-            1 => {
-                let raw: [u8; 8] = take(&bytes, &mut at, 8)?.try_into().map_err(|_| OrcaError::Truncated)?;
-                let name = match field {
-                    1 => "cpu_utilization",
-                    6 => "rps_fractional",
-                    7 => "eps",
-                    9 => "application_utilization",
-                    _ => continue,
-                };
-                set(&mut load, name, f64::from_le_bytes(raw))?;
-            }
-            2 => {
-                let len = usize::try_from(varint(&bytes, &mut at)?).map_err(|_| OrcaError::Truncated)?;
-                take(&bytes, &mut at, len)?;
-            }
-            5 => {
-                take(&bytes, &mut at, 4)?;
-            }
-            other => return Err(OrcaError::WireType { field, wire_type: other }),
+    for field in protobuf::fields(&bytes) {
+        let (field, value) = field?;
+        let name = match field {
+            1 => "cpu_utilization",
+            6 => "rps_fractional",
+            7 => "eps",
+            9 => "application_utilization",
+            _ => continue,
+        };
+        if let FieldValue::Fixed64(raw) = value {
+            set(&mut load, name, f64::from_le_bytes(raw))?;
         }
     }
     Ok(load)
-}
-
-/// `len` bytes at `at`, moving past them.
-fn take<'a>(bytes: &'a [u8], at: &mut usize, len: usize) -> Result<&'a [u8], OrcaError> {
-    let end = at.checked_add(len).filter(|end| *end <= bytes.len()).ok_or(OrcaError::Truncated)?;
-    let out = &bytes[*at..end];
-    *at = end;
-    Ok(out)
-}
-
-/// A protobuf base-128 varint at `at` (at most 10 bytes), moving past it.
-fn varint(bytes: &[u8], at: &mut usize) -> Result<u64, OrcaError> {
-    let mut value = 0u64;
-    for shift in (0..70).step_by(7) {
-        let b = *bytes.get(*at).ok_or(OrcaError::Truncated)?;
-        *at += 1;
-        value |= u64::from(b & 0x7f).checked_shl(shift).unwrap_or(0);
-        if b < 0x80 {
-            return Ok(value);
-        }
-    }
-    Err(OrcaError::LongVarint)
 }
 
 /// Standard base64 (RFC 4648 alphabet), with or without `=` padding; None on anything else.

@@ -1,32 +1,43 @@
-//! The balancer's side of out-of-band health checks (see `health_check`): the authority they use,
+//! The balancer's side of out-of-band health checks (see `health_check`): what they are sent with,
 //! the checks due, and their answers.
 
 use super::Balancer;
 use crate::health::HealthChange;
-use crate::health_check::DueHealthCheck;
+use crate::health_check::{CheckProtocol, DueHealthCheck};
 
 impl Balancer {
-    /// A user request to `cluster_name` carried `authority` (only needed with health checks on).
-    pub fn note_authority(&mut self, cluster_name: &str, authority: &str) {
+    /// A user request to `cluster_name` at `now_us` spoke `protocol` (see `CheckTarget::note`;
+    /// `read_authority` reads its `:authority`). Nothing, not even the lookup, with health checks off.
+    pub fn note_user_request(
+        &mut self,
+        cluster_name: &str,
+        protocol: CheckProtocol,
+        now_us: u64,
+        read_authority: impl FnOnce() -> Option<String>,
+    ) {
+        if self.settings.health_checks.is_none() {
+            return;
+        }
         if let Some(cluster) = self.clusters.get_mut(cluster_name) {
-            cluster.note_authority(authority);
+            cluster.check_target.note(protocol, now_us, read_authority);
         }
     }
 
-    /// Of the health-checked clusters (`Settings::health_checks`): the suspended endpoints whose probe
-    /// is due, each marked as probed (the next is due a probe wait later, see `health`), into `due`,
-    /// at most `max` of them. Other clusters' endpoints are probed by users' requests.
+    /// Of the clusters checked out of band (`Settings::checks_out_of_band`): the suspended endpoints whose
+    /// probe is due, each marked as probed (the next is due a probe wait later, see `health`), into
+    /// `due`, at most `max` of them. Other clusters' endpoints are probed by users' requests.
     pub fn due_health_checks(&mut self, now_us: u64, max: usize, due: &mut Vec<DueHealthCheck>) {
-        let p = &self.settings.pick;
-        for (name, cluster) in self.clusters.list.iter_mut().filter(|(_, c)| c.health_checked) {
+        let settings = &self.settings;
+        for (name, cluster) in self.clusters.list.iter_mut().filter(|(_, c)| settings.checks_out_of_band(c)) {
+            let Some(protocol) = cluster.check_target.protocol() else { continue };
             while due.len() < max {
-                let Some(slot) = cluster.take_due_probe(now_us, p) else { break };
+                let Some(slot) = cluster.take_due_probe(now_us, &settings.pick) else { break };
                 let address = cluster.endpoints()[slot].address.clone();
-                let authority = match cluster.authority() {
+                let authority = match cluster.check_target.authority() {
                     "" => address.clone(),
                     known => known.to_string(),
                 };
-                due.push(DueHealthCheck { cluster: name.clone(), address, authority, sent_us: now_us });
+                due.push(DueHealthCheck { cluster: name.clone(), address, authority, protocol, sent_us: now_us });
             }
         }
     }

@@ -1,6 +1,8 @@
 //! What a balancer is configured with: the filter configuration's part that the picks use.
 
+use crate::cluster::Cluster;
 use crate::config::{FilterConfig, PickParams};
+use crate::health_check::CheckProtocol;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -11,9 +13,17 @@ pub struct Settings {
     pub max_endpoints_per_cluster: usize,
     /// Half the in-flight bound: the length of an in-flight epoch (see `inflight`).
     pub inflight_epoch_us: u64,
-    /// The clusters whose suspended endpoints are probed by out-of-band health checks, not users'
-    /// requests (None: none, the default; an empty list: every cluster).
-    pub health_checks: Option<Vec<String>>,
+    /// Which suspended endpoints are probed by out-of-band health checks, not users' requests (None:
+    /// none, the default).
+    pub health_checks: Option<HealthCheckScope>,
+}
+
+/// The clusters checked (empty: every one) and the protocols whose check is configured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthCheckScope {
+    pub clusters: Vec<String>,
+    pub http: bool,
+    pub grpc: bool,
 }
 
 impl From<&FilterConfig> for Settings {
@@ -25,7 +35,11 @@ impl From<&FilterConfig> for Settings {
             max_clusters: c.max_clusters,
             max_endpoints_per_cluster: c.max_endpoints_per_cluster,
             inflight_epoch_us: (c.inflight_bound_ms * 1_000 / 2).max(1),
-            health_checks: c.health_check.as_ref().map(|h| h.clusters.clone()),
+            health_checks: c.health_check.as_ref().map(|h| HealthCheckScope {
+                clusters: h.clusters.clone(),
+                http: h.path.is_some(),
+                grpc: h.grpc_service.is_some(),
+            }),
         }
     }
 }
@@ -37,8 +51,20 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// Are suspended endpoints of `cluster` health-checked (see the field)?
-    pub fn health_checks(&self, cluster: &str) -> bool {
-        self.health_checks.as_ref().is_some_and(|list| list.is_empty() || list.iter().any(|c| c == cluster))
+    /// Is `cluster` listed for health checks (see the field)?
+    pub fn health_check_listed(&self, cluster: &str) -> bool {
+        self.health_checks.as_ref().is_some_and(|s| s.clusters.is_empty() || s.clusters.iter().any(|c| c == cluster))
+    }
+
+    /// Are `cluster`'s suspended endpoints checked out of band? If it is listed and a check is
+    /// configured for the protocol its users speak (none seen yet: no).
+    pub fn checks_out_of_band(&self, cluster: &Cluster) -> bool {
+        let Some(scope) = &self.health_checks else { return false };
+        cluster.health_check_listed
+            && match cluster.check_target.protocol() {
+                Some(CheckProtocol::Http) => scope.http,
+                Some(CheckProtocol::Grpc) => scope.grpc,
+                None => false,
+            }
     }
 }

@@ -1,6 +1,6 @@
 use super::*;
 use crate::health::Availability;
-use crate::health_check::DueHealthCheck;
+use crate::health_check::{CheckProtocol, DueHealthCheck};
 use crate::outcome::{RequestOutcome, ResponseClass};
 use tailweight_wire::reply::EndpointView;
 use tailweight_wire::report::EndpointReport;
@@ -729,17 +729,24 @@ fn a_trusted_liar_can_hide_only_the_other_proxies_load_at_it() {
     assert!(own(&b, X) <= 30 / 3 + OTHERS + 1, "{}", own(&b, X));
 }
 
-/// A balancer with health checks on for every cluster or off (explore_ratio 0) that knows A and B,
-/// B suspended at 2 (two failures in a row) after a user request to C carried `svc.example:80`.
+/// A balancer with HTTP health checks on for every cluster or off (explore_ratio 0) that knows A and
+/// B, B suspended at 2 (two failures in a row) after an HTTP user request to C carried `svc.example:80`.
 fn with_b_suspended(health_checks: bool) -> Balancer {
     suspended_with(health_checks.then(Vec::new))
 }
 
-fn suspended_with(health_checks: Option<Vec<String>>) -> Balancer {
+fn suspended_with(clusters: Option<Vec<String>>) -> Balancer {
+    suspended_speaking(
+        clusters.map(|clusters| HealthCheckScope { clusters, http: true, grpc: false }),
+        CheckProtocol::Http,
+    )
+}
+
+fn suspended_speaking(health_checks: Option<HealthCheckScope>, protocol: CheckProtocol) -> Balancer {
     let pick = PickParams { explore_ratio: 0.0, ..Default::default() };
     let mut b = Balancer::new(Settings { pick, health_checks, ..Default::default() }, 9);
     learn(&mut b, &[A, B], 0);
-    b.note_authority(C, "svc.example:80");
+    b.note_user_request(C, protocol, 0, || Some("svc.example:80".into()));
     b.complete(C, None, &failed(B, MS), 1);
     assert!(b.complete(C, None, &failed(B, MS), 2).suspended);
     b
@@ -776,6 +783,26 @@ fn with_health_checks_no_user_request_goes_to_a_suspended_endpoint() {
 }
 
 #[test]
+fn a_cluster_is_checked_in_its_users_protocol_if_that_check_is_configured() {
+    let scope = |http, grpc| Some(HealthCheckScope { clusters: vec![], http, grpc });
+    let mut grpc = suspended_speaking(scope(false, true), CheckProtocol::Grpc);
+    let checks = due(&mut grpc, 2 + 250 * MS);
+    assert_eq!(checks.iter().map(|c| (c.address.as_str(), c.protocol)).collect::<Vec<_>>(), [(B, CheckProtocol::Grpc)]);
+    // Only HTTP checks configured and a gRPC cluster (or the reverse): users' requests probe it.
+    for (mut b, protocol) in [
+        (suspended_speaking(scope(true, false), CheckProtocol::Grpc), CheckProtocol::Grpc),
+        (suspended_speaking(scope(false, true), CheckProtocol::Http), CheckProtocol::Http),
+    ] {
+        assert!(due(&mut b, 10_000 * MS).is_empty(), "{protocol:?}: no check");
+        assert_eq!(b.pick(C, 2 + 250 * MS).first_choice(), Some(B), "{protocol:?}: a user request probes");
+    }
+    // A cluster whose users switch protocol is checked in the latest one.
+    let mut switched = suspended_speaking(scope(true, true), CheckProtocol::Http);
+    switched.note_user_request(C, CheckProtocol::Grpc, 3, || None);
+    assert_eq!(due(&mut switched, 2 + 250 * MS)[0].protocol, CheckProtocol::Grpc);
+}
+
+#[test]
 fn a_health_check_is_due_once_per_wait() {
     let mut b = with_b_suspended(true);
     assert!(due(&mut b, 2 + 250 * MS - 1).is_empty(), "not before its probe time");
@@ -784,6 +811,7 @@ fn a_health_check_is_due_once_per_wait() {
         cluster: C.into(),
         address: B.into(),
         authority: "svc.example:80".into(),
+        protocol: CheckProtocol::Http,
         sent_us: 2 + 250 * MS,
     };
     assert_eq!(first, [expected]);

@@ -202,18 +202,3 @@ fn novelty_decays_when_exploration_finds_nothing_new() {
     c.note_discovery(true);
     assert!(c.novelty() > 0.2);
 }
-
-#[test]
-fn only_a_usable_authority_is_kept_for_health_checks() {
-    let mut c = Cluster::new(0, 1_000.0);
-    assert_eq!(c.authority(), "");
-    c.note_authority("shop.example:8080");
-    assert_eq!(c.authority(), "shop.example:8080");
-    let too_long = "a".repeat(MAX_AUTHORITY_BYTES + 1);
-    for bad in ["", "with space", "tab\there", "caf\u{e9}", too_long.as_str()] {
-        c.note_authority(bad);
-        assert_eq!(c.authority(), "shop.example:8080", "{bad:?} is not kept");
-    }
-    c.note_authority("cart:80");
-    assert_eq!(c.authority(), "cart:80", "the latest usable one");
-}

@@ -149,6 +149,13 @@ fn every_error_names_the_field() {
         (r#"{"health_check_path": "", "health_check_clusters": []}"#, "field `health_check_clusters`: needs"),
         (r#"{"health_check_timeout_ms": 5}"#, "field `health_check_timeout_ms`: expected an integer in 10..=60000"),
         (r#"{"role": "server", "health_check_path": "/h"}"#, "field `health_check_path`: needs role \"client\""),
+        (r#"{"role": "server", "health_check_grpc": true}"#, "field `health_check_grpc`: needs role \"client\""),
+        (r#"{"health_check_timeout_ms": 200}"#, "field `health_check_timeout_ms`: needs `health_check_path` or"),
+        (r#"{"health_check_grpc": 1}"#, "field `health_check_grpc`: expected true or false"),
+        (r#"{"health_check_grpc_service": "a"}"#, "field `health_check_grpc_service`: needs `health_check_grpc: true`"),
+        (r#"{"health_check_grpc": false, "health_check_grpc_service": ""}"#, "`health_check_grpc_service`: needs"),
+        (r#"{"health_check_grpc": true, "health_check_grpc_service": "a b"}"#, "expected a gRPC service name"),
+        (r#"{"health_check_grpc": true, "health_check_grpc_service": 7}"#, "`health_check_grpc_service`: expected a"),
         // Several bad fields: the first read is reported, before any unknown one.
         (r#"{"explore_ratio": 2, "retry_choices": 9, "typo": 1}"#, "field `retry_choices`: expected an integer"),
         (r#"{"typo": 1, "header": "X", "role": "x"}"#, "field `role`: expected \"client\" or \"server\""),
@@ -163,17 +170,38 @@ fn every_error_names_the_field() {
 }
 
 #[test]
-fn health_checks_are_off_unless_a_path_is_given() {
+fn health_checks_are_off_unless_a_path_or_grpc_is_given() {
     assert_eq!(FilterConfig::parse(b"{}").unwrap().health_check, None);
     assert_eq!(FilterConfig::parse(br#"{"health_check_path": ""}"#).unwrap().health_check, None);
+    assert_eq!(FilterConfig::parse(br#"{"health_check_grpc": false}"#).unwrap().health_check, None);
     let on = FilterConfig::parse(br#"{"health_check_path": "/healthz?x=1"}"#).unwrap().health_check;
-    assert_eq!(on, Some(HealthCheckConfig { path: "/healthz?x=1".into(), timeout_ms: 1_000, clusters: vec![] }));
+    let http = HealthCheckConfig {
+        path: Some("/healthz?x=1".into()),
+        grpc_service: None,
+        timeout_ms: 1_000,
+        clusters: vec![],
+    };
+    assert_eq!(on, Some(http.clone()));
     let some = FilterConfig::parse(br#"{"health_check_path": "/h", "health_check_clusters": ["a"]}"#).unwrap();
     assert_eq!(some.health_check.map(|h| h.clusters), Some(vec!["a".to_string()]));
     let timed = FilterConfig::parse(br#"{"health_check_path": "/h", "health_check_timeout_ms": 200}"#).unwrap();
     assert_eq!(timed.health_check.map(|h| h.timeout_ms), Some(200));
     let long = format!(r#"{{"health_check_path": "/{}"}}"#, "a".repeat(256));
     assert!(FilterConfig::parse(long.as_bytes()).is_err(), "at most 256 bytes");
+    // gRPC: the whole server by default, or a named service; both protocols at once.
+    let grpc = FilterConfig::parse(br#"{"health_check_grpc": true}"#).unwrap().health_check;
+    assert_eq!(grpc.map(|h| (h.path, h.grpc_service)), Some((None, Some(String::new()))));
+    for (input, service) in [
+        (r#"{"health_check_grpc": true, "health_check_grpc_service": ""}"#, ""),
+        (r#"{"health_check_grpc": true, "health_check_grpc_service": "shop.Cart"}"#, "shop.Cart"),
+    ] {
+        let checks = FilterConfig::parse(input.as_bytes()).unwrap().health_check.unwrap();
+        assert_eq!(checks.grpc_service.as_deref(), Some(service), "{input}");
+    }
+    let both = FilterConfig::parse(br#"{"health_check_grpc": true, "health_check_path": "/healthz?x=1"}"#).unwrap();
+    assert_eq!(both.health_check, Some(HealthCheckConfig { grpc_service: Some(String::new()), ..http }));
+    let long = format!(r#"{{"health_check_grpc": true, "health_check_grpc_service": "{}"}}"#, "s".repeat(128));
+    assert!(FilterConfig::parse(long.as_bytes()).is_err(), "at most 127 bytes");
 }
 
 #[test]
