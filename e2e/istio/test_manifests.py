@@ -42,11 +42,14 @@ def rust_source(marker: str) -> str:
 
 
 FILTER_CONFIG = 'f.integer("endpoint_ttl_ms"'  # marks the filter's pluginConfig parser
+HEALTH_CHECK_CONFIG = "fn health_check(f: &mut Fields)"  # and the part of it that reads health checks
 
 
 def filter_config_keys() -> set[str]:
-    """Every pluginConfig key FilterConfig::parse knows (it rejects unknown keys)."""
-    return set(re.findall(r'(?:f\.[a-z_]+\(\s*|\(&mut f, )"([a-z_]+)"', rust_source(FILTER_CONFIG)))
+    """Every pluginConfig key FilterConfig::parse knows (it rejects unknown keys): the string
+    arguments of its field reads, and the `&str` constants naming keys in its health-check part."""
+    keys = r'(?:f\.[a-z_]+\(\s*|\(&mut f, |const [A-Z_]+: &str = )"([a-z_]+)"'
+    return {k for marker in (FILTER_CONFIG, HEALTH_CHECK_CONFIG) for k in re.findall(keys, rust_source(marker))}
 
 
 def rust_const(name: str) -> str:
@@ -350,7 +353,9 @@ def test_every_filter_value_is_a_key_of_the_filter():
     known = filter_config_keys()
     assert {snake(k) for k in schema} <= known, {snake(k) for k in schema} - known
     assert {snake(k) for k in schema["aggregator"]["properties"]} <= known
-    every = {k: (True if v.get("type") == "boolean" else [14] if v.get("type") == "array" else 1)
+    example = {"boolean": True, "string": "/healthz", "array": None}
+    item = {"string": "outbound|80||a.demo.svc.cluster.local", "integer": 14}
+    every = {k: (example.get(v.get("type"), 1) if v.get("type") != "array" else [item[v["items"]["type"]]])
              for k, v in schema.items() if k != "aggregator"}
     every["aggregator"] = {"reportIntervalMs": 1000, "timeoutMs": 500}
     (wasm,) = wasmplugins(render({"services": [{"name": "a", "namespace": "demo", "port": 80}], "filter": every}))
