@@ -164,3 +164,30 @@ def test_grpc_health_checks_keep_rpcs_off_a_failing_backend_and_readmit_it(group
     ping_load(group, tmp_path, destination, qps=100, connections=1, streams=4, seconds=4, name="back")
     served = [a - b for a, b in zip(backends.requests_total(), before, strict=True)]
     assert served[1] > 0.1 * sum(served), f"its share after recovering: {served}"
+
+
+def test_a_grpc_health_check_the_servers_do_not_serve_leaves_probing_to_users(group, tmp_path):
+    """Checks naming a service the backends' health service does not know (NOT_FOUND), like a server
+    without the health service (UNIMPLEMENTED) or a policy denying the call, say nothing of the
+    endpoint: the cluster's checks pause and users' RPCs probe the suspended backend, which comes
+    back once it answers again (without the pause it would stay suspended on checks that cannot pass)."""
+    backends = grpc_backends(group, 3)
+    plugin = {"explore_ratio": 0.0, "health_check_grpc": True, "health_check_grpc_service": "shop.Cart",
+              "probe_interval_ms": 50, "sync_interval_ms": 50, "error_penalty": 0, "failure_latency_ms": 0}
+    proxy = grpc_client(group, backends.addresses, plugin)
+    destination = f"127.0.0.1:{proxy.port()}"
+    ping_load(group, tmp_path, destination, qps=100, connections=1, streams=4, seconds=3, name="warm")
+    backends.event([1], "fail")
+    ping_load(group, tmp_path, destination, qps=100, connections=1, streams=4, seconds=3, name="down")
+    backends.event([1], "recover")
+    before = backends.requests_total()
+    ping_load(group, tmp_path, destination, qps=100, connections=1, streams=4, seconds=4, name="back")
+    served = [a - b for a, b in zip(backends.requests_total(), before, strict=True)]
+    s = stats(proxy)
+    assert s["suspensions"] >= 1 and s["health_checks_failed"] == 0, s
+    # One unanswerable check per worker that suspended it (then a minute's pause), and users' probes
+    # failing while it stayed down (17 in each of 3 runs; without the pause 2-3 failures and 22-35
+    # unanswerable checks: it was left to exploration).
+    assert 1 <= s["health_checks_unanswerable"] <= 2 * s["suspensions"], s
+    assert s["failures"] >= 2 * s["suspensions"] + 6, s
+    assert s["recoveries"] >= 1 and served[1] > 0.03 * sum(served), (served, s)

@@ -13,7 +13,8 @@ use crate::metrics::{self, Metrics};
 use tailweight_picker::config::HealthCheckConfig;
 use tailweight_picker::health::HealthChange;
 use tailweight_picker::health_check::{
-    check_passed, grpc_check_passed, CheckProtocol, DueHealthCheck, HealthCheckLedger, MAX_PENDING_HEALTH_CHECKS,
+    grpc_check_verdict, http_check_verdict, CheckProtocol, CheckVerdict, DueHealthCheck, HealthCheckLedger,
+    MAX_PENDING_HEALTH_CHECKS,
 };
 use tailweight_picker::Balancer;
 use tailweight_wire::grpc_health::{check_request, CHECK_PATH};
@@ -90,7 +91,7 @@ impl HealthChecker {
                 // Refused by the host (the cluster is gone): a failed check, the wait doubles.
                 Err(_) => {
                     metrics::inc(metrics.health_checks_failed);
-                    balancer.health_check_answered(&check, false, now_us);
+                    balancer.health_check_answered(&check, CheckVerdict::Failed, now_us);
                 }
             }
         }
@@ -108,19 +109,21 @@ impl HealthChecker {
     ) -> bool {
         let Some(check) = self.ledger.answered(token) else { return false };
         let status = host::call_response_header(":status").and_then(|s| s.parse().ok());
-        let passed = match check.protocol {
-            CheckProtocol::Http => check_passed(status),
+        let verdict = match check.protocol {
+            CheckProtocol::Http => http_check_verdict(status),
             CheckProtocol::Grpc => {
                 let grpc_status =
                     host::call_response_trailer("grpc-status").or_else(|| host::call_response_header("grpc-status"));
                 let body = host::call_response_body(body_size.min(MAX_ANSWER_BYTES));
-                grpc_check_passed(status, grpc_status.as_deref(), &body)
+                grpc_check_verdict(status, grpc_status.as_deref(), &body)
             }
         };
-        if !passed {
-            metrics::inc(metrics.health_checks_failed);
+        match verdict {
+            CheckVerdict::Passed => {}
+            CheckVerdict::Failed => metrics::inc(metrics.health_checks_failed),
+            CheckVerdict::Unanswerable => metrics::inc(metrics.health_checks_unanswerable),
         }
-        if balancer.health_check_answered(&check, passed, now_us) == HealthChange::Recovered {
+        if balancer.health_check_answered(&check, verdict, now_us) == HealthChange::Recovered {
             metrics::inc(metrics.recoveries);
         }
         true

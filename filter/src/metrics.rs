@@ -23,10 +23,13 @@ pub struct Metrics {
     /// Endpoints suspended after a run of failures, and suspensions ended by a good probe.
     pub suspensions: Option<u32>,
     pub recoveries: Option<u32>,
-    /// Health checks of suspended endpoints sent (`health_check_path`), and those that failed (not
-    /// a 2xx in time, or refused by the host); a passed one that ends a suspension is a recovery.
+    /// Health checks of suspended endpoints sent (`health_check_path`, `health_check_grpc`), those
+    /// that failed (not passed in time, or refused by the host) and those the destination does not
+    /// serve us (then its cluster's checks pause for a minute, see `CheckVerdict::Unanswerable`); a
+    /// passed one that ends a suspension is a recovery.
     pub health_checks_sent: Option<u32>,
     pub health_checks_failed: Option<u32>,
+    pub health_checks_unanswerable: Option<u32>,
     /// Left to the fallback LB on purpose (exploration), and for want of a candidate.
     pub explorations: Option<u32>,
     pub fallbacks: Option<u32>,
@@ -113,6 +116,7 @@ impl Metrics {
             recoveries: c("tailweight.recoveries"),
             health_checks_sent: c("tailweight.health_checks_sent"),
             health_checks_failed: c("tailweight.health_checks_failed"),
+            health_checks_unanswerable: c("tailweight.health_checks_unanswerable"),
             explorations: c("tailweight.explorations"),
             fallbacks: c("tailweight.fallbacks"),
             untracked: c("tailweight.untracked"),

@@ -154,7 +154,7 @@ impl Balancer {
                 None => return Pick::Explore,
             }
         } else if let Some(probe) =
-            (!settings.checks_out_of_band(cluster)).then(|| cluster.take_due_probe(now_us, p)).flatten()
+            (!settings.checks_out_of_band(cluster, now_us)).then(|| cluster.take_due_probe(now_us, p)).flatten()
         {
             Candidate::Known(probe)
         } else {

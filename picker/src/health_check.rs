@@ -23,6 +23,10 @@ const MAX_AUTHORITY_BYTES: usize = 259;
 /// A cluster's `:authority` is read from a user's request at most this often (a host call the other
 /// requests skip; it changes with the service's name, not per request).
 pub const AUTHORITY_REFRESH_US: u64 = 1_000_000;
+/// After an unanswerable check (`CheckVerdict::Unanswerable`) a cluster's suspended endpoints are
+/// probed with users' requests for this long, then checks are tried again (a rollout may bring the
+/// check, or a policy change allow it).
+pub const UNANSWERABLE_PAUSE_US: u64 = 60_000_000;
 
 /// The protocol of a cluster's users' requests, and so of its checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +44,8 @@ pub struct CheckTarget {
     read_us: Option<u64>,
     /// The latest request's protocol (None: no request seen).
     protocol: Option<CheckProtocol>,
+    /// Checks are paused until then (see `UNANSWERABLE_PAUSE_US`).
+    paused_until_us: u64,
 }
 
 impl CheckTarget {
@@ -49,6 +55,16 @@ impl CheckTarget {
 
     pub fn protocol(&self) -> Option<CheckProtocol> {
         self.protocol
+    }
+
+    /// Are checks paused at `now_us`?
+    pub fn checks_paused(&self, now_us: u64) -> bool {
+        now_us < self.paused_until_us
+    }
+
+    /// A check's answer at `now_us` was unanswerable: pause the checks for `UNANSWERABLE_PAUSE_US`.
+    pub fn pause_checks(&mut self, now_us: u64) {
+        self.paused_until_us = now_us.saturating_add(UNANSWERABLE_PAUSE_US);
     }
 
     /// A user request at `now_us` spoke `protocol`; `read_authority` reads its `:authority`, called
@@ -81,19 +97,50 @@ pub struct DueHealthCheck {
     pub sent_us: u64,
 }
 
+/// What a check's answer says of its endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckVerdict {
+    Passed,
+    Failed,
+    /// The destination does not answer this check for us: no such path or service, or not for
+    /// this caller (HTTP 401, 403, 404, 405; gRPC UNAUTHENTICATED, PERMISSION_DENIED, NOT_FOUND,
+    /// UNIMPLEMENTED). Nothing about the endpoint's health; its cluster's checks pause (see
+    /// `CheckTarget::pause_checks`), so that a destination without the check, or an authorization
+    /// policy that denies it, never leaves suspended endpoints to checks that cannot pass.
+    Unanswerable,
+}
+
+/// HTTP statuses saying the check itself is not served to us.
+const UNANSWERABLE_HTTP: [u16; 4] = [401, 403, 404, 405];
+/// gRPC statuses saying the same: NOT_FOUND (an unknown service), PERMISSION_DENIED, UNIMPLEMENTED
+/// (no health service), UNAUTHENTICATED.
+const UNANSWERABLE_GRPC: [&str; 4] = ["5", "7", "12", "16"];
+
 /// An HTTP check passes with a 2xx status (`status` None: no response headers within the timeout, a
 /// reset, or no upstream: failed).
-pub fn check_passed(status: Option<u16>) -> bool {
-    status.is_some_and(|s| (200..300).contains(&s))
+pub fn http_check_verdict(status: Option<u16>) -> CheckVerdict {
+    match status {
+        Some(s) if (200..300).contains(&s) => CheckVerdict::Passed,
+        Some(s) if UNANSWERABLE_HTTP.contains(&s) => CheckVerdict::Unanswerable,
+        _ => CheckVerdict::Failed,
+    }
 }
 
 /// A gRPC check passes with HTTP status 200, `grpc-status` 0 (`grpc_status`: from the trailers, else
 /// the headers of a trailers-only answer) and a body that reads SERVING. Anything else fails:
-/// NOT_SERVING, an unknown service, an error status, a body that is not one `HealthCheckResponse`.
-pub fn grpc_check_passed(status: Option<u16>, grpc_status: Option<&str>, body: &[u8]) -> bool {
-    status == Some(200)
-        && grpc_status.map(str::trim) == Some("0")
-        && read_check_response(body) == Ok(ServingStatus::Serving)
+/// NOT_SERVING, another error status, a body that is not one `HealthCheckResponse`.
+pub fn grpc_check_verdict(status: Option<u16>, grpc_status: Option<&str>, body: &[u8]) -> CheckVerdict {
+    let grpc_status = grpc_status.map(str::trim);
+    if status.is_some_and(|s| UNANSWERABLE_HTTP.contains(&s))
+        || grpc_status.is_some_and(|g| UNANSWERABLE_GRPC.contains(&g))
+    {
+        return CheckVerdict::Unanswerable;
+    }
+    if status == Some(200) && grpc_status == Some("0") && read_check_response(body) == Ok(ServingStatus::Serving) {
+        CheckVerdict::Passed
+    } else {
+        CheckVerdict::Failed
+    }
 }
 
 /// The checks under way, by the host's call token.
@@ -158,8 +205,19 @@ mod tests {
     #[test]
     fn a_grpc_check_passes_only_when_serving_with_status_ok() {
         let serving = [0, 0, 0, 0, 2, 0x08, 1];
-        assert!(grpc_check_passed(Some(200), Some("0"), &serving));
+        assert_eq!(grpc_check_verdict(Some(200), Some("0"), &serving), CheckVerdict::Passed);
         let not_serving = [0, 0, 0, 0, 2, 0x08, 2];
+        for (status, grpc_status) in [
+            (Some(200), Some("12")),
+            (Some(200), Some("5")),
+            (Some(200), Some("7")),
+            (Some(200), Some(" 16")),
+            (Some(403), None),
+            (Some(404), Some("12")),
+        ] {
+            let verdict = grpc_check_verdict(status, grpc_status, &[]);
+            assert_eq!(verdict, CheckVerdict::Unanswerable, "{status:?} {grpc_status:?}");
+        }
         for (status, grpc_status, body) in [
             (Some(200), Some("0"), &not_serving[..]),
             (Some(200), Some("0"), &[0, 0, 0, 0, 0][..]),
@@ -171,7 +229,8 @@ mod tests {
             (Some(503), Some("0"), &serving[..]),
             (None, None, &[][..]),
         ] {
-            assert!(!grpc_check_passed(status, grpc_status, body), "{status:?} {grpc_status:?} {body:?}");
+            let verdict = grpc_check_verdict(status, grpc_status, body);
+            assert_eq!(verdict, CheckVerdict::Failed, "{status:?} {grpc_status:?} {body:?}");
         }
     }
 
@@ -195,10 +254,15 @@ mod tests {
     }
 
     #[test]
-    fn only_a_2xx_passes() {
-        assert!(check_passed(Some(200)) && check_passed(Some(204)) && check_passed(Some(299)));
-        for status in [None, Some(0), Some(199), Some(301), Some(404), Some(429), Some(503)] {
-            assert!(!check_passed(status), "{status:?}");
+    fn only_a_2xx_passes_and_a_check_not_served_to_us_is_unanswerable() {
+        for status in [200, 204, 299] {
+            assert_eq!(http_check_verdict(Some(status)), CheckVerdict::Passed, "{status}");
+        }
+        for status in [None, Some(0), Some(199), Some(301), Some(429), Some(500), Some(503)] {
+            assert_eq!(http_check_verdict(status), CheckVerdict::Failed, "{status:?}");
+        }
+        for status in [401, 403, 404, 405] {
+            assert_eq!(http_check_verdict(Some(status)), CheckVerdict::Unanswerable, "{status}");
         }
     }
 

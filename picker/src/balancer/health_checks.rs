@@ -3,7 +3,7 @@
 
 use super::Balancer;
 use crate::health::HealthChange;
-use crate::health_check::{CheckProtocol, DueHealthCheck};
+use crate::health_check::{CheckProtocol, CheckVerdict, DueHealthCheck};
 
 impl Balancer {
     /// A user request to `cluster_name` at `now_us` spoke `protocol` (see `CheckTarget::note`;
@@ -28,7 +28,7 @@ impl Balancer {
     /// `due`, at most `max` of them. Other clusters' endpoints are probed by users' requests.
     pub fn due_health_checks(&mut self, now_us: u64, max: usize, due: &mut Vec<DueHealthCheck>) {
         let settings = &self.settings;
-        for (name, cluster) in self.clusters.list.iter_mut().filter(|(_, c)| settings.checks_out_of_band(c)) {
+        for (name, cluster) in self.clusters.list.iter_mut().filter(|(_, c)| settings.checks_out_of_band(c, now_us)) {
             let Some(protocol) = cluster.check_target.protocol() else { continue };
             while due.len() < max {
                 let Some(slot) = cluster.take_due_probe(now_us, &settings.pick) else { break };
@@ -42,13 +42,27 @@ impl Balancer {
         }
     }
 
-    /// The answer to `check` (`passed`: see `health_check::check_passed`) came at `now_us`: for an
-    /// endpoint still suspended, what a probe's answer at `now - sent` would do (a pass ends the
-    /// suspension with a recovery ramp; a failure doubles the wait). Else (recovered meanwhile, or
-    /// forgotten) nothing. Returns the health change.
-    pub fn health_check_answered(&mut self, check: &DueHealthCheck, passed: bool, now_us: u64) -> HealthChange {
+    /// The answer to `check` came at `now_us` saying `verdict`. Unanswerable: the cluster's checks
+    /// pause (`CheckTarget::pause_checks`) and the endpoint's next probe, a probe wait later, is a
+    /// user's request. Else, for an endpoint still suspended, what a probe's answer at `now - sent`
+    /// would do (a pass ends the suspension with a recovery ramp; a failure doubles the wait), and
+    /// nothing for one that recovered meanwhile or was forgotten. Returns the health change.
+    pub fn health_check_answered(
+        &mut self,
+        check: &DueHealthCheck,
+        verdict: CheckVerdict,
+        now_us: u64,
+    ) -> HealthChange {
         let p = &self.settings.pick;
         let Some(cluster) = self.clusters.get_mut(&check.cluster) else { return HealthChange::None };
+        let passed = match verdict {
+            CheckVerdict::Passed => true,
+            CheckVerdict::Failed => false,
+            CheckVerdict::Unanswerable => {
+                cluster.check_target.pause_checks(now_us);
+                return HealthChange::None;
+            }
+        };
         let Some(slot) = cluster.slot_of(&check.address) else { return HealthChange::None };
         let endpoint = cluster.endpoint_mut(slot);
         if endpoint.health.probe_due_us().is_none() {

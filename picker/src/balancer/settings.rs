@@ -56,11 +56,13 @@ impl Settings {
         self.health_checks.as_ref().is_some_and(|s| s.clusters.is_empty() || s.clusters.iter().any(|c| c == cluster))
     }
 
-    /// Are `cluster`'s suspended endpoints checked out of band? If it is listed and a check is
-    /// configured for the protocol its users speak (none seen yet: no).
-    pub fn checks_out_of_band(&self, cluster: &Cluster) -> bool {
+    /// Are `cluster`'s suspended endpoints checked out of band at `now_us`? If it is listed, its
+    /// checks are not paused, and a check is configured for the protocol its users speak (none seen
+    /// yet: no).
+    pub fn checks_out_of_band(&self, cluster: &Cluster, now_us: u64) -> bool {
         let Some(scope) = &self.health_checks else { return false };
         cluster.health_check_listed
+            && !cluster.check_target.checks_paused(now_us)
             && match cluster.check_target.protocol() {
                 Some(CheckProtocol::Http) => scope.http,
                 Some(CheckProtocol::Grpc) => scope.grpc,

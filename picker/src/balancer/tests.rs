@@ -1,6 +1,6 @@
 use super::*;
 use crate::health::Availability;
-use crate::health_check::{CheckProtocol, DueHealthCheck};
+use crate::health_check::{CheckProtocol, CheckVerdict, DueHealthCheck, UNANSWERABLE_PAUSE_US};
 use crate::outcome::{RequestOutcome, ResponseClass};
 use tailweight_wire::reply::EndpointView;
 use tailweight_wire::report::EndpointReport;
@@ -796,6 +796,14 @@ fn a_cluster_is_checked_in_its_users_protocol_if_that_check_is_configured() {
         assert!(due(&mut b, 10_000 * MS).is_empty(), "{protocol:?}: no check");
         assert_eq!(b.pick(C, 2 + 250 * MS).first_choice(), Some(B), "{protocol:?}: a user request probes");
     }
+    // A check the destination does not serve us (no health service, a policy denying it) pauses the
+    // cluster's checks: the endpoint's next probe is a user's request, and checks resume later.
+    let mut b = suspended_speaking(scope(false, true), CheckProtocol::Grpc);
+    let check = due(&mut b, 2 + 250 * MS).remove(0);
+    assert_eq!(b.health_check_answered(&check, CheckVerdict::Unanswerable, 260 * MS), HealthChange::None);
+    assert!(due(&mut b, 10_000 * MS).is_empty(), "paused");
+    assert_eq!(b.pick(C, 2 + 500 * MS).first_choice(), Some(B), "a user request probes meanwhile");
+    assert_eq!(due(&mut b, 260 * MS + UNANSWERABLE_PAUSE_US).len(), 1, "checks resume after the pause");
     // A cluster whose users switch protocol is checked in the latest one.
     let mut switched = suspended_speaking(scope(true, true), CheckProtocol::Http);
     switched.note_user_request(C, CheckProtocol::Grpc, 3, || None);
@@ -830,20 +838,20 @@ fn a_passed_health_check_readmits_and_a_failed_one_doubles_the_wait() {
     let mut b = with_b_suspended(true);
     let check = due(&mut b, 250 * MS + 2).remove(0);
     // Failed (a 503, a timeout): the wait doubles from the answer.
-    assert_eq!(b.health_check_answered(&check, false, 260 * MS), HealthChange::None);
+    assert_eq!(b.health_check_answered(&check, CheckVerdict::Failed, 260 * MS), HealthChange::None);
     let health = |b: &Balancer| b.cluster(C).unwrap().get(B).unwrap().health.clone();
     assert_eq!(health(&b).probe_due_us(), Some(260 * MS + 500 * MS));
     assert!(due(&mut b, 759 * MS).is_empty());
     let check = due(&mut b, 760 * MS).remove(0);
     // Passed: suspension over, ramping back from the floor like after a good probe.
-    assert_eq!(b.health_check_answered(&check, true, 765 * MS), HealthChange::Recovered);
+    assert_eq!(b.health_check_answered(&check, CheckVerdict::Passed, 765 * MS), HealthChange::Recovered);
     assert!(health(&b).pickable());
     assert!(health(&b).ramp().is_some(), "the recovery ramp runs");
     let e = b.cluster(C).unwrap().get(B).unwrap();
     assert_eq!((e.local.requests, e.local.errors), (3, 2), "checks are not users' requests in the counts");
     assert!((0..400).any(|_| b.pick(C, 800 * MS).first_choice() == Some(B)), "picked again");
     // A late answer to a check of an endpoint no longer suspended changes nothing.
-    assert_eq!(b.health_check_answered(&check, false, 900 * MS), HealthChange::None);
+    assert_eq!(b.health_check_answered(&check, CheckVerdict::Failed, 900 * MS), HealthChange::None);
     assert!(health(&b).pickable());
 }
 
@@ -857,7 +865,7 @@ fn a_destination_whose_health_checks_pass_while_users_fail_costs_ever_fewer_user
     let (step, end) = (5 * MS, 40_000 * MS);
     for now in (1..end / step).map(|i| i * step) {
         for check in due(&mut b, now) {
-            b.health_check_answered(&check, true, now);
+            b.health_check_answered(&check, CheckVerdict::Passed, now);
         }
         let pick = b.pick(C, now);
         if pick.first_choice() == Some(B) {
@@ -877,7 +885,7 @@ fn a_destination_whose_health_checks_pass_while_users_fail_costs_ever_fewer_user
     while !health(&b).pickable() {
         now += step;
         for check in due(&mut b, now) {
-            b.health_check_answered(&check, true, now);
+            b.health_check_answered(&check, CheckVerdict::Passed, now);
         }
     }
     b.complete(C, None, &ok(B, MS), now + 1);
