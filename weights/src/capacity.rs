@@ -2,7 +2,7 @@
 //! else by latency and Little's law; less the rate that drains a standing queue.
 
 use crate::decision::Method;
-use crate::held_capacity::hold;
+use crate::held_capacity::{hold, ErrorState};
 use crate::merge::{CpuOrigin, Merged};
 use crate::params::WeightParams;
 use crate::rate_history::RateHistory;
@@ -119,7 +119,13 @@ pub(crate) fn rate(
             Method::Cpu => *by_cpu,
             _ => by_latency(k, endpoint.ejection.error_ratio, endpoint.latency.service_us, p),
         };
-        let capacity = hold(&mut endpoint.held, rated.filter(|v| v.is_finite() && *v > 0.0), method, p, now_us);
+        let errors = ErrorState {
+            eps: endpoint.decision.as_ref().map_or(0.0, |d| d.eps),
+            error_ratio: endpoint.ejection.error_ratio,
+            ejected: endpoint.ejection.ejected,
+        };
+        let rated = rated.filter(|v| v.is_finite() && *v > 0.0);
+        let capacity = hold(&mut endpoint.held, rated, method, errors, p, now_us);
         let backlog = endpoint.decision.as_ref().map_or(0.0, |d| backlog(d.inflight, k));
         raw.push(capacity.map(|c| drained(c, backlog, p)));
         if let Some(d) = endpoint.decision.as_mut() {

@@ -177,7 +177,7 @@ pub(crate) struct EndpointRecord {
     pub ejection: Ejection,
     /// The published weight (None before the first recompute).
     pub weight: Option<f64>,
-    pub held: Option<HeldCapacity>,
+    pub held: HeldCapacity,
     pub decision: Option<EndpointDecision>,
     /// Merged counts over the window of a metrics-store CPU value (kept while the IP has one).
     pub rates: RateHistory,
@@ -247,7 +247,7 @@ impl EndpointRecord {
             latency: LatencyModel::default(),
             ejection: Ejection::default(),
             weight: None,
-            held: None,
+            held: HeldCapacity::default(),
             decision: None,
             rates: RateHistory::default(),
             last_traffic_us: None,
