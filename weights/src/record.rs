@@ -183,6 +183,8 @@ pub(crate) struct EndpointRecord {
     pub rates: RateHistory,
     /// The last recompute whose merged numbers showed traffic here (`traffic.rs`).
     pub last_traffic_us: Option<u64>,
+    /// Whether the last recompute was its first with traffic after a quiet spell (`traffic.rs`).
+    pub back_from_quiet: bool,
 }
 
 impl EndpointRecord {
@@ -251,6 +253,7 @@ impl EndpointRecord {
             decision: None,
             rates: RateHistory::default(),
             last_traffic_us: None,
+            back_from_quiet: false,
         }
     }
 }

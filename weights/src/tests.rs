@@ -1299,6 +1299,12 @@ fn an_endpoint_back_from_an_outage_gets_the_share_it_earned_not_the_median() {
     // Back, before anything rated it again: the weight it earned, relative to the others'.
     let back = w.weights()[C] / w.weights()[A];
     assert!((back - earned).abs() < 0.1 * earned, "{back} against {earned}: {d:?}");
+    // Its first window back is half quiet: half the requests, with the utilisation of the busy half.
+    w.step(&REPORTERS, |_| [others(), vec![(C, t(25, 0.1))]].concat());
+    let first = w.weights()[C] / w.weights()[A];
+    assert!((first - earned).abs() < 0.1 * earned, "{first} against {earned}: {:?}", w.decision(C));
+    w.steps(3, &REPORTERS, |_| [others(), vec![(C, t(50, 0.1))]].concat());
+    assert_eq!(w.decision(C).capacity, Some(2_000.0), "rated again from its second window: 4 x 50 rps / 0.1");
 }
 
 #[test]
