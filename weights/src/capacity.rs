@@ -2,7 +2,7 @@
 //! else by latency and Little's law; less the rate that drains a standing queue.
 
 use crate::decision::Method;
-use crate::held_capacity::hold;
+use crate::held_capacity::{hold, ErrorState};
 use crate::merge::{CpuOrigin, Merged};
 use crate::params::WeightParams;
 use crate::rate_history::RateHistory;
@@ -98,7 +98,10 @@ fn cluster_method(endpoints: &[EndpointRecord], by_cpu: &[Option<f64>], counted:
 /// Step 3: each endpoint's raw capacity by the cluster's method (held while it cannot be rated),
 /// less its backlog, into `raw` (None: no capacity, the median target). Endpoints never seen
 /// saturated count with the median learned concurrency of the `counted` ones (else 1). `by_cpu`
-/// and `counted` are aligned with `endpoints`; `sorted` is scratch.
+/// and `counted` are aligned with `endpoints`; `sorted` is scratch. The CPU path does not rate an
+/// endpoint back from quiet (`traffic.rs`) in that first window: the reporters' windows began
+/// before its traffic did, so the request rate is diluted by the quiet part while the utilisation
+/// covers the busy part (returning backends were rated at half their capacity).
 pub(crate) fn rate(
     endpoints: &mut [EndpointRecord],
     by_cpu: &[Option<f64>],
@@ -116,10 +119,16 @@ pub(crate) fn rate(
     for (endpoint, by_cpu) in endpoints.iter_mut().zip(by_cpu) {
         let k = endpoint.latency.concurrency.unwrap_or(median_concurrency);
         let rated = match method {
-            Method::Cpu => *by_cpu,
+            Method::Cpu => by_cpu.filter(|_| !endpoint.back_from_quiet),
             _ => by_latency(k, endpoint.ejection.error_ratio, endpoint.latency.service_us, p),
         };
-        let capacity = hold(&mut endpoint.held, rated.filter(|v| v.is_finite() && *v > 0.0), method, p, now_us);
+        let errors = ErrorState {
+            eps: endpoint.decision.as_ref().map_or(0.0, |d| d.eps),
+            error_ratio: endpoint.ejection.error_ratio,
+            ejected: endpoint.ejection.ejected,
+        };
+        let rated = rated.filter(|v| v.is_finite() && *v > 0.0);
+        let capacity = hold(&mut endpoint.held, rated, method, errors, p, now_us);
         let backlog = endpoint.decision.as_ref().map_or(0.0, |d| backlog(d.inflight, k));
         raw.push(capacity.map(|c| drained(c, backlog, p)));
         if let Some(d) = endpoint.decision.as_mut() {

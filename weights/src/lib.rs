@@ -42,8 +42,10 @@
 //!
 //!    A cluster uses one method for all endpoints (the one most endpoints with traffic support);
 //!    an endpoint it cannot rate this time keeps its last capacity by that method for
-//!    `capacity_hold_us` (`held_capacity.rs`), then gets the median target, as Envoy's CSWRR gives
-//!    unweighted hosts.
+//!    `capacity_hold_us`, or, while it is not failing (not ejected, error ratio below a quarter of
+//!    `eject_ratio`), the last one it was rated with while it answered without errors, for
+//!    `healthy_capacity_hold_us` (`held_capacity.rs`); then it gets the median target, as Envoy's
+//!    CSWRR gives unweighted hosts.
 //! 4. Target = raw / mean raw, at least `floor`, smoothed geometrically toward (`smoothing.rs`);
 //!    then `normalize.rs`: mean 1, each weight within a factor `max_step` of its previous value,
 //!    never below `floor`.

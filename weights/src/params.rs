@@ -60,6 +60,11 @@ pub struct WeightParams {
     /// window, as the picker steers around a slow endpoint) keeps its last capacity of that method
     /// for this long before it falls back to the median.
     pub capacity_hold_us: u64,
+    /// ...and an endpoint not failing now (not ejected, error ratio below a quarter of
+    /// `eject_ratio`) keeps the last capacity it was rated with while it answered without errors
+    /// for this long (`held_capacity.rs`): a pod that went away for a while (its proxies suspended
+    /// it, nothing reached it) comes back with the share it earned, not the median.
+    pub healthy_capacity_hold_us: u64,
     /// An endpoint without requests sent or in flight for this long (one that left the cluster)
     /// does not count in the cluster's mean, median target, method and median concurrency
     /// (`traffic.rs`). Three report intervals: a left pod's request rate is 0 after one or two.
@@ -141,6 +146,7 @@ impl Default for WeightParams {
             failure_cost_us: 100_000.0,
             min_qps_for_cpu: 1.0,
             capacity_hold_us: 10_000_000,
+            healthy_capacity_hold_us: 60_000_000,
             quiet_uncounted_us: 3_000_000,
             error_penalty: 1.0,
             slow_start_us: 10_000_000,

@@ -177,12 +177,14 @@ pub(crate) struct EndpointRecord {
     pub ejection: Ejection,
     /// The published weight (None before the first recompute).
     pub weight: Option<f64>,
-    pub held: Option<HeldCapacity>,
+    pub held: HeldCapacity,
     pub decision: Option<EndpointDecision>,
     /// Merged counts over the window of a metrics-store CPU value (kept while the IP has one).
     pub rates: RateHistory,
     /// The last recompute whose merged numbers showed traffic here (`traffic.rs`).
     pub last_traffic_us: Option<u64>,
+    /// Whether the last recompute was its first with traffic after a quiet spell (`traffic.rs`).
+    pub back_from_quiet: bool,
 }
 
 impl EndpointRecord {
@@ -247,10 +249,11 @@ impl EndpointRecord {
             latency: LatencyModel::default(),
             ejection: Ejection::default(),
             weight: None,
-            held: None,
+            held: HeldCapacity::default(),
             decision: None,
             rates: RateHistory::default(),
             last_traffic_us: None,
+            back_from_quiet: false,
         }
     }
 }

@@ -1272,9 +1272,39 @@ fn an_endpoint_without_requests_for_a_moment_keeps_its_capacity_not_the_median()
     w.steps(2, &REPORTERS, |_| vec![(A, t(50, 0.1)), (B, t(50, 0.1)), (C, t(0, 0.5))]);
     assert_eq!(w.decision(C).method, Method::Cpu);
     assert!((w.weights()[C] - before).abs() < 0.01, "{before} -> {:?}", w.weights());
-    // Long silence: the held capacity runs out, the median it is.
+    // Longer silence: it last answered without errors, so that capacity stays until
+    // `healthy_capacity_hold_us` runs out; then the median it is.
     w.steps(12, &REPORTERS, |_| vec![(A, t(50, 0.1)), (B, t(50, 0.1)), (C, t(0, 0.5))]);
+    assert_eq!(w.decision(C).method, Method::Cpu);
+    w.steps(50, &REPORTERS, |_| vec![(A, t(50, 0.1)), (B, t(50, 0.1)), (C, t(0, 0.5))]);
     assert_eq!(w.decision(C).method, Method::Median);
+}
+
+#[test]
+fn an_endpoint_back_from_an_outage_gets_the_share_it_earned_not_the_median() {
+    // C serves twice as much per unit of CPU; its connections are refused for a second, then its
+    // proxies suspend it and nothing reaches it for 20 s (its ORCA value gets old meanwhile).
+    let mut w = World::new(WeightParams::default());
+    let t = |requests, cpu| Traffic { cpu: Some(cpu), ..ok(requests, 10_000) };
+    let others = || vec![(A, t(50, 0.2)), (B, t(50, 0.2))];
+    w.steps(30, &REPORTERS, |_| [others(), vec![(C, t(50, 0.1))]].concat());
+    let earned = w.weights()[C] / w.weights()[A];
+    assert!((earned - 2.0).abs() < 0.05, "{:?}", w.weights());
+    let refused = Traffic { requests: 20, errors: 20, latency_us: 1_000, inflight: 0, cpu: None };
+    w.step(&REPORTERS, |_| [others(), vec![(C, refused)]].concat());
+    let away = Traffic { requests: 0, errors: 0, latency_us: 0, inflight: 0, cpu: None };
+    w.steps(20, &REPORTERS, |_| [others(), vec![(C, away)]].concat());
+    let d = w.decision(C);
+    assert!(!d.ejected && d.error_ratio < 0.125, "{d:?}");
+    // Back, before anything rated it again: the weight it earned, relative to the others'.
+    let back = w.weights()[C] / w.weights()[A];
+    assert!((back - earned).abs() < 0.1 * earned, "{back} against {earned}: {d:?}");
+    // Its first window back is half quiet: half the requests, with the utilisation of the busy half.
+    w.step(&REPORTERS, |_| [others(), vec![(C, t(25, 0.1))]].concat());
+    let first = w.weights()[C] / w.weights()[A];
+    assert!((first - earned).abs() < 0.1 * earned, "{first} against {earned}: {:?}", w.decision(C));
+    w.steps(3, &REPORTERS, |_| [others(), vec![(C, t(50, 0.1))]].concat());
+    assert_eq!(w.decision(C).capacity, Some(2_000.0), "rated again from its second window: 4 x 50 rps / 0.1");
 }
 
 #[test]

@@ -17,7 +17,9 @@ fn carries_traffic(merged: &Merged) -> bool {
     merged.qps > 0.0 || merged.eps > 0.0 || merged.inflight > 0.0
 }
 
-/// Note each endpoint's traffic (`merged`, aligned with `endpoints`) at `now_us`, then clear
+/// Note each endpoint's traffic (`merged`, aligned with `endpoints`) at `now_us`, and whether it is
+/// back from quiet: traffic now, after none for longer than `quiet_uncounted_us` (it had some
+/// before). Then clear
 /// `counted` for those quiet for longer than `quiet_uncounted_us` since that traffic (or since
 /// the book first heard of them). When that would leave no counted endpoint (a cluster nobody
 /// sends to), `counted` stays as it was.
@@ -29,7 +31,10 @@ pub(crate) fn uncount_quiet(
     counted: &mut [bool],
 ) {
     for (endpoint, m) in endpoints.iter_mut().zip(merged) {
-        if carries_traffic(m) {
+        let traffic = carries_traffic(m);
+        endpoint.back_from_quiet =
+            traffic && endpoint.last_traffic_us.is_some_and(|t| now_us.saturating_sub(t) > p.quiet_uncounted_us);
+        if traffic {
             endpoint.last_traffic_us = Some(now_us);
         }
     }
