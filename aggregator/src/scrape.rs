@@ -158,6 +158,7 @@ mod tests {
                     cpu_source: None,
                     error_ratio: 0.0,
                     ejected: ejected_at == Some(i),
+                    served_age_ms: None,
                     reporters: 1,
                     counted: true,
                 })

@@ -1,9 +1,11 @@
 """Health checks of suspended endpoints (`health_check_path`) with a real Envoy and stub backends on
 127.0.0.1: the filter's checks, sent from its root context with the override header, reach the
 endpoint it names (not the fallback policy's pick), and with them on a suspended endpoint gets no
-user request until a check passes.
+user request until a check passes. With a view saying many callers report the cluster, a filter
+sends only its share of the checks, and another caller's users' good answers readmit the endpoint.
 
 Counts are asserted, never times: each backend records the path of every request it gets."""
+import json
 import threading
 
 import pytest
@@ -130,3 +132,71 @@ def test_a_suspended_backend_gets_no_user_requests_and_comes_back_after_it_recov
     assert users(proxy, session, 600) == [200] * 600
     share = (down.count("/") - before) / 600
     assert share > 0.15, f"its share after recovering: {share}"
+
+
+class FleetAggregator:
+    """Stands in for the aggregator: answers each report with a view of the clusters it names, every
+    endpoint listed at weight 1, the cluster reported by `reporters` callers, and `served_age_ms` for
+    the addresses in `served` (none by default: no caller's users were answered well)."""
+
+    def __init__(self, reporters):
+        self.reporters, self.served = reporters, {}
+        self.server = StubServer(self._report, name="fleet-aggregator").start()
+        self.port = self.server.port
+
+    def _report(self, request: Request) -> Reply:
+        report = json.loads(request.body)
+        clusters = [{"name": c["name"], "reporters": self.reporters, "endpoints": [
+            {"address": e["address"], "weight": 1.0, "inflight": 0, "peer_inflight": 0, "latency_us": 1000,
+             **({"served_age_ms": self.served[e["address"]]} if e["address"] in self.served else {})}
+            for e in c["endpoints"]]} for c in report["clusters"]]
+        return Reply(body=json.dumps({"version": 1, "ttl_ms": 3000, "clusters": clusters}).encode())
+
+    def close(self):
+        self.server.close()
+
+
+# A thousand callers report the cluster: each sends about 20 x 0.05 s / 1,000 = 0.1% of its due
+# checks (a 50 ms probe interval that no longer backs off) and leaves the rest to the others; when
+# the view says another caller's users were answered well by the suspended backend, it is readmitted
+# at its next due check, without one.
+def test_with_a_thousand_callers_a_filter_leaves_checks_to_them_and_readmits_on_their_evidence(group):
+    backends = [Backend() for _ in range(3)]
+    fleet = FleetAggregator(reporters=1000)
+    try:
+        config = {**CONFIG, "aggregator": {"cluster": envoy_configs.AGGREGATOR_CLUSTER, "report_interval_ms": 100}}
+        proxy = envoy.start(group, "envoy-fleet", envoy_configs.render_client_envoy(
+            [b.address for b in backends], "tailweight", wasm_path=paths.WASM, plugin_config=config,
+            aggregator_port=fleet.port))
+        session = requests.Session()
+        assert users(proxy, session, 300) == [200] * 300
+        wait_for(lambda: stat(proxy, "views_applied") >= 1, 30, "a view applied")
+        down = max(backends, key=lambda b: b.count("/"))
+        suspend(proxy, session, down)
+        # ~20 due checks a second; alone (the fixture above) each would go out. Users' requests go on
+        # meanwhile (an idle filter stops reporting, its view runs out and it checks alone again).
+        for _ in range(5000):
+            users(proxy, session, 1)
+            if stat(proxy, "health_checks_left_to_others") >= 40:
+                break
+        sent = stat(proxy, "health_checks_sent")
+        assert sent <= 3 and down.count(CHECK_PATH) == sent, (sent, down.count(CHECK_PATH))
+        assert stat(proxy, "health_checks_left_to_others") >= 40
+        assert stat(proxy, "readmissions_on_evidence") == 0, "nobody was answered well"
+        # Another caller's check passed and its users are answered well: the view says so.
+        down.failing = False
+        fleet.served[down.address] = 0
+        for _ in range(5000):
+            users(proxy, session, 1)
+            if stat(proxy, "readmissions_on_evidence") >= 1:
+                break
+        assert stat(proxy, "readmissions_on_evidence") == 1, "readmitted on the others' evidence"
+        before = down.count("/")
+        assert users(proxy, session, 600) == [200] * 600
+        share = (down.count("/") - before) / 600
+        assert share > 0.15, f"its share after the readmission: {share}"
+        assert stat(proxy, "health_checks_sent") <= 4
+    finally:
+        fleet.close()
+        for b in backends:
+            b.close()

@@ -49,7 +49,11 @@ impl HealthChecker {
     pub fn tick(&mut self, balancer: &mut Balancer, metrics: &Metrics, now_us: u64) {
         // The host answers every call by its timeout; an entry older than twice that was lost.
         self.ledger.forget_sent_before(now_us.saturating_sub(2_000 * self.config.timeout_ms));
-        balancer.due_health_checks(now_us, MAX_PENDING_HEALTH_CHECKS.saturating_sub(self.ledger.len()), &mut self.due);
+        let room = MAX_PENDING_HEALTH_CHECKS.saturating_sub(self.ledger.len());
+        let round = balancer.due_health_checks(now_us, room, &mut self.due);
+        metrics::add(metrics.health_checks_left_to_others, round.left_to_others);
+        metrics::add(metrics.readmissions_on_evidence, round.readmitted_on_evidence);
+        metrics::add(metrics.recoveries, round.readmitted_on_evidence);
         for check in self.due.drain(..) {
             if !self.ledger.admits(&check) {
                 continue;

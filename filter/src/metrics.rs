@@ -30,6 +30,10 @@ pub struct Metrics {
     pub health_checks_sent: Option<u32>,
     pub health_checks_failed: Option<u32>,
     pub health_checks_unanswerable: Option<u32>,
+    /// Due checks left to other callers, and suspensions ended by their users' good answers (see
+    /// `tailweight_picker::health_check::check_share`).
+    pub health_checks_left_to_others: Option<u32>,
+    pub readmissions_on_evidence: Option<u32>,
     /// Left to the fallback LB on purpose (exploration), and for want of a candidate.
     pub explorations: Option<u32>,
     pub fallbacks: Option<u32>,
@@ -97,6 +101,13 @@ pub fn inc(metric: Option<u32>) {
     host::increment(metric, 1);
 }
 
+/// Add `n` (no host call for 0).
+pub fn add(metric: Option<u32>, n: u32) {
+    if n > 0 {
+        host::increment(metric, i64::from(n));
+    }
+}
+
 impl Metrics {
     pub fn define(per_endpoint: bool) -> Self {
         // Full names: a `format!` of the prefix per metric cost ~1.3 KB of module.
@@ -117,6 +128,8 @@ impl Metrics {
             health_checks_sent: c("tailweight.health_checks_sent"),
             health_checks_failed: c("tailweight.health_checks_failed"),
             health_checks_unanswerable: c("tailweight.health_checks_unanswerable"),
+            health_checks_left_to_others: c("tailweight.health_checks_left_to_others"),
+            readmissions_on_evidence: c("tailweight.readmissions_on_evidence"),
             explorations: c("tailweight.explorations"),
             fallbacks: c("tailweight.fallbacks"),
             untracked: c("tailweight.untracked"),

@@ -229,8 +229,11 @@ pub fn shared_data(data: &[u8]) {
 }
 
 fn fold_slot(slot: &Slot, now: u64) {
-    let views: Vec<ClusterView> =
-        slot.clusters.iter().map(|c| ClusterView { name: c.name.clone(), endpoints: vec![] }).collect();
+    let views: Vec<ClusterView> = slot
+        .clusters
+        .iter()
+        .map(|c| ClusterView { name: c.name.clone(), reporters: None, endpoints: vec![] })
+        .collect();
     let mut b = balancer_knowing(views.iter(), now);
     // Four live workers that wrote the same, and one that is gone.
     let gone = Slot { written_us: slot.written_us / 2, clusters: slot.clusters.clone() };

@@ -46,6 +46,8 @@ pub struct Cluster {
     sampled_with_view: bool,
     /// The aggregator's view may be used until then.
     view_expires_us: u64,
+    /// The last view's `reporters`.
+    view_reporters: Option<u32>,
     /// Latency assumed for endpoints without an estimate: the median of the fresh ones.
     prior_latency_us: f64,
     /// Share of the endpoints known here with a fresh latency estimate of this proxy's own.
@@ -88,6 +90,7 @@ impl Cluster {
             sampler_stale: false,
             sampled_with_view: false,
             view_expires_us: 0,
+            view_reporters: None,
             prior_latency_us: default_latency_us,
             own_fresh_share: 0.0,
             novelty: 1.0,
@@ -132,6 +135,12 @@ impl Cluster {
 
     pub fn view_fresh(&self, now_us: u64) -> bool {
         now_us < self.view_expires_us
+    }
+
+    /// How many callers report the cluster, as a fresh view says (None: no fresh view, or it did
+    /// not say).
+    pub fn fleet_reporters(&self, now_us: u64) -> Option<u32> {
+        self.view_reporters.filter(|_| self.view_fresh(now_us))
     }
 
     /// The sampling weight of an endpoint the view ejects whose last answer here was good (see
@@ -274,6 +283,7 @@ impl Cluster {
                     inflight: v.inflight,
                     latency_us: v.latency_us as f64,
                     ejected: v.ejected,
+                    served_us: v.served_age_ms.map(|age| now_us.saturating_sub(age.saturating_mul(1_000))),
                 });
             } else if !v.ejected
                 && v.weight > 0.0
@@ -289,6 +299,7 @@ impl Cluster {
         let n = live().count();
         self.readmit_weight = if n == 0 { 1.0 } else { live().map(|v| v.weight).sum::<f64>() / n as f64 };
         self.view_expires_us = expires_us;
+        self.view_reporters = view.reporters;
         self.sampler_stale = true;
     }
 

@@ -78,7 +78,16 @@ pub struct GlobalStats {
     /// All proxies' mean latency: only a cluster-wide prior (see `Cluster::refresh_prior`).
     pub latency_us: f64,
     pub ejected: bool,
+    /// When some caller's users last had a good answer from it, on this worker's clock: the view's
+    /// `served_age_ms` before the reply was received (None: not said).
+    pub served_us: Option<u64>,
 }
+
+/// A view's `served_age_ms` is as of the aggregator's last recompute, which may be up to about a
+/// report interval older than the reply, and a reporter's good answer is placed at its latest
+/// within the window that showed it: evidence must come this long after a suspension began to be
+/// taken as after it.
+pub const SERVED_EVIDENCE_MARGIN_US: u64 = 1_000_000;
 
 impl Endpoint {
     /// An endpoint Envoy just sent a request to (see `Cluster::learn`).
@@ -134,14 +143,43 @@ impl Endpoint {
     /// would be (a pass is a good answer, normal when within `NORMAL_LATENCY_FACTOR` x the latency
     /// estimate; else a failure), and a pass keeps it tracked like a good answer; its request counts
     /// and latency estimate are the users' requests' only (a check's path is not what they ask).
-    pub fn record_health_check(&mut self, passed: bool, latency_us: u64, now_us: u64, p: &PickParams) -> HealthChange {
-        let normal = is_normal_latency(self.local.latency, latency_us);
-        if passed {
-            self.last_success_us = self.last_success_us.max(now_us);
-            self.answered_well = true;
+    pub fn record_health_check(
+        &mut self,
+        passed: bool,
+        latency_us: u64,
+        now_us: u64,
+        p: &PickParams,
+        back_off: bool,
+    ) -> HealthChange {
+        if !passed {
+            return self.health.record_failed_check(now_us, &p.health_times(), back_off);
         }
-        let class = if passed { ResponseClass::Success } else { ResponseClass::Failure };
-        let change = self.record_health(class, normal, now_us, p);
+        let normal = is_normal_latency(self.local.latency, latency_us);
+        self.last_success_us = self.last_success_us.max(now_us);
+        self.answered_well = true;
+        let change = self.record_health(ResponseClass::Success, normal, now_us, p);
+        if change == HealthChange::Recovered {
+            self.health.recovered_by_check();
+        }
+        change
+    }
+
+    /// Did some caller's users get a good answer from it well after its suspension here began (the
+    /// view's `served_age_ms`, as of `received_us`, less `SERVED_EVIDENCE_MARGIN_US`)? False unless
+    /// suspended and in the view.
+    pub fn served_since_suspension(&self) -> bool {
+        match (self.health.suspended_since_us(), self.global.and_then(|g| g.served_us)) {
+            (Some(since), Some(served)) => served > since.saturating_add(SERVED_EVIDENCE_MARGIN_US),
+            _ => false,
+        }
+    }
+
+    /// End its suspension on others' evidence (`served_since_suspension`): as a health check's pass
+    /// does, with the recovery ramp, and unconfirmed until a user request here answers well (so a
+    /// view that keeps readmitting an endpoint failing here costs ever fewer requests, as lying
+    /// checks do).
+    pub fn readmit_on_served_evidence(&mut self, now_us: u64, p: &PickParams) -> HealthChange {
+        let change = self.record_health(ResponseClass::Success, false, now_us, p);
         if change == HealthChange::Recovered {
             self.health.recovered_by_check();
         }
@@ -294,7 +332,8 @@ mod tests {
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         e.record(OK, 1_000, None, 0, &p);
         let own = e.score(0, &p, 5_000.0);
-        e.global = Some(GlobalStats { weight: 3.0, inflight: 9.0, latency_us: 70_000.0, ejected: false });
+        e.global =
+            Some(GlobalStats { weight: 3.0, inflight: 9.0, latency_us: 70_000.0, ejected: false, served_us: None });
         assert_eq!(e.score(0, &p, 5_000.0), own);
         assert_eq!(own, 1_000.0);
     }
@@ -304,7 +343,8 @@ mod tests {
         let p = params();
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         e.record(OK, 1_000, None, 0, &p);
-        e.global = Some(GlobalStats { weight: 1.0, inflight: 0.0, latency_us: 7_000.0, ejected: false });
+        e.global =
+            Some(GlobalStats { weight: 1.0, inflight: 0.0, latency_us: 7_000.0, ejected: false, served_us: None });
         let later = p.stale_after_us + 1;
         assert_eq!(e.expected_latency_us(later, &p, 5_000.0), 5_000.0);
         assert_eq!(e.expected_latency_us(later - 2, &p, 5_000.0), 1_000.0, "fresh local wins");
@@ -366,7 +406,7 @@ mod tests {
         let p = params();
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         assert_eq!(e.sampling_weight(true, 1.0, 0), 1.0);
-        e.global = Some(GlobalStats { weight: 2.0, inflight: 0.0, latency_us: 0.0, ejected: false });
+        e.global = Some(GlobalStats { weight: 2.0, inflight: 0.0, latency_us: 0.0, ejected: false, served_us: None });
         assert_eq!(e.sampling_weight(true, 1.0, 0), 2.0);
         assert_eq!(e.sampling_weight(false, 1.0, 0), 1.0);
         e.global.as_mut().unwrap().ejected = true;

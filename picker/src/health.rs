@@ -85,6 +85,9 @@ pub struct Health {
     /// and the doublings the last suspension after such a pass started with.
     check_unconfirmed: bool,
     unconfirmed_doublings: u32,
+    /// When the current (or last) suspension began, and the doublings its probe wait began with.
+    suspended_us: u64,
+    suspension_doublings: u32,
 }
 
 /// What a recorded response changed, for the sampler (weights) and the caller's counters.
@@ -192,6 +195,8 @@ impl Health {
                 };
                 self.availability =
                     Availability::Suspended { probe_at_us: now_us + probe_wait(t, doublings), doublings };
+                self.suspended_us = now_us;
+                self.suspension_doublings = doublings;
                 HealthChange::Suspended
             }
             _ => HealthChange::None,
@@ -218,6 +223,24 @@ impl Health {
         self.ramp = None;
         self.recovering = false;
         HealthChange::RampCut
+    }
+
+    /// A failed health check at `now_us`, as a failed probe (`record`), except that with `back_off`
+    /// false the wait to the next is the one the suspension began with: where the checks of all
+    /// callers together are held to a rate (see `health_check::check_share`), backing off would only
+    /// slow the comeback.
+    pub fn record_failed_check(&mut self, now_us: u64, t: &HealthTimes, back_off: bool) -> HealthChange {
+        let change = self.record(ResponseClass::Failure, now_us, t);
+        if let (false, Availability::Suspended { .. }) = (back_off, self.availability) {
+            let doublings = self.suspension_doublings;
+            self.availability = Availability::Suspended { probe_at_us: now_us + probe_wait(t, doublings), doublings };
+        }
+        change
+    }
+
+    /// When the current suspension began (None unless suspended).
+    pub fn suspended_since_us(&self) -> Option<u64> {
+        self.probe_due_us().map(|_| self.suspended_us)
     }
 
     /// A health check's pass just ended its suspension (see `MAX_UNCONFIRMED_DOUBLINGS`).

@@ -95,6 +95,29 @@ pub struct DueHealthCheck {
     pub authority: String,
     pub protocol: CheckProtocol,
     pub sent_us: u64,
+    /// Does a failure double the wait to the next check? Not when the callers' checks together are
+    /// held to a rate (see `check_share`).
+    pub back_off: bool,
+}
+
+/// What a round of due checks did besides handing out checks (for the filter's counters).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CheckRound {
+    /// Suspensions ended by others' evidence in the view (`crate::endpoint::Endpoint::served_since_suspension`).
+    pub readmitted_on_evidence: u32,
+    /// Due checks left to other callers (`check_share`).
+    pub left_to_others: u32,
+}
+
+/// The share of due checks a worker sends while a fresh view says `reporters` callers (proxies)
+/// report the cluster: `min(1, fleet_rate x wait / reporters)`, `wait` being the time to the
+/// endpoint's next due check. Each caller's worker at each due time checks with this chance and
+/// otherwise leaves the check to the others, so a suspended endpoint gets about `fleet_rate` checks
+/// per second per worker thread of its callers together at any number of callers (each proxy's
+/// workers draw apart), not one per wait from each of them. What one caller's passed check shows
+/// reaches the others through the aggregator (`Endpoint::served_since_suspension`).
+pub fn check_share(fleet_rate_per_s: f64, wait_us: u64, reporters: u32) -> f64 {
+    (fleet_rate_per_s * wait_us as f64 / 1e6 / f64::from(reporters.max(1))).min(1.0)
 }
 
 /// What a check's answer says of its endpoint.
@@ -199,6 +222,7 @@ mod tests {
             authority: "svc".into(),
             protocol: CheckProtocol::Http,
             sent_us,
+            back_off: true,
         }
     }
 

@@ -59,7 +59,7 @@ mod tests {
         e.health.start_ramp(0, 10_000_000);
         assert_eq!(inspect(&e, 1_000, true).state, EndpointState::Ramping);
         assert_eq!(inspect(&e, 20_000_000, true).state, EndpointState::Healthy, "a finished ramp");
-        e.global = Some(GlobalStats { weight: 0.1, inflight: 0.0, latency_us: 0.0, ejected: true });
+        e.global = Some(GlobalStats { weight: 0.1, inflight: 0.0, latency_us: 0.0, ejected: true, served_us: None });
         assert_eq!(inspect(&e, 1_000, true).state, EndpointState::Ejected);
         assert_eq!(inspect(&e, 1_000, false).state, EndpointState::Ramping, "a stale view is not used");
         e.health.mark_absent();

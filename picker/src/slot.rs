@@ -10,7 +10,7 @@
 use tailweight_wire::reply::{ClusterView, EndpointView};
 use tailweight_wire::report::{ClusterReport, EndpointReport};
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 /// One VM's published snapshot.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -102,6 +102,7 @@ impl StoredView {
         w.varint(self.received_us);
         w.varint(u64::from(self.ttl_ms));
         w.str(&self.view.name);
+        w.option_varint(self.view.reporters.map(u64::from));
         w.varint(self.view.endpoints.len() as u64);
         for e in &self.view.endpoints {
             w.str(&e.address);
@@ -111,6 +112,7 @@ impl StoredView {
             w.varint(e.latency_us);
             w.option_f64(e.cpu);
             w.0.push(u8::from(e.ejected));
+            w.option_varint(e.served_age_ms);
         }
         w.0
     }
@@ -120,6 +122,7 @@ impl StoredView {
         let received_us = r.varint();
         let ttl_ms = r.u32();
         let name = r.str();
+        let reporters = r.option_varint().map(|n| u32::try_from(n).unwrap_or(u32::MAX));
         let endpoints = r.list(|r| EndpointView {
             address: r.str(),
             weight: r.f64(),
@@ -128,9 +131,10 @@ impl StoredView {
             latency_us: r.varint(),
             cpu: r.option_f64(),
             ejected: r.flag(),
+            served_age_ms: r.option_varint(),
         });
         r.end()?;
-        Ok(StoredView { received_us, ttl_ms, view: ClusterView { name, endpoints } })
+        Ok(StoredView { received_us, ttl_ms, view: ClusterView { name, reporters, endpoints } })
     }
 }
 
@@ -397,7 +401,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(Slot::decode(&[2]), Err(SlotError::Version(2)));
+        assert_eq!(Slot::decode(&[1]), Err(SlotError::Version(1)));
         assert_eq!(Slot::decode(&[]), Err(SlotError::Truncated));
         let mut trailing = slot().encode();
         trailing.push(0);
@@ -405,6 +409,6 @@ mod tests {
         // A forged count far beyond the bytes left is refused before anything is reserved.
         let forged = [VERSION, 0, 0xff, 0xff, 0xff, 0xff, 0x0f];
         assert_eq!(Slot::decode(&forged), Err(SlotError::Truncated));
-        assert_eq!(SlotError::Version(2).to_string(), "shared-data record of version 2, this filter reads 1");
+        assert_eq!(SlotError::Version(1).to_string(), "shared-data record of version 1, this filter reads 2");
     }
 }

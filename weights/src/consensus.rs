@@ -385,7 +385,10 @@ fn combine_endpoint(
         b,
     )
     .map(|utilization| MergedCpu { utilization, source: CpuOrigin::Orca, at_us: cpu_at });
-    Merged { qps, eps, inflight, latency_us, cpu, reporters, latency_votes, cpu_votes }
+    // The most recent good answer any principal's users had: one principal's evidence readmits an
+    // endpoint the others suspended (see docs/security.md for what a lying one can do with it).
+    let served_age_ms = run.iter().filter_map(|v| v.merged.served_age_ms).min();
+    Merged { qps, eps, inflight, latency_us, cpu, reporters, latency_votes, cpu_votes, served_age_ms }
 }
 
 /// With two principals sending requests to an endpoint, the errors they count for together: at

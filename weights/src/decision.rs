@@ -38,6 +38,8 @@ pub struct EndpointDecision {
     pub cpu_source: Option<&'static str>,
     pub error_ratio: f64,
     pub ejected: bool,
+    /// Time since some reporter's users were last answered well there, as of the recompute.
+    pub served_age_ms: Option<u64>,
     pub reporters: usize,
     /// Counts in the cluster's normalisation: reported by at least half of the cluster's
     /// principals (see `consensus::supported`); the cluster's counted weights have mean 1.

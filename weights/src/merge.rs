@@ -153,6 +153,9 @@ pub(crate) struct Merged {
     /// rates, at least 1 each): what the principal weighs in with between two principals.
     pub latency_votes: f64,
     pub cpu_votes: f64,
+    /// Time since the latest good answer to users any merged reporter's reports show (see
+    /// `Observation::served_us`), in milliseconds; None: none shows one.
+    pub served_age_ms: Option<u64>,
 }
 
 /// Reused buffers: merging allocates nothing in steady state.
@@ -226,7 +229,9 @@ pub(crate) fn merge_reporters(
         source: CpuOrigin::Orca,
         at_us: orca_at,
     });
-    Merged { qps, eps, inflight, latency_us, cpu, reporters, latency_votes, cpu_votes }
+    let served_age_ms =
+        ids.iter().filter_map(|id| obs.get(id)?.served_us).max().map(|at| now_us.saturating_sub(at) / 1_000);
+    Merged { qps, eps, inflight, latency_us, cpu, reporters, latency_votes, cpu_votes, served_age_ms }
 }
 
 /// Of the merged ORCA value and the metrics store's value for the endpoint's IP, the fresher one

@@ -32,6 +32,9 @@ pub(crate) struct Observation {
     pub expires_us: u64,
     /// Its clipped in-flight contribution at the last recompute (subtracted for peer_inflight).
     pub counted_inflight: f64,
+    /// When its reporter's users were last answered well there, as far as its reports show (see
+    /// `served_at`). None: not since the observation began.
+    pub served_us: Option<u64>,
 }
 
 impl Observation {
@@ -53,6 +56,7 @@ impl Observation {
             cpu: None,
             expires_us,
             counted_inflight: 0.0,
+            served_us: None,
         };
         o.instant(e, expires_us, now_us);
         o
@@ -81,6 +85,9 @@ impl Observation {
             self.mean_latency_us =
                 (d_successes > 0).then(|| (d_latency as f64 / d_successes as f64).min(protocol::MAX_LATENCY_US as f64));
             self.window_until_us = now_us.saturating_add(interval_us.saturating_mul(2));
+            if d_successes > 0 {
+                self.served_us = Some(served_at(self.window_start_us, e.seen_age_ms, now_us));
+            }
             self.restart(e, now_us);
         }
         // else: too soon after the last window (a duplicate or a burst): keep accumulating.
@@ -117,5 +124,17 @@ impl Observation {
             }
             _ => None,
         };
+    }
+}
+
+/// When a window from `window_start_us` to `now_us` whose successes moved last answered a user
+/// well: `now - seen_age`, the reporter's latest good answer, but not before the window began (a
+/// success counted in it came after that); without `seen_age`, the window's start. Health checks
+/// are not requests, so they never move the successes; a check's pass can only make the time later
+/// within a window whose users were also answered well.
+pub(crate) fn served_at(window_start_us: u64, seen_age_ms: Option<u64>, now_us: u64) -> u64 {
+    match seen_age_ms {
+        Some(age) => now_us.saturating_sub(age.saturating_mul(1_000)).max(window_start_us),
+        None => window_start_us,
     }
 }

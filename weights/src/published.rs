@@ -23,6 +23,8 @@ pub(crate) struct PublishedCluster {
     /// The cluster's layout when it was published: while it is the same, the i-th endpoint here is
     /// the i-th of the cluster's list.
     pub layout: u64,
+    /// The most reporters any of its endpoints has (see `ClusterView::reporters`).
+    pub reporters: Option<u32>,
     bytes: Vec<u8>,
     spans: Vec<Span>,
     inflight: Vec<f64>,
@@ -37,10 +39,11 @@ impl PublishedCluster {
     ) -> PublishedCluster {
         let mut p = PublishedCluster { name: name.to_string(), layout, ..PublishedCluster::default() };
         for (address, d) in decided {
+            p.reporters = p.reporters.max(Some(reporters_of(d)));
             let start = p.bytes.len() as u32;
             let address = write::endpoint_head(&mut p.bytes, address, d.weight, d.view_inflight);
             let split = p.bytes.len() as u32;
-            write::endpoint_tail(&mut p.bytes, d.latency_us, d.cpu, d.ejected);
+            write::endpoint_tail(&mut p.bytes, d.latency_us, d.cpu, d.ejected, d.served_age_ms);
             let address = (address.start as u32, address.end as u32);
             p.spans.push(Span { start, split, end: p.bytes.len() as u32, address });
             p.inflight.push(d.view_inflight);
@@ -70,4 +73,9 @@ impl PublishedCluster {
         write::peer_inflight(out, peer_inflight);
         out.extend_from_slice(&self.bytes[span.split as usize..span.end as usize]);
     }
+}
+
+/// An endpoint's reporters as the view gives them.
+pub(crate) fn reporters_of(d: &EndpointDecision) -> u32 {
+    u32::try_from(d.reporters).unwrap_or(u32::MAX)
 }

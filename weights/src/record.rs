@@ -228,6 +228,7 @@ impl EndpointRecord {
             cpu_source: m.cpu.map(|c| c.source.as_str()),
             error_ratio: self.ejection.error_ratio,
             ejected: self.ejection.ejected,
+            served_age_ms: m.served_age_ms,
             reporters: m.reporters,
             counted: true,
         }

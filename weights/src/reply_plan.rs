@@ -3,7 +3,7 @@
 //! the same view as a typed `Reply`, for the simulator and the tests.
 
 use crate::params::WeightParams;
-use crate::published::PublishedCluster;
+use crate::published::{reporters_of, PublishedCluster};
 use crate::record::{ClusterRecord, ReporterRecord};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -66,11 +66,11 @@ impl ReplyPlan {
             };
             let published = match cluster {
                 PlannedView::Published(published) => {
-                    write::begin_cluster(out, &published.name);
+                    write::begin_cluster(out, &published.name, published.reporters);
                     Some(published)
                 }
                 PlannedView::Unpublished(name) => {
-                    write::begin_cluster(out, name);
+                    write::begin_cluster(out, name, None);
                     None
                 }
             };
@@ -218,10 +218,12 @@ pub(crate) fn typed<'a>(
                     latency_us: d.latency_us,
                     cpu: d.cpu,
                     ejected: d.ejected,
+                    served_age_ms: d.served_age_ms,
                 })
             })
             .collect();
-        views.push(ClusterView { name: name.to_string(), endpoints });
+        let reporters = cluster.endpoints.iter().filter_map(|e| e.decision.as_ref().map(reporters_of)).max();
+        views.push(ClusterView { name: name.to_string(), reporters, endpoints });
     }
     Reply { version: protocol::VERSION, ttl_ms: asking.ttl_ms, clusters: views }
 }

@@ -1492,3 +1492,43 @@ fn endpoints_without_traffic_do_not_vote_the_cluster_off_the_cpu_method() {
     assert_eq!((a.method, b.method), (Method::Cpu, Method::Cpu), "{a:?} {b:?}");
     assert!((b.capacity.unwrap() / a.capacity.unwrap() - 2.0).abs() < 1e-6, "{a:?} {b:?}");
 }
+
+#[test]
+fn the_view_says_how_long_ago_any_callers_users_were_answered_well_and_by_how_many_callers() {
+    let mut w = World::new(WeightParams::default());
+    let served_age = |w: &World| w.book.reply("r1", [CLUSTER], w.now).clusters[0].endpoints[1].served_age_ms;
+    w.steps(5, &REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000))]);
+    assert_eq!(served_age(&w), Some(0));
+    // B fails everyone's users for 3 s, then gets no requests (every caller suspended it) for 5 s:
+    // failures and silence are not good answers, the age grows.
+    let failing = Traffic { errors: 20, ..ok(20, 10_000) };
+    w.steps(3, &REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, failing)]);
+    assert_eq!(served_age(&w), Some(3_000));
+    let quiet = Traffic { inflight: 0, ..ok(0, 10_000) };
+    w.steps(5, &REPORTERS, |_| vec![(A, ok(50, 10_000)), (B, quiet)]);
+    assert_eq!(served_age(&w), Some(8_000));
+    // One caller's users are answered well again (its health check passed): every caller's view
+    // says so, and says how many callers report the cluster.
+    w.step(&REPORTERS, |i| vec![(A, ok(50, 10_000)), (B, if i == 0 { ok(10, 10_000) } else { quiet })]);
+    let reply = w.book.reply("r1", [CLUSTER], w.now);
+    assert_eq!((reply.clusters[0].reporters, reply.clusters[0].endpoints[1].served_age_ms), (Some(4), Some(0)));
+    let mut rendered = Vec::new();
+    w.book.reply_plan(TRUSTED_PRINCIPAL, "r1", [CLUSTER], w.now, usize::MAX).render(&mut rendered);
+    assert_eq!(rendered, write_reply(&reply), "the rendered reply carries the same fields");
+    // A reporter's latest good answer is placed within the window that showed successes.
+    assert_eq!(observation::served_at(5 * SEC, Some(300), 6 * SEC), 5_700_000);
+    assert_eq!(observation::served_at(5 * SEC, Some(3_000), 6 * SEC), 5 * SEC, "not before the window");
+    assert_eq!(observation::served_at(5 * SEC, None, 6 * SEC), 5 * SEC);
+}
+
+#[test]
+fn one_principals_good_answers_are_every_principals_evidence() {
+    let mut w = World::new(WeightParams::default());
+    let callers = ["p1/a", "p2/b", "p3/c"];
+    let quiet = Traffic { inflight: 0, ..ok(0, 10_000) };
+    w.steps(5, &callers, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000))]);
+    w.steps(4, &callers, |_| vec![(A, ok(50, 10_000)), (B, quiet)]);
+    assert_eq!(w.decision(B).served_age_ms, Some(4_000));
+    w.step(&callers, |i| vec![(A, ok(50, 10_000)), (B, if i == 2 { ok(10, 10_000) } else { quiet })]);
+    assert_eq!(w.decision(B).served_age_ms, Some(0));
+}

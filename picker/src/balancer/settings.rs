@@ -24,6 +24,8 @@ pub struct HealthCheckScope {
     pub clusters: Vec<String>,
     pub http: bool,
     pub grpc: bool,
+    /// `HealthCheckConfig::fleet_rate_per_s`.
+    pub fleet_rate_per_s: f64,
 }
 
 impl From<&FilterConfig> for Settings {
@@ -39,6 +41,7 @@ impl From<&FilterConfig> for Settings {
                 clusters: h.clusters.clone(),
                 http: h.path.is_some(),
                 grpc: h.grpc_service.is_some(),
+                fleet_rate_per_s: h.fleet_rate_per_s as f64,
             }),
         }
     }

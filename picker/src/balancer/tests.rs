@@ -1,6 +1,6 @@
 use super::*;
 use crate::health::Availability;
-use crate::health_check::{CheckProtocol, CheckVerdict, DueHealthCheck, UNANSWERABLE_PAUSE_US};
+use crate::health_check::{CheckProtocol, CheckRound, CheckVerdict, DueHealthCheck, UNANSWERABLE_PAUSE_US};
 use crate::outcome::{RequestOutcome, ResponseClass};
 use tailweight_wire::reply::EndpointView;
 use tailweight_wire::report::EndpointReport;
@@ -274,6 +274,7 @@ fn knowing_a_with_b_suggested(explore_ratio: f64) -> Balancer {
     learn(&mut b, &[A], 0);
     let view = ClusterView {
         name: C.into(),
+        reporters: None,
         endpoints: vec![
             EndpointView { address: A.into(), weight: 1.0, ..Default::default() },
             EndpointView { address: B.into(), weight: 3.0, ..Default::default() },
@@ -367,6 +368,7 @@ fn aggregator_weights_bias_sampling_and_ejection_excludes() {
     let mut b = Balancer::new(settings, 13);
     let view = |wa: f64, ejected_b: bool| ClusterView {
         name: C.into(),
+        reporters: None,
         endpoints: vec![
             EndpointView { address: A.into(), weight: wa, latency_us: 5_000, ..Default::default() },
             EndpointView {
@@ -396,6 +398,7 @@ fn views_never_teach_endpoints_nor_clusters() {
     let mut b = balancer();
     let view = ClusterView {
         name: C.into(),
+        reporters: None,
         endpoints: vec![EndpointView { address: A.into(), weight: 1.0, ..Default::default() }],
     };
     b.apply_view(&view, 0, 10_000 * MS);
@@ -415,6 +418,7 @@ fn a_views_suggestions_are_tried_and_only_envoys_answer_decides() {
     learn(&mut b, &[A], 0);
     let view = |listed: &[(&str, f64)]| ClusterView {
         name: C.into(),
+        reporters: None,
         endpoints: listed
             .iter()
             .map(|(a, w)| EndpointView { address: a.to_string(), weight: *w, latency_us: 5_000, ..Default::default() })
@@ -446,6 +450,7 @@ fn with_the_global_view_off_views_are_ignored() {
     learn(&mut b, &[A, B], 0);
     let view = ClusterView {
         name: C.into(),
+        reporters: None,
         endpoints: vec![
             EndpointView { address: A.into(), weight: 1.0, ejected: true, ..Default::default() },
             EndpointView { address: "10.0.0.3:80".into(), weight: 1.0, ..Default::default() },
@@ -737,7 +742,7 @@ fn with_b_suspended(health_checks: bool) -> Balancer {
 
 fn suspended_with(clusters: Option<Vec<String>>) -> Balancer {
     suspended_speaking(
-        clusters.map(|clusters| HealthCheckScope { clusters, http: true, grpc: false }),
+        clusters.map(|clusters| HealthCheckScope { clusters, http: true, grpc: false, fleet_rate_per_s: 20.0 }),
         CheckProtocol::Http,
     )
 }
@@ -784,7 +789,7 @@ fn with_health_checks_no_user_request_goes_to_a_suspended_endpoint() {
 
 #[test]
 fn a_cluster_is_checked_in_its_users_protocol_if_that_check_is_configured() {
-    let scope = |http, grpc| Some(HealthCheckScope { clusters: vec![], http, grpc });
+    let scope = |http, grpc| Some(HealthCheckScope { clusters: vec![], http, grpc, fleet_rate_per_s: 20.0 });
     let mut grpc = suspended_speaking(scope(false, true), CheckProtocol::Grpc);
     let checks = due(&mut grpc, 2 + 250 * MS);
     assert_eq!(checks.iter().map(|c| (c.address.as_str(), c.protocol)).collect::<Vec<_>>(), [(B, CheckProtocol::Grpc)]);
@@ -821,6 +826,7 @@ fn a_health_check_is_due_once_per_wait() {
         authority: "svc.example:80".into(),
         protocol: CheckProtocol::Http,
         sent_us: 2 + 250 * MS,
+        back_off: true,
     };
     assert_eq!(first, [expected]);
     // No answer yet: the next is due a wait after this one was sent, not before.
@@ -892,4 +898,106 @@ fn a_destination_whose_health_checks_pass_while_users_fail_costs_ever_fewer_user
     b.complete(C, None, &failed(B, MS), now + 2);
     b.complete(C, None, &failed(B, MS), now + 3);
     assert_eq!(health(&b).probe_due_us(), Some(now + 3 + 250 * MS));
+}
+
+/// A view of C from the aggregator saying `reporters` callers report it, and B last answered some
+/// caller's users well `b_served_age_ms` before it was written.
+fn fleet_view(reporters: u32, b_served_age_ms: Option<u64>) -> ClusterView {
+    let endpoint = |address: &str, served_age_ms| EndpointView {
+        address: address.into(),
+        weight: 1.0,
+        served_age_ms,
+        ..Default::default()
+    };
+    ClusterView {
+        name: C.into(),
+        reporters: Some(reporters),
+        endpoints: vec![endpoint(A, Some(0)), endpoint(B, b_served_age_ms)],
+    }
+}
+
+/// Checks of B sent between 250 ms and `end` (due times every 5 ms), each failing at once, with the
+/// view `view` applied every second (None: no aggregator).
+fn failed_checks_until(b: &mut Balancer, end: u64, view: Option<&ClusterView>) -> usize {
+    let mut sent = 0;
+    for now in (50..end / (5 * MS)).map(|i| i * 5 * MS) {
+        if let Some(view) = view.filter(|_| now % (1_000 * MS) == 0) {
+            b.apply_view(view, now, 3_000 * MS);
+        }
+        for check in due(b, now) {
+            sent += 1;
+            assert_eq!(b.health_check_answered(&check, CheckVerdict::Failed, now), HealthChange::None);
+        }
+    }
+    sent
+}
+
+#[test]
+fn with_many_callers_a_worker_sends_its_share_of_the_checks_and_never_backs_off() {
+    let end = 100_000 * MS;
+    // Alone (no view): every probe wait, backing off to 1 s: ~100 checks in 100 s.
+    let alone = failed_checks_until(&mut with_b_suspended(true), end, None);
+    assert!((99..=102).contains(&alone), "{alone}");
+    // Two callers: each checks at every probe interval (250 ms) without backing off once the first
+    // view came (at 1 s), the pair at the fleet rate of 20/s at most: ~400 checks.
+    let pair = failed_checks_until(&mut with_b_suspended(true), end, Some(&fleet_view(2, None)));
+    assert!((388..=400).contains(&pair), "{pair}");
+    // A hundred callers: each sends 20 x 0.25 / 100 = 5% of its due checks, ~20 in 100 s, so the
+    // hundred send ~20 a second together, where each would send ~100 alone.
+    let mut b = with_b_suspended(true);
+    b.apply_view(&fleet_view(100, None), 0, end);
+    let mut due_checks = Vec::new();
+    let mut round = CheckRound::default();
+    let mut sent = 0;
+    for now in (50..end / (5 * MS)).map(|i| i * 5 * MS) {
+        let r = b.due_health_checks(now, 16, &mut due_checks);
+        round.left_to_others += r.left_to_others;
+        round.readmitted_on_evidence += r.readmitted_on_evidence;
+        for check in due_checks.drain(..) {
+            sent += 1;
+            b.health_check_answered(&check, CheckVerdict::Failed, now);
+        }
+    }
+    assert!((8..=40).contains(&sent), "{sent}");
+    assert_eq!(round.readmitted_on_evidence, 0, "nobody was served");
+    assert!((390..=400).contains(&(sent + round.left_to_others as usize)), "{sent} + {round:?}: due every 250 ms");
+    // When the view runs out, the worker checks alone again.
+    assert_eq!(due(&mut b, end + 250 * MS).len(), 1);
+}
+
+#[test]
+fn another_callers_good_answers_readmit_a_suspended_endpoint_at_its_next_due_check() {
+    let health = |b: &Balancer| b.cluster(C).unwrap().get(B).unwrap().health.clone();
+    // B was suspended at 2 us. A view written 50 ms after some caller's user was answered well at
+    // 0.95 s: not after the suspension by the margin (the view may be a report interval old).
+    let mut b = with_b_suspended(true);
+    b.apply_view(&fleet_view(1_000, Some(50)), 1_000 * MS, 10_000 * MS);
+    let mut checks = Vec::new();
+    for now in (1..=40).map(|i| i * 250 * MS) {
+        let round = b.due_health_checks(now, 16, &mut checks);
+        assert_eq!(round.readmitted_on_evidence, 0, "at {now}");
+    }
+    assert!(!health(&b).pickable());
+    // A view saying a user was answered well at 1.5 s: at B's next due time it is readmitted, with
+    // no check sent, on the recovery ramp.
+    b.apply_view(&fleet_view(1_000, Some(500)), 2_000 * MS, 10_000 * MS);
+    checks.clear();
+    let round = b.due_health_checks(10_250 * MS, 16, &mut checks);
+    assert_eq!(round, CheckRound { readmitted_on_evidence: 1, left_to_others: 0 });
+    assert!(checks.is_empty());
+    assert!(health(&b).pickable() && health(&b).ramp().is_some());
+    assert!((0..400).any(|_| b.pick(C, 10_300 * MS).first_choice() == Some(B)), "picked again");
+    // Failing here all the same: suspended again, and the unconfirmed readmission doubles the wait
+    // before the next (a view that keeps readmitting an endpoint failing here costs ever less).
+    b.complete(C, None, &failed(B, MS), 10_400 * MS);
+    assert!(b.complete(C, None, &failed(B, MS), 10_401 * MS).suspended);
+    assert_eq!(health(&b).probe_due_us(), Some(10_401 * MS + 500 * MS));
+    // The same evidence (before this suspension) readmits nothing more.
+    checks.clear();
+    assert_eq!(b.due_health_checks(10_901 * MS, 16, &mut checks).readmitted_on_evidence, 0);
+    assert!(!health(&b).pickable());
+    // Without a fresh view no evidence counts: the worker checks itself.
+    let mut b = with_b_suspended(true);
+    b.apply_view(&fleet_view(1_000, Some(0)), 2_000 * MS, 1_000 * MS);
+    assert_eq!(due(&mut b, 3_250 * MS).len(), 1, "view expired at 3 s");
 }

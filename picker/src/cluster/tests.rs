@@ -4,6 +4,7 @@ use tailweight_wire::reply::EndpointView;
 fn view(entries: &[(&str, f64, bool)]) -> ClusterView {
     ClusterView {
         name: "c".into(),
+        reporters: None,
         endpoints: entries
             .iter()
             .map(|(a, w, ejected)| EndpointView {

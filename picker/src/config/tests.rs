@@ -180,12 +180,19 @@ fn health_checks_are_off_unless_a_path_or_grpc_is_given() {
         grpc_service: None,
         timeout_ms: 1_000,
         clusters: vec![],
+        fleet_rate_per_s: 20,
     };
     assert_eq!(on, Some(http.clone()));
     let some = FilterConfig::parse(br#"{"health_check_path": "/h", "health_check_clusters": ["a"]}"#).unwrap();
     assert_eq!(some.health_check.map(|h| h.clusters), Some(vec!["a".to_string()]));
     let timed = FilterConfig::parse(br#"{"health_check_path": "/h", "health_check_timeout_ms": 200}"#).unwrap();
     assert_eq!(timed.health_check.map(|h| h.timeout_ms), Some(200));
+    let rated = FilterConfig::parse(br#"{"health_check_path": "/h", "health_check_fleet_rate": 5}"#).unwrap();
+    assert_eq!(rated.health_check.map(|h| h.fleet_rate_per_s), Some(5));
+    for bad in [r#"{"health_check_path": "/h", "health_check_fleet_rate": 0}"#, r#"{"health_check_fleet_rate": 5}"#] {
+        let err = FilterConfig::parse(bad.as_bytes()).unwrap_err().to_string();
+        assert!(err.contains("health_check_fleet_rate"), "{bad}: {err}");
+    }
     let long = format!(r#"{{"health_check_path": "/{}"}}"#, "a".repeat(256));
     assert!(FilterConfig::parse(long.as_bytes()).is_err(), "at most 256 bytes");
     // gRPC: the whole server by default, or a named service; both protocols at once.

@@ -25,6 +25,9 @@ pub struct Reply {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ClusterView {
     pub name: String,
+    /// Live reporters (proxies) that report the cluster: how many callers may check one of its
+    /// endpoints (see the picker's `health_check` budget). None: not said.
+    pub reporters: Option<u32>,
     pub endpoints: Vec<EndpointView>,
 }
 
@@ -42,6 +45,9 @@ pub struct EndpointView {
     pub cpu: Option<f64>,
     /// Mostly failing: pick only to probe.
     pub ejected: bool,
+    /// Time since some reporter's report last showed users' requests answered well by it, as of
+    /// the view's recompute (health checks never count). None: never seen.
+    pub served_age_ms: Option<u64>,
 }
 
 impl Reply {
@@ -79,6 +85,7 @@ pub mod samples {
     pub fn cluster_view(name: &str) -> ClusterView {
         ClusterView {
             name: name.into(),
+            reporters: Some(3),
             endpoints: vec![
                 EndpointView {
                     address: "10.0.0.1:80".into(),
@@ -88,6 +95,7 @@ pub mod samples {
                     latency_us: 11_950,
                     cpu: Some(0.62),
                     ejected: false,
+                    served_age_ms: Some(250),
                 },
                 EndpointView { address: "10.0.0.2:80".into(), weight: 0.05, ejected: true, ..Default::default() },
             ],

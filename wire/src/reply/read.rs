@@ -66,6 +66,7 @@ fn reply_of(value: &Value) -> Result<Reply, FieldError> {
         let object = members(c, prefix.strip_suffix('.').unwrap_or_default())?;
         let mut f = Fields::new(prefix, object);
         let name = f.required_string("name", usize::MAX);
+        let reporters = optional_u32(&mut f, "reporters");
         let endpoint_values = required_array(&mut f, "endpoints");
         f.finish()?;
         let mut endpoints = Vec::with_capacity(endpoint_values.len());
@@ -81,10 +82,11 @@ fn reply_of(value: &Value) -> Result<Reply, FieldError> {
                 latency_us: u64_field(&mut f, "latency_us"),
                 cpu: f.get("cpu").and_then(|v| number_of(&mut f, "cpu", v)),
                 ejected: f.boolean("ejected", false),
+                served_age_ms: optional_u64(&mut f, "served_age_ms"),
             });
             f.finish()?;
         }
-        clusters.push(ClusterView { name, endpoints });
+        clusters.push(ClusterView { name, reporters, endpoints });
     }
     Ok(Reply { version, ttl_ms, clusters })
 }
@@ -123,6 +125,24 @@ fn u64_field(f: &mut Fields, key: &'static str) -> u64 {
         f.fail(f.unexpected(key, "a non-negative integer", v));
         0
     })
+}
+
+fn optional_u64(f: &mut Fields, key: &'static str) -> Option<u64> {
+    let v = f.get(key)?;
+    let n = v.as_u64();
+    if n.is_none() {
+        f.fail(f.unexpected(key, "a non-negative integer", v));
+    }
+    n
+}
+
+fn optional_u32(f: &mut Fields, key: &'static str) -> Option<u32> {
+    let v = f.get(key)?;
+    let n = v.as_u64().and_then(|n| u32::try_from(n).ok());
+    if n.is_none() {
+        f.fail(f.unexpected(key, "an integer in 0..=4294967295", v));
+    }
+    n
 }
 
 fn u32_field(f: &mut Fields, key: &'static str) -> u32 {

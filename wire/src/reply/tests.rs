@@ -9,9 +9,9 @@ fn reply() -> Reply {
 
 /// The sample reply as the aggregator writes it (serde_json's formatting).
 fn reply_value() -> serde_json::Value {
-    serde_json::json!({"version": 1, "ttl_ms": 3000, "clusters": [{"name": "c", "endpoints": [
+    serde_json::json!({"version": 1, "ttl_ms": 3000, "clusters": [{"name": "c", "reporters": 3, "endpoints": [
         {"address": "10.0.0.1:80", "weight": 1.4203, "inflight": 17.5, "peer_inflight": 14.0, "latency_us": 11950,
-         "cpu": 0.62, "ejected": false},
+         "cpu": 0.62, "ejected": false, "served_age_ms": 250},
         {"address": "10.0.0.2:80", "weight": 0.05, "inflight": 0.0, "peer_inflight": 0.0, "latency_us": 0,
          "ejected": true},
     ]}]})
@@ -80,6 +80,16 @@ fn a_bad_reply_names_its_problem_in_one_line() {
                  "ejected": 2}, 7]}]}),
             "field `clusters[0].endpoints[0].ejected`: expected true or false",
         ),
+        (
+            json!({"version": 1, "ttl_ms": 1, "clusters": [{"name": "c", "endpoints": [
+                {"address": "10.0.0.1:80", "weight": 1, "inflight": 0, "peer_inflight": 0, "latency_us": 0,
+                 "served_age_ms": -3}]}]}),
+            "field `clusters[0].endpoints[0].served_age_ms`: expected a non-negative integer, got -3",
+        ),
+        (
+            json!({"version": 1, "ttl_ms": 1, "clusters": [{"name": "c", "reporters": 4294967296_u64, "endpoints": []}]}),
+            "field `clusters[0].reporters`: expected an integer in 0..=4294967295",
+        ),
     ] {
         let err = read_reply(edit.to_string().as_bytes(), &Limits::default()).unwrap_err().to_string();
         assert!(err.contains(needle), "expected {needle:?} in {err:?}");
@@ -109,6 +119,7 @@ fn reply_validation_rejects_non_finite_and_negative_numbers() {
         ttl_ms: 3000,
         clusters: vec![ClusterView {
             name: "c".into(),
+            reporters: None,
             endpoints: vec![EndpointView { address: "10.0.0.1:80".into(), weight: -1.0, ..Default::default() }],
         }],
     };
@@ -146,8 +157,9 @@ mod round_trip {
     fn any_endpoint() -> impl Strategy<Value = EndpointView> {
         let inflight = MAX_INFLIGHT as f64 * 1e3;
         let numbers = (number(MAX_WEIGHT), number(inflight), number(inflight), proptest::option::of(number(MAX_CPU)));
-        (0u32..1_000_000, numbers, any::<u64>(), any::<bool>()).prop_map(
-            |(at, (weight, inflight, peer_inflight, cpu), latency_us, ejected)| EndpointView {
+        let flags = (any::<bool>(), proptest::option::of(any::<u64>()));
+        (0u32..1_000_000, numbers, any::<u64>(), flags).prop_map(
+            |(at, (weight, inflight, peer_inflight, cpu), latency_us, (ejected, served_age_ms))| EndpointView {
                 address: address(at),
                 weight,
                 inflight,
@@ -155,16 +167,21 @@ mod round_trip {
                 latency_us,
                 cpu,
                 ejected,
+                served_age_ms,
             },
         )
     }
 
     fn any_reply() -> impl Strategy<Value = Reply> {
-        let cluster = (NAME, proptest::collection::vec(any_endpoint(), 0..8));
+        let cluster = (NAME, proptest::option::of(any::<u32>()), proptest::collection::vec(any_endpoint(), 0..8));
         (any::<u32>(), proptest::collection::vec(cluster, 0..4)).prop_map(|(ttl_ms, clusters)| {
             let clusters = clusters
                 .into_iter()
-                .map(|(name, endpoints)| ClusterView { name, endpoints: unique_by(endpoints, |e| &e.address) })
+                .map(|(name, reporters, endpoints)| ClusterView {
+                    name,
+                    reporters,
+                    endpoints: unique_by(endpoints, |e| &e.address),
+                })
                 .collect();
             Reply { version: VERSION, ttl_ms, clusters: unique_by(clusters, |c| &c.name) }
         })
@@ -185,10 +202,11 @@ mod round_trip {
             let read = read.map_err(TestCaseError::fail)?;
             prop_assert_eq!((read.version, read.ttl_ms, read.clusters.len()), (written.version, written.ttl_ms, written.clusters.len()));
             for (r, w) in read.clusters.iter().zip(&written.clusters) {
-                prop_assert_eq!(&r.name, &w.name);
+                prop_assert_eq!((&r.name, r.reporters), (&w.name, w.reporters));
                 prop_assert_eq!(r.endpoints.len(), w.endpoints.len());
                 for (r, w) in r.endpoints.iter().zip(&w.endpoints) {
-                    prop_assert_eq!((&r.address, r.latency_us, r.ejected, r.cpu.is_some()), (&w.address, w.latency_us, w.ejected, w.cpu.is_some()));
+                    prop_assert_eq!((&r.address, r.latency_us, r.ejected, r.served_age_ms), (&w.address, w.latency_us, w.ejected, w.served_age_ms));
+                    prop_assert_eq!(r.cpu.is_some(), w.cpu.is_some());
                     let pairs = [(r.weight, w.weight), (r.inflight, w.inflight), (r.peer_inflight, w.peer_inflight), (r.cpu.unwrap_or(0.0), w.cpu.unwrap_or(0.0))];
                     for (r, w) in pairs {
                         prop_assert!(close(r, w), "read {} for {}", r, w);

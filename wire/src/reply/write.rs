@@ -26,10 +26,14 @@ pub fn begin_reply(out: &mut Vec<u8>, ttl_ms: u32) {
     out.extend_from_slice(b",\"clusters\":[");
 }
 
-/// A cluster's start, up to its first endpoint: `{"name":<name>,"endpoints":[`.
-pub fn begin_cluster(out: &mut Vec<u8>, name: &str) {
+/// A cluster's start, up to its first endpoint: `{"name":<name>[,"reporters":..],"endpoints":[`.
+pub fn begin_cluster(out: &mut Vec<u8>, name: &str, reporters: Option<u32>) {
     out.extend_from_slice(b"{\"name\":");
     json(out, name);
+    if let Some(reporters) = reporters {
+        out.extend_from_slice(b",\"reporters\":");
+        json(out, &reporters);
+    }
     out.extend_from_slice(b",\"endpoints\":[");
 }
 
@@ -58,8 +62,9 @@ pub fn peer_inflight(out: &mut Vec<u8>, value: f64) {
     json(out, &value);
 }
 
-/// The rest of an endpoint's view, after `peer_inflight`: `,"latency_us":..[,"cpu":..],"ejected":..}`.
-pub fn endpoint_tail(out: &mut Vec<u8>, latency_us: u64, cpu: Option<f64>, ejected: bool) {
+/// The rest of an endpoint's view, after `peer_inflight`:
+/// `,"latency_us":..[,"cpu":..],"ejected":..[,"served_age_ms":..]}`.
+pub fn endpoint_tail(out: &mut Vec<u8>, latency_us: u64, cpu: Option<f64>, ejected: bool, served_age_ms: Option<u64>) {
     out.extend_from_slice(b",\"latency_us\":");
     json(out, &latency_us);
     if let Some(cpu) = cpu {
@@ -68,6 +73,10 @@ pub fn endpoint_tail(out: &mut Vec<u8>, latency_us: u64, cpu: Option<f64>, eject
     }
     out.extend_from_slice(b",\"ejected\":");
     json(out, &ejected);
+    if let Some(age) = served_age_ms {
+        out.extend_from_slice(b",\"served_age_ms\":");
+        json(out, &age);
+    }
     out.push(b'}');
 }
 
@@ -79,14 +88,14 @@ pub fn write_reply(reply: &Reply) -> Vec<u8> {
         if ci > 0 {
             out.push(b',');
         }
-        begin_cluster(&mut out, &cluster.name);
+        begin_cluster(&mut out, &cluster.name, cluster.reporters);
         for (ei, e) in cluster.endpoints.iter().enumerate() {
             if ei > 0 {
                 out.push(b',');
             }
             endpoint_head(&mut out, &e.address, e.weight, e.inflight);
             peer_inflight(&mut out, e.peer_inflight);
-            endpoint_tail(&mut out, e.latency_us, e.cpu, e.ejected);
+            endpoint_tail(&mut out, e.latency_us, e.cpu, e.ejected, e.served_age_ms);
         }
         end(&mut out);
     }
