@@ -95,6 +95,16 @@ pub fn run_policy(setup: &Setup, name: &str, filter: &FilterConfig) -> Result<Po
             let picks = (tw.steered + tw.fallbacks).max(1) as f64;
             extra.insert("fallback_share".to_string(), tw.fallbacks as f64 / picks);
             extra.insert("rejected_reports".to_string(), tw.rejected_reports() as f64);
+            if filter.health_check.is_some() {
+                let checks = &tw.health_checks;
+                let (peak, mean) = checks.peak_and_mean_per_endpoint_s();
+                extra.insert("health_checks_sent".into(), checks.sent as f64);
+                extra.insert("health_checks_to_down".into(), checks.to_down as f64);
+                extra.insert("health_checks_left_to_others".into(), checks.left_to_others as f64);
+                extra.insert("readmissions_on_evidence".into(), checks.readmitted_on_evidence as f64);
+                extra.insert("health_checks_peak_per_endpoint_s".into(), f64::from(peak));
+                extra.insert("health_checks_mean_per_endpoint_s".into(), mean);
+            }
             if let Some(cost) = tw.aggregator_cost() {
                 let simulated_s = (setup.warmup_ns + setup.duration_ns) as f64 / 1e9;
                 let reports = cost.reports.max(1) as f64;

@@ -181,3 +181,30 @@ fn the_aggregators_view_helps_where_every_proxy_sees_every_endpoint_a_little() {
     assert!(p99(&global) < p99(&local), "with the view {} vs local-only {}", p99(&global), p99(&local));
     assert!(p99(&global) < p99(&operator), "with the view {} vs operator {}", p99(&global), p99(&operator));
 }
+
+#[test]
+fn with_the_aggregator_the_callers_health_checks_together_stay_near_the_fleet_rate() {
+    // 100 proxies, backend 0 and its copies (3 of 15) answering 503 from 5 s to 15 s. Without the
+    // aggregator every proxy that suspended one checks it on its own (1 s backoff); with it, the
+    // proxies together send about `health_check_fleet_rate` (here 2) checks a second to each.
+    let yaml = SEED.replacen(
+        "policies:",
+        "events: [{at_s: 5, backends: [0], action: fail}, {at_s: 15, backends: [0], action: recover}]\npolicies:",
+        1,
+    );
+    let s = setup(&yaml, Overrides { duration_s: Some(25.0), ..short(100, 0.5) });
+    let filter =
+        filter_config(r#"{"health_check_path": "/healthz", "health_check_fleet_rate": 2}"#, s.endpoints.len()).unwrap();
+    let [local, global] = ["tailweight_local", "tailweight"].map(|p| run_policy(&s, p, &filter).unwrap());
+    let (local_peak, global_peak) =
+        (local.extra["health_checks_peak_per_endpoint_s"], global.extra["health_checks_peak_per_endpoint_s"]);
+    assert!(local_peak >= 20.0, "each proxy checks alone: {:?}", local.extra);
+    assert!(global_peak <= 12.0, "held near 2 a second: {:?}", global.extra);
+    assert!(
+        global.extra["health_checks_left_to_others"] > 10.0 * global.extra["health_checks_sent"],
+        "{:?}",
+        global.extra
+    );
+    assert!(global.extra["readmissions_on_evidence"] > 0.0, "the others' users' evidence readmits: {:?}", global.extra);
+    assert_eq!(local.extra["health_checks_left_to_others"], 0.0);
+}

@@ -14,6 +14,11 @@
 //! on the proxy's next tick with `apply_view(view, received, ttl)`. The aggregator recomputes and
 //! expires every report interval, and counts what it costs (`AggregatorCost`).
 //!
+//! With health checks configured (`health_check_path` in the filter configuration), each tick hands
+//! the due checks out (`due_health_checks`) and answers them at once with the server's status when
+//! sent (Up passes; Failing and Stopped fail): a real check's answer takes a round trip. Counted in
+//! `HealthCheckCount`.
+//!
 //! Research variants (`Variant`): with `subset=N` each proxy's Envoy cluster is its deterministic
 //! subset (the fallback draws there, the view lists only it); `orca_max_age_ms` and
 //! `smoothing_ms` set the book's parameters, and `mean_inflight` its view in-flight (`ViewInflight::Mean`, the
@@ -27,8 +32,10 @@ use super::{phase, Choice, Ctx, Outcome, Policy, Timer};
 use crate::server::Status;
 use crate::variant::{deterministic_subsets, Variant};
 use serde::Serialize;
+use std::collections::HashMap;
 use std::net::SocketAddrV4;
 use tailweight_math::rng::Rng;
+use tailweight_picker::health_check::{CheckProtocol, CheckVerdict, DueHealthCheck, MAX_PENDING_HEALTH_CHECKS};
 use tailweight_picker::tick;
 use tailweight_picker::{Balancer, FilterConfig, Pick, ResponseClass, Settings};
 use tailweight_weights::{ViewInflight, WeightBook, WeightParams};
@@ -42,6 +49,8 @@ use tailweight_wire::stamp::LoadStamp;
 
 /// The cluster every client sends to (Istio's naming).
 pub const CLUSTER: &str = "outbound|8080||backend.sim.svc.cluster.local";
+/// The users' `:authority` (what health checks are sent with).
+const AUTHORITY: &str = "backend.sim.svc.cluster.local:8080";
 /// A choice's token: the in-flight epoch of a steered pick shifted left, with this bit set.
 const STEERED: u32 = 1;
 const FALLBACK: u32 = 0;
@@ -96,6 +105,27 @@ impl AggregatorCost {
 
     pub fn reply_bytes_per_entry(&self) -> f64 {
         self.sampled_reply_bytes as f64 / self.sampled_reply_entries.max(1) as f64
+    }
+}
+
+/// The health checks of a run: sent, of them to endpoints not up, readmissions on others' evidence,
+/// due checks left to others, and the checks each endpoint got in each second (to find the peak).
+#[derive(Debug, Clone, Default)]
+pub struct HealthCheckCount {
+    pub sent: u64,
+    pub to_down: u64,
+    pub readmitted_on_evidence: u64,
+    pub left_to_others: u64,
+    per_endpoint_second: HashMap<(u32, u64), u32>,
+}
+
+impl HealthCheckCount {
+    /// The most checks one endpoint got in one second, and the mean over the endpoint-seconds that
+    /// had any.
+    pub fn peak_and_mean_per_endpoint_s(&self) -> (u32, f64) {
+        let n = self.per_endpoint_second.len().max(1) as f64;
+        let sum: u64 = self.per_endpoint_second.values().map(|c| u64::from(*c)).sum();
+        (self.per_endpoint_second.values().copied().max().unwrap_or(0), sum as f64 / n)
     }
 }
 
@@ -172,6 +202,9 @@ pub struct Tailweight {
     probes_per_pick: f64,
     probe_credit: Vec<f64>,
     probes: ProbeTransit,
+    pub health_checks: HealthCheckCount,
+    /// The checks due in a tick (kept for its allocation).
+    due_checks: Vec<DueHealthCheck>,
 }
 
 impl Tailweight {
@@ -227,6 +260,8 @@ impl Tailweight {
             probes_per_pick: variant.probe_stamps,
             probe_credit: vec![0.0; if variant.probe_stamps > 0.0 { clients as usize } else { 0 }],
             probes: ProbeTransit::default(),
+            health_checks: HealthCheckCount::default(),
+            due_checks: Vec::new(),
         }
     }
 
@@ -270,6 +305,21 @@ impl Tailweight {
         let now_us = ctx.now_ns / 1_000;
         let balancer = &mut self.balancers[client as usize];
         balancer.tick(now_us);
+        let round = balancer.due_health_checks(now_us, MAX_PENDING_HEALTH_CHECKS, &mut self.due_checks);
+        let counted = &mut self.health_checks;
+        counted.readmitted_on_evidence += u64::from(round.readmitted_on_evidence);
+        counted.left_to_others += u64::from(round.left_to_others);
+        for check in self.due_checks.drain(..) {
+            let Some(endpoint) = endpoint_of(&check.address).filter(|e| (*e as usize) < ctx.servers.len()) else {
+                continue;
+            };
+            let up = ctx.servers[endpoint as usize].status == Status::Up;
+            counted.sent += 1;
+            counted.to_down += u64::from(!up);
+            *counted.per_endpoint_second.entry((endpoint, ctx.now_ns / 1_000_000_000)).or_default() += 1;
+            let verdict = if up { CheckVerdict::Passed } else { CheckVerdict::Failed };
+            balancer.health_check_answered(&check, verdict, now_us);
+        }
         let Some(agg) = &mut self.aggregator else { return };
         if let Some((reply, received_us)) = agg.ready[client as usize].take() {
             for view in &reply.clusters {
@@ -374,7 +424,10 @@ impl Policy for Tailweight {
         if self.probes_per_pick > 0.0 {
             self.probe(client, ctx);
         }
-        let pick = self.balancers[client as usize].pick(CLUSTER, ctx.now_ns / 1_000);
+        let balancer = &mut self.balancers[client as usize];
+        // As the filter does before each pick (nothing with health checks off).
+        balancer.note_user_request(CLUSTER, CheckProtocol::Http, ctx.now_ns / 1_000, || Some(AUTHORITY.into()));
+        let pick = balancer.pick(CLUSTER, ctx.now_ns / 1_000);
         let steered = match &pick {
             Pick::Steer { header, first_len, epoch } => {
                 header.get(..*first_len).and_then(endpoint_of).zip(Some(*epoch))
