@@ -9,7 +9,9 @@
 //! contact, if none; unless requests to it are in flight). The aggregator's view never teaches nor
 //! refreshes an endpoint: it only weighs the ones known here (a view listing a deleted pod must not
 //! keep it alive in every proxy that reports to the aggregator). What a fresh view lists that is not
-//! known here is a suggestion of where to explore: an exploring request may be steered to one, drawn
+//! known here is a suggestion of where to explore, if some caller's users were answered well by it
+//! lately (`SUGGEST_SERVED_WITHIN_MS`; a new pod failing from its start never is, so the view never
+//! sends proxies to it one trial each): an exploring request may be steered to one, drawn
 //! by its weight (a trial), and Envoy's answer decides: a good answer teaches it, a refusal (not in
 //! the cluster) keeps it from being suggested again for `ttl`. With many proxies each sending a
 //! little, this is how a proxy finds the capable endpoints first instead of learning them one
@@ -30,6 +32,10 @@ use tailweight_wire::stamp::LoadStamp;
 
 /// How quickly the discovery rate follows what exploration finds: novelty <- (1-a) novelty + a [new].
 const NOVELTY_STEP: f64 = 0.2;
+/// A view's endpoint is suggested only if some caller's users were answered well by it within this
+/// long (its `served_age_ms`), when the view says it for any endpoint (an aggregator that does not
+/// say it: every listed one is).
+pub const SUGGEST_SERVED_WITHIN_MS: u64 = 10_000;
 /// Refused suggestions remembered per cluster (more are simply suggested again).
 const MAX_REFUSED_SUGGESTIONS: usize = 64;
 
@@ -276,6 +282,10 @@ impl Cluster {
         self.suggestions.clear();
         self.suggestion_inflight.clear();
         let mut total = 0.0;
+        let says_served = view.endpoints.iter().any(|v| v.served_age_ms.is_some());
+        let proven = |v: &tailweight_wire::reply::EndpointView| {
+            !says_served || v.served_age_ms.is_some_and(|age| age <= SUGGEST_SERVED_WITHIN_MS)
+        };
         for v in &view.endpoints {
             if let Some(&slot) = self.index.get(v.address.as_str()) {
                 self.endpoints[slot].global = Some(GlobalStats {
@@ -286,6 +296,7 @@ impl Cluster {
                     served_us: v.served_age_ms.map(|age| now_us.saturating_sub(age.saturating_mul(1_000))),
                 });
             } else if !v.ejected
+                && proven(v)
                 && v.weight > 0.0
                 && is_endpoint_address(&v.address)
                 && !self.refused_suggestions.iter().any(|(a, _)| *a == v.address)

@@ -203,3 +203,33 @@ fn novelty_decays_when_exploration_finds_nothing_new() {
     c.note_discovery(true);
     assert!(c.novelty() > 0.2);
 }
+
+#[test]
+fn only_endpoints_some_callers_users_were_answered_well_by_lately_are_suggested() {
+    let mut c = known(&["10.0.0.1:80"]);
+    let endpoint = |address: &str, served_age_ms| EndpointView {
+        address: address.into(),
+        weight: 1.0,
+        served_age_ms,
+        ..Default::default()
+    };
+    let listed = |served: [Option<u64>; 3]| ClusterView {
+        name: "c".into(),
+        reporters: Some(4),
+        endpoints: vec![
+            endpoint("10.0.0.1:80", Some(0)),
+            endpoint("10.0.0.2:80", served[0]),
+            endpoint("10.0.0.3:80", served[1]),
+            endpoint("10.0.0.4:80", served[2]),
+        ],
+    };
+    let suggested = |c: &Cluster| (0..c.suggestions.len()).map(|at| c.suggestion(at).to_string()).collect::<Vec<_>>();
+    // A new pod nobody was served well by (failing from its start), one served long ago, one lately.
+    c.apply_view(&listed([None, Some(SUGGEST_SERVED_WITHIN_MS + 1), Some(900)]), 10_000, 0);
+    assert_eq!(suggested(&c), ["10.0.0.4:80"]);
+    // An aggregator that does not say: every listed one.
+    let mut old = listed([None, None, None]);
+    old.endpoints[0].served_age_ms = None;
+    c.apply_view(&old, 10_000, 0);
+    assert_eq!(suggested(&c), ["10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80"]);
+}
