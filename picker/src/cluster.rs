@@ -74,6 +74,9 @@ pub struct Cluster {
     stamped: Vec<usize>,
     /// The view's in-flight of each suggestion, aligned with `suggestions`.
     suggestion_inflight: Vec<f64>,
+    /// What the view lists, unknown here, that is not suggested for want of users served well by it
+    /// (`SUGGEST_SERVED_WITHIN_MS`): listed all the same, so the aggregator's weight ramps it.
+    unproven: Vec<String>,
     /// What an ejected endpoint that answered well here last draws with (see `readmit_weight`).
     readmit_weight: f64,
     /// What its health checks are sent with (see `health_check`).
@@ -107,6 +110,7 @@ impl Cluster {
             refused_suggestions: Vec::new(),
             stamped: Vec::new(),
             suggestion_inflight: Vec::new(),
+            unproven: Vec::new(),
             readmit_weight: 1.0,
             check_target: CheckTarget::default(),
             health_check_listed: false,
@@ -175,8 +179,8 @@ impl Cluster {
 
     /// The endpoint at `address`, added if new and there is room (first contact at `seen_us`,
     /// which keeps it for `ttl` like a good answer). One joining a cluster known here for longer
-    /// than `slow_start_us` starts a ramp (a new pod, likely cold), unless a fresh view suggested
-    /// it (the aggregator's weight ramps endpoints new to the mesh until it can rate them); the
+    /// than `slow_start_us` starts a ramp (a new pod, likely cold), unless a fresh view lists it
+    /// (the aggregator's weight ramps endpoints new to the mesh until it can rate them); the
     /// endpoints found in the cluster's first window do not (this proxy discovering an established
     /// set). Returns its slot and whether it was added.
     pub fn learn(
@@ -193,8 +197,9 @@ impl Cluster {
             return None;
         }
         let mut endpoint = Endpoint::new(address, seen_us);
-        let suggested = self.view_fresh(seen_us) && self.suggestions.iter().any(|(a, _)| a == address);
-        if slow_start_us > 0 && seen_us.saturating_sub(self.created_us) >= slow_start_us && !suggested {
+        let listed = self.view_fresh(seen_us)
+            && (self.suggestions.iter().any(|(a, _)| a == address) || self.unproven.iter().any(|a| a == address));
+        if slow_start_us > 0 && seen_us.saturating_sub(self.created_us) >= slow_start_us && !listed {
             endpoint.health.start_ramp(seen_us, slow_start_us);
             self.ramping = true;
         }
@@ -281,6 +286,7 @@ impl Cluster {
         self.refused_suggestions.retain(|(_, until)| *until > now_us);
         self.suggestions.clear();
         self.suggestion_inflight.clear();
+        self.unproven.clear();
         let mut total = 0.0;
         let says_served = view.endpoints.iter().any(|v| v.served_age_ms.is_some());
         let proven = |v: &tailweight_wire::reply::EndpointView| {
@@ -296,11 +302,14 @@ impl Cluster {
                     served_us: v.served_age_ms.map(|age| now_us.saturating_sub(age.saturating_mul(1_000))),
                 });
             } else if !v.ejected
-                && proven(v)
                 && v.weight > 0.0
                 && is_endpoint_address(&v.address)
                 && !self.refused_suggestions.iter().any(|(a, _)| *a == v.address)
             {
+                if !proven(v) {
+                    self.unproven.push(v.address.clone());
+                    continue;
+                }
                 total += v.weight;
                 self.suggestions.push((v.address.clone(), total));
                 self.suggestion_inflight.push(v.inflight);

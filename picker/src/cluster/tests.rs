@@ -227,6 +227,15 @@ fn only_endpoints_some_callers_users_were_answered_well_by_lately_are_suggested(
     // A new pod nobody was served well by (failing from its start), one served long ago, one lately.
     c.apply_view(&listed([None, Some(SUGGEST_SERVED_WITHIN_MS + 1), Some(900)]), 10_000, 0);
     assert_eq!(suggested(&c), ["10.0.0.4:80"]);
+    // Listed all the same: learned through Envoy's own pick, it does not slow-start here on top
+    // of the aggregator's ramp; an endpoint the view does not list does.
+    let slow = PickParams::default().slow_start_us;
+    let mut late = Cluster::new(0, 30_000.0);
+    late.apply_view(&listed([None, None, Some(0)]), 2 * slow, slow);
+    late.learn("10.0.0.2:80", slow, 10, slow);
+    late.learn("10.0.0.9:80", slow, 10, slow);
+    assert!(late.get("10.0.0.2:80").unwrap().health.ramp().is_none(), "listed: the aggregator ramps it");
+    assert!(late.get("10.0.0.9:80").unwrap().health.ramp().is_some(), "not listed: ramps here");
     // An aggregator that does not say: every listed one.
     let mut old = listed([None, None, None]);
     old.endpoints[0].served_age_ms = None;
