@@ -20,6 +20,7 @@ pub mod prequal_server;
 pub mod probe_transit;
 pub mod round_robin;
 pub mod tailweight;
+pub mod tailweight_checks;
 
 use crate::server::{Orca, Server};
 

@@ -14,10 +14,7 @@
 //! on the proxy's next tick with `apply_view(view, received, ttl)`. The aggregator recomputes and
 //! expires every report interval, and counts what it costs (`AggregatorCost`).
 //!
-//! With health checks configured (`health_check_path` in the filter configuration), each tick hands
-//! the due checks out (`due_health_checks`) and answers them at once with the server's status when
-//! sent (Up passes; Failing and Stopped fail): a real check's answer takes a round trip. Counted in
-//! `HealthCheckCount`.
+//! With health checks configured, each tick also runs the due checks (`tailweight_checks`).
 //!
 //! Research variants (`Variant`): with `subset=N` each proxy's Envoy cluster is its deterministic
 //! subset (the fallback draws there, the view lists only it); `orca_max_age_ms` and
@@ -28,14 +25,14 @@
 
 use super::active::Active;
 use super::probe_transit::ProbeTransit;
+use super::tailweight_checks::HealthCheckCount;
 use super::{phase, Choice, Ctx, Outcome, Policy, Timer};
 use crate::server::Status;
 use crate::variant::{deterministic_subsets, Variant};
 use serde::Serialize;
-use std::collections::HashMap;
 use std::net::SocketAddrV4;
 use tailweight_math::rng::Rng;
-use tailweight_picker::health_check::{CheckProtocol, CheckVerdict, DueHealthCheck, MAX_PENDING_HEALTH_CHECKS};
+use tailweight_picker::health_check::{CheckProtocol, DueHealthCheck};
 use tailweight_picker::tick;
 use tailweight_picker::{Balancer, FilterConfig, Pick, ResponseClass, Settings};
 use tailweight_weights::{ViewInflight, WeightBook, WeightParams};
@@ -105,27 +102,6 @@ impl AggregatorCost {
 
     pub fn reply_bytes_per_entry(&self) -> f64 {
         self.sampled_reply_bytes as f64 / self.sampled_reply_entries.max(1) as f64
-    }
-}
-
-/// The health checks of a run: sent, of them to endpoints not up, readmissions on others' evidence,
-/// due checks left to others, and the checks each endpoint got in each second (to find the peak).
-#[derive(Debug, Clone, Default)]
-pub struct HealthCheckCount {
-    pub sent: u64,
-    pub to_down: u64,
-    pub readmitted_on_evidence: u64,
-    pub left_to_others: u64,
-    per_endpoint_second: HashMap<(u32, u64), u32>,
-}
-
-impl HealthCheckCount {
-    /// The most checks one endpoint got in one second, and the mean over the endpoint-seconds that
-    /// had any.
-    pub fn peak_and_mean_per_endpoint_s(&self) -> (u32, f64) {
-        let n = self.per_endpoint_second.len().max(1) as f64;
-        let sum: u64 = self.per_endpoint_second.values().map(|c| u64::from(*c)).sum();
-        (self.per_endpoint_second.values().copied().max().unwrap_or(0), sum as f64 / n)
     }
 }
 
@@ -305,21 +281,7 @@ impl Tailweight {
         let now_us = ctx.now_ns / 1_000;
         let balancer = &mut self.balancers[client as usize];
         balancer.tick(now_us);
-        let round = balancer.due_health_checks(now_us, MAX_PENDING_HEALTH_CHECKS, &mut self.due_checks);
-        let counted = &mut self.health_checks;
-        counted.readmitted_on_evidence += u64::from(round.readmitted_on_evidence);
-        counted.left_to_others += u64::from(round.left_to_others);
-        for check in self.due_checks.drain(..) {
-            let Some(endpoint) = endpoint_of(&check.address).filter(|e| (*e as usize) < ctx.servers.len()) else {
-                continue;
-            };
-            let up = ctx.servers[endpoint as usize].status == Status::Up;
-            counted.sent += 1;
-            counted.to_down += u64::from(!up);
-            *counted.per_endpoint_second.entry((endpoint, ctx.now_ns / 1_000_000_000)).or_default() += 1;
-            let verdict = if up { CheckVerdict::Passed } else { CheckVerdict::Failed };
-            balancer.health_check_answered(&check, verdict, now_us);
-        }
+        self.health_checks.run_due(balancer, &mut self.due_checks, ctx, endpoint_of);
         let Some(agg) = &mut self.aggregator else { return };
         if let Some((reply, received_us)) = agg.ready[client as usize].take() {
             for view in &reply.clusters {
