@@ -178,6 +178,12 @@ def test_a_grpc_health_check_the_servers_do_not_serve_leaves_probing_to_users(gr
     destination = f"127.0.0.1:{proxy.port()}"
     ping_load(group, tmp_path, destination, qps=100, connections=1, streams=4, seconds=3, name="warm")
     backends.event([1], "fail")
+    # Until a worker suspends it (two failures in a row: on a loaded machine not always within a
+    # fixed few seconds), then 3 s more while it stays down.
+    for i in range(10):
+        ping_load(group, tmp_path, destination, qps=100, connections=1, streams=4, seconds=1, name=f"failing-{i}")
+        if stats(proxy)["suspensions"] >= 1:
+            break
     ping_load(group, tmp_path, destination, qps=100, connections=1, streams=4, seconds=3, name="down")
     backends.event([1], "recover")
     before = backends.requests_total()
