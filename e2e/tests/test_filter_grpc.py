@@ -69,9 +69,12 @@ def test_every_rpc_on_one_connection_is_steered_and_a_failing_backend_gets_few(g
     # The healthy ones all keep serving (a fair share is a third; the pick follows each one's
     # latency samples, so one with a few slow answers may get much less for a while, never none).
     assert all(n > 0.03 * total for i, n in enumerate(served) if i != 1), served
-    # Its UNAVAILABLE answers were counted against it, and it was suspended (then only probed).
+    # Its UNAVAILABLE answers were counted against it, and it was suspended (then only probed), or
+    # its first failure made it the last choice so that two in a row never came (once in a full CI
+    # run: 1 failed RPC of 1,200, no suspension).
     failed_rpcs = result["RetCodes"].get("ERROR", 0)
-    assert s["failures"] >= failed_rpcs > 0 and s["suspensions"] >= 1, (s, result["RetCodes"])
+    assert s["failures"] >= failed_rpcs > 0, (s, result["RetCodes"])
+    assert s["suspensions"] >= 1 or failed_rpcs <= 2, (s, result["RetCodes"])
 
 
 def test_a_failure_in_the_trailers_after_messages_is_counted(group):
