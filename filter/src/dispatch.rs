@@ -1,23 +1,24 @@
-//! The callbacks Envoy calls (the module's exports, proxy-wasm ABI 0.2.1), each routed to the root
-//! or request context it is for (`contexts`). Callbacks the filter does not implement are not
-//! exported: the host then skips the call and takes the ABI's default (continue, done, start
-//! accepted).
+//! The callbacks Envoy calls (the module's exports, proxy-wasm ABI 0.2.1), each routed to the
+//! `Plugin` of its root context, or to a stream and its root's plugin (`contexts`), with the Wasm
+//! host (`host`). Callbacks the filter does not implement are not exported: the host then skips the
+//! call and takes the ABI's default (continue, done, start accepted).
 
 use crate::contexts::Contexts;
-use crate::root::{HttpStream, Root};
+use crate::host::{plugin_configuration, WasmAnswer, WasmExchange, WasmHost};
 use std::cell::RefCell;
+use tailweight_sidecar::{Plugin, Stream};
 
 /// `proxy_action_t` Continue: the filter never pauses a stream.
 const ACTION_CONTINUE: u32 = 0;
 
 thread_local! {
-    static CONTEXTS: RefCell<Contexts<Root, HttpStream>> = const { RefCell::new(Contexts::new()) };
+    static CONTEXTS: RefCell<Contexts<Plugin, Stream>> = const { RefCell::new(Contexts::new()) };
 }
 
 /// Run `f` on the VM's contexts. A VM is single-threaded and no host call re-enters the module
 /// with a callback, so the borrow is always free; were it not, the callback is skipped (the ABI
 /// default) rather than trapping.
-fn with_contexts<T: Default>(f: impl FnOnce(&mut Contexts<Root, HttpStream>) -> T) -> T {
+fn with_contexts<T: Default>(f: impl FnOnce(&mut Contexts<Plugin, Stream>) -> T) -> T {
     CONTEXTS.with(|c| c.try_borrow_mut().map(|mut c| f(&mut c)).unwrap_or_default())
 }
 
@@ -46,16 +47,16 @@ pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
 #[no_mangle]
 pub extern "C" fn proxy_on_context_create(context_id: u32, root_id: u32) {
     let _probe = crate::probe::span(crate::probe::Site::ContextCreate);
-    with_contexts(|c| c.create(context_id, root_id, Root::default, Root::new_stream))
+    with_contexts(|c| c.create(context_id, root_id, Plugin::default, Plugin::new_stream))
 }
 
-/// Always accepted (see `Root::on_configure`): an unknown root has nothing to configure.
+/// Always accepted (see `Plugin::configure`): an unknown root has nothing to configure.
 #[no_mangle]
 pub extern "C" fn proxy_on_configure(root_id: u32, configuration_size: usize) -> u32 {
     let _probe = crate::probe::span(crate::probe::Site::Configure);
     with_contexts(|c| {
-        if let Some(root) = c.root(root_id) {
-            root.on_configure(configuration_size);
+        if let Some(plugin) = c.root(root_id) {
+            plugin.configure(&WasmHost, &plugin_configuration(configuration_size));
         }
     });
     1
@@ -65,12 +66,12 @@ pub extern "C" fn proxy_on_configure(root_id: u32, configuration_size: usize) ->
 pub extern "C" fn proxy_on_tick(root_id: u32) {
     {
         let _probe = crate::probe::span(crate::probe::Site::Tick);
-        with_contexts(|c| c.root(root_id).map(Root::on_tick));
+        with_contexts(|c| c.root(root_id).map(|plugin| plugin.tick(&WasmHost)));
     }
     crate::probe::flush();
 }
 
-/// Calls are dispatched from a root context (the tick), and their replies come back to it.
+/// Calls are dispatched from a root context (the tick), and their answers come back to it.
 #[no_mangle]
 pub extern "C" fn proxy_on_http_call_response(
     root_id: u32,
@@ -80,20 +81,25 @@ pub extern "C" fn proxy_on_http_call_response(
     _trailers: usize,
 ) {
     let _probe = crate::probe::span(crate::probe::Site::HttpCallResponse);
-    with_contexts(|c| c.root(root_id).map(|root| root.on_http_call_response(token, body_size)));
+    let answer = WasmAnswer { body_size };
+    with_contexts(|c| c.root(root_id).map(|plugin| plugin.on_call_answer(&WasmHost, token, &answer)));
 }
 
 #[no_mangle]
 pub extern "C" fn proxy_on_request_headers(context_id: u32, _headers: usize, _end_of_stream: u32) -> u32 {
     let _probe = crate::probe::span(crate::probe::Site::RequestHeaders);
-    with_contexts(|c| c.stream(context_id).map(HttpStream::on_request_headers));
+    with_contexts(|c| {
+        c.stream(context_id).map(|(plugin, s)| plugin.on_request_headers(s, &WasmHost, &mut WasmExchange))
+    });
     ACTION_CONTINUE
 }
 
 #[no_mangle]
 pub extern "C" fn proxy_on_response_headers(context_id: u32, _headers: usize, _end_of_stream: u32) -> u32 {
     let _probe = crate::probe::span(crate::probe::Site::ResponseHeaders);
-    with_contexts(|c| c.stream(context_id).map(HttpStream::on_response_headers));
+    with_contexts(|c| {
+        c.stream(context_id).map(|(plugin, s)| plugin.on_response_headers(s, &WasmHost, &mut WasmExchange))
+    });
     ACTION_CONTINUE
 }
 
@@ -101,7 +107,7 @@ pub extern "C" fn proxy_on_response_headers(context_id: u32, _headers: usize, _e
 #[no_mangle]
 pub extern "C" fn proxy_on_log(context_id: u32) {
     let _probe = crate::probe::span(crate::probe::Site::Log);
-    with_contexts(|c| c.stream(context_id).map(HttpStream::on_log));
+    with_contexts(|c| c.stream(context_id).map(|(plugin, s)| plugin.on_stream_done(s, &WasmHost, &WasmExchange)));
 }
 
 #[no_mangle]

@@ -18,13 +18,6 @@ pub enum Site {
     Delete,
     HttpCallResponse,
     Tick,
-    TickBalancer,
-    TickPublish,
-    TickSiblings,
-    TickApplySiblings,
-    TickGauges,
-    TickViews,
-    TickReport,
     #[cfg_attr(not(feature = "cost-probe"), allow(dead_code))]
     Clock16,
 }
@@ -35,7 +28,7 @@ mod on {
     use crate::host;
     use std::cell::RefCell;
 
-    const NAMES: [&str; 16] = [
+    const NAMES: [&str; 9] = [
         "context_create",
         "configure",
         "request_headers",
@@ -44,20 +37,13 @@ mod on {
         "delete",
         "http_call_response",
         "tick",
-        "tick_balancer",
-        "tick_publish",
-        "tick_siblings",
-        "tick_apply_siblings",
-        "tick_gauges",
-        "tick_views",
-        "tick_report",
         "clock16",
     ];
 
     #[derive(Default)]
     struct Table {
         /// (ns, calls) per site not yet added to the counters.
-        pending: [(u64, u64); 16],
+        pending: [(u64, u64); 9],
         /// Counter ids (ns, calls) per site, defined on the first flush.
         ids: Option<Vec<(Option<u32>, Option<u32>)>>,
     }

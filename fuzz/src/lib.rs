@@ -11,9 +11,10 @@ pub use aggregator::{attest, prometheus, xfcc};
 pub use json::json_diff;
 
 use check::one_line;
-use tailweight_picker::slot::{Slot, StoredView};
-use tailweight_picker::snapshot::{self, Part};
-use tailweight_picker::{Balancer, FilterConfig, Pick, RequestOutcome, ResponseClass, Settings};
+use tailweight_picker::{
+    merge_snapshots, Balancer, Pick, RequestOutcome, ResponseClass, Settings, SnapshotPart as Part,
+};
+use tailweight_sidecar::{FilterConfig, Slot, StoredView};
 use tailweight_weights::{WeightBook, WeightParams};
 use tailweight_wire::orca::{self, OrcaLoad};
 use tailweight_wire::protocol::{Limits, VERSION};
@@ -244,7 +245,7 @@ fn fold_slot(slot: &Slot, now: u64) {
     let as_report =
         |clusters| Report { version: VERSION, reporter: "r".into(), incarnation: 1, interval_ms: 1_000, clusters };
     if as_report(slot.clusters.clone()).validate(&Limits::default()).is_ok() {
-        let merged = as_report(snapshot::merge(&parts, now));
+        let merged = as_report(merge_snapshots(&parts, now));
         if let Err(e) = merged.validate(&Limits::default()) {
             panic!("valid snapshots merged into an invalid report: {e}");
         }

@@ -23,9 +23,10 @@
 //! failure of ours if known here; a suggestion is only no longer suggested, see `complete`).
 
 use crate::cluster::{Candidate, Cluster};
-use crate::config::PickParams;
+use crate::params::PickParams;
 use crate::endpoint::SiblingStats;
 use crate::health::HealthChange;
+use crate::inspect::{inspect, EndpointInspection};
 use crate::outcome::{RequestOutcome, ResponseClass};
 use crate::snapshot::Part;
 use tailweight_math::hash::FastMap;
@@ -36,7 +37,7 @@ use tailweight_wire::stamp::LoadStamp;
 
 mod health_checks;
 mod settings;
-pub use settings::{HealthCheckScope, Settings};
+pub use settings::{HealthCheckScope, Settings, DEFAULT_INFLIGHT_BOUND_US};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Pick {
@@ -108,8 +109,25 @@ impl Balancer {
         &self.settings
     }
 
-    pub fn cluster(&self, name: &str) -> Option<&Cluster> {
+    #[cfg(test)]
+    pub(crate) fn cluster(&self, name: &str) -> Option<&Cluster> {
         self.clusters.get(name)
+    }
+
+    /// Is cluster `name` tracked here (it had requests within the endpoint ttl)?
+    pub fn tracks(&self, name: &str) -> bool {
+        self.clusters.get(name).is_some()
+    }
+
+    /// Each endpoint this worker has sent requests to, as the per-endpoint gauges show it: its
+    /// cluster, its address and what `inspect` makes of it at `now_us`.
+    pub fn inspect_endpoints(&self, now_us: u64, mut each: impl FnMut(&str, &str, EndpointInspection)) {
+        for (name, cluster) in &self.clusters.list {
+            let fresh = cluster.view_fresh(now_us);
+            for endpoint in cluster.endpoints().iter().filter(|e| e.local.requests > 0) {
+                each(name, &endpoint.address, inspect(endpoint, now_us, fresh));
+            }
+        }
     }
 
     pub fn cluster_names(&self) -> impl Iterator<Item = &str> {

@@ -17,7 +17,7 @@
 //! little, this is how a proxy finds the capable endpoints first instead of learning them one
 //! uniform fallback request at a time.
 
-use crate::config::PickParams;
+use crate::params::PickParams;
 use crate::endpoint::{Endpoint, GlobalStats};
 use crate::health::HealthChange;
 use crate::health_check::CheckTarget;

@@ -7,7 +7,7 @@
 //! proxies to the same "idle" endpoints until the next view (the herd effect of stale shared load
 //! information; measured in sim/README.md). It steers through the sampling weights instead.
 
-use crate::config::PickParams;
+use crate::params::PickParams;
 use crate::health::{Health, HealthChange};
 use crate::inflight::Inflight;
 use crate::outcome::ResponseClass;

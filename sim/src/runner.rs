@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
-use tailweight_picker::FilterConfig;
+use tailweight_sidecar::FilterConfig;
 
 /// Stream numbers for derived seeds.
 const TRACE_STREAM: u64 = 1;

@@ -2,7 +2,7 @@
 //! endpoint with k workers is an M/M/k queue, and the ideal bound over k single-worker endpoints
 //! of equal speed is one too. Mean waits must match the Erlang C formula within a few percent.
 
-use tailweight_picker::FilterConfig;
+use tailweight_sidecar::FilterConfig;
 use tailweight_sim::runner::run_policy;
 use tailweight_sim::scenario::Scenario;
 use tailweight_sim::setup::{Overrides, Setup};

@@ -1,8 +1,12 @@
-//! What a balancer is configured with: the filter configuration's part that the picks use.
+//! What a balancer is configured with: the part of the sidecar's configuration that the picks use.
 
 use crate::cluster::Cluster;
-use crate::config::{FilterConfig, PickParams};
 use crate::health_check::CheckProtocol;
+use crate::params::PickParams;
+
+/// A request without response headers stops counting as in flight after at most this long, by
+/// default (see `inflight`).
+pub const DEFAULT_INFLIGHT_BOUND_US: u64 = 30_000_000;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -11,7 +15,7 @@ pub struct Settings {
     pub endpoint_ttl_us: u64,
     pub max_clusters: usize,
     pub max_endpoints_per_cluster: usize,
-    /// Half the in-flight bound: the length of an in-flight epoch (see `inflight`).
+    /// The length of an in-flight epoch (see `inflight_epoch_us`).
     pub inflight_epoch_us: u64,
     /// Which suspended endpoints are probed by out-of-band health checks, not users' requests (None:
     /// none, the default).
@@ -24,36 +28,31 @@ pub struct HealthCheckScope {
     pub clusters: Vec<String>,
     pub http: bool,
     pub grpc: bool,
-    /// `HealthCheckConfig::fleet_rate_per_s`.
+    /// Checks a second per failing endpoint that all callers together aim at (see `check_share`).
     pub fleet_rate_per_s: f64,
-}
-
-impl From<&FilterConfig> for Settings {
-    fn from(c: &FilterConfig) -> Self {
-        Settings {
-            pick: c.pick.clone(),
-            retry_choices: c.retry_choices,
-            endpoint_ttl_us: c.endpoint_ttl_ms * 1_000,
-            max_clusters: c.max_clusters,
-            max_endpoints_per_cluster: c.max_endpoints_per_cluster,
-            inflight_epoch_us: (c.inflight_bound_ms * 1_000 / 2).max(1),
-            health_checks: c.health_check.as_ref().map(|h| HealthCheckScope {
-                clusters: h.clusters.clone(),
-                http: h.path.is_some(),
-                grpc: h.grpc_service.is_some(),
-                fleet_rate_per_s: h.fleet_rate_per_s as f64,
-            }),
-        }
-    }
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings::from(&FilterConfig::default())
+        Settings {
+            pick: PickParams::default(),
+            retry_choices: 1,
+            endpoint_ttl_us: 60_000_000,
+            max_clusters: 64,
+            max_endpoints_per_cluster: 2048,
+            inflight_epoch_us: Settings::inflight_epoch_us(DEFAULT_INFLIGHT_BOUND_US),
+            health_checks: None,
+        }
     }
 }
 
 impl Settings {
+    /// An in-flight epoch is half the in-flight bound (at least 1 us): a request is dropped from
+    /// the count at the second epoch change after it began (see `inflight`).
+    pub fn inflight_epoch_us(inflight_bound_us: u64) -> u64 {
+        (inflight_bound_us / 2).max(1)
+    }
+
     /// Is `cluster` listed for health checks (see the field)?
     pub fn health_check_listed(&self, cluster: &str) -> bool {
         self.health_checks.as_ref().is_some_and(|s| s.clusters.is_empty() || s.clusters.iter().any(|c| c == cluster))

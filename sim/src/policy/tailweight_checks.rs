@@ -6,8 +6,7 @@
 use super::Ctx;
 use crate::server::Status;
 use std::collections::HashMap;
-use tailweight_picker::health_check::{CheckVerdict, DueHealthCheck, MAX_PENDING_HEALTH_CHECKS};
-use tailweight_picker::Balancer;
+use tailweight_picker::{Balancer, CheckVerdict, DueHealthCheck, MAX_PENDING_HEALTH_CHECKS};
 
 /// The health checks of a run: sent, of them to endpoints not up, readmissions on others' evidence,
 /// due checks left to others, and the checks each endpoint got in each second (to find the peak).

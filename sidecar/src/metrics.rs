@@ -1,77 +1,123 @@
-//! The filter's metrics, as `wasmcustom.tailweight.*` in /stats (`tailweight_*` in /stats/prometheus).
-//! Bounded cardinality: per-endpoint counters only when `per_endpoint_metrics` is on, because Envoy
-//! cannot delete a metric once defined.
+//! The sidecar's metrics, as `wasmcustom.tailweight.*` in a Wasm shell's /stats
+//! (`tailweight_*` in /stats/prometheus). Bounded cardinality: per-endpoint metrics only when
+//! `per_endpoint_metrics` is on, because Envoy cannot delete a metric once defined.
 
-use crate::host;
+use crate::host::{Host, MetricId, MetricKind};
 use tailweight_math::hash::FastMap;
 
+/// A counter as the host defined it (None inside: the host refused it; updates are then dropped).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counter(Option<MetricId>);
+
+/// A gauge likewise. Gauges are process-wide: every worker adds to or sets one value.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gauge(Option<MetricId>);
+
+impl Counter {
+    pub fn define(host: &impl Host, name: &str) -> Counter {
+        Counter(host.define_metric(MetricKind::Counter, name))
+    }
+
+    pub fn inc(self, host: &impl Host) {
+        self.add(host, 1);
+    }
+
+    /// Add `n` (no host call for 0).
+    pub fn add(self, host: &impl Host, n: u64) {
+        if let (Some(id), true) = (self.0, n > 0) {
+            host.increment_metric(id, i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+impl Gauge {
+    pub fn define(host: &impl Host, name: &str) -> Gauge {
+        Gauge(host.define_metric(MetricKind::Gauge, name))
+    }
+
+    pub fn set(self, host: &impl Host, value: u64) {
+        if let Some(id) = self.0 {
+            host.record_metric(id, value);
+        }
+    }
+
+    /// Move the gauge by `delta` (each worker adds its own change to a process-wide sum).
+    pub fn add(self, host: &impl Host, delta: i64) {
+        if let (Some(id), true) = (self.0, delta != 0) {
+            host.increment_metric(id, delta);
+        }
+    }
+}
+
+/// The client role's metrics.
 pub struct Metrics {
     /// Requests steered with the override header.
-    pub picks: Option<u32>,
+    pub picks: Counter,
     /// Steered requests served by the first choice, and by another endpoint (refused or retried).
-    pub honoured: Option<u32>,
-    pub not_honoured: Option<u32>,
+    pub honoured: Counter,
+    pub not_honoured: Counter,
     /// Of those not honoured, the ones Envoy never tried (not in the cluster; not endpoint failures).
-    pub refused: Option<u32>,
-    /// Requests of clusters whose steering is paused (Envoy refused most picks; see tailweight_picker::steering).
-    pub paused: Option<u32>,
-    pub steering_pauses: Option<u32>,
+    pub refused: Counter,
+    /// Requests of clusters whose steering is paused (Envoy refused most picks).
+    pub paused: Counter,
+    pub steering_pauses: Counter,
     /// Responses counted against their endpoint: failures (5xx, resets, failure gRPC statuses) and
     /// overload answers (429, RESOURCE_EXHAUSTED).
-    pub failures: Option<u32>,
-    pub overloads: Option<u32>,
+    pub failures: Counter,
+    pub overloads: Counter,
     /// Endpoints suspended after a run of failures, and suspensions ended by a good probe.
-    pub suspensions: Option<u32>,
-    pub recoveries: Option<u32>,
+    pub suspensions: Counter,
+    pub recoveries: Counter,
     /// Health checks of suspended endpoints sent (`health_check_path`, `health_check_grpc`), those
     /// that failed (not passed in time, or refused by the host) and those the destination does not
     /// serve us (then its cluster's checks pause for a minute, see `CheckVerdict::Unanswerable`); a
     /// passed one that ends a suspension is a recovery.
-    pub health_checks_sent: Option<u32>,
-    pub health_checks_failed: Option<u32>,
-    pub health_checks_unanswerable: Option<u32>,
+    pub health_checks_sent: Counter,
+    pub health_checks_failed: Counter,
+    pub health_checks_unanswerable: Counter,
     /// Due checks left to other callers, and suspensions ended by their users' good answers (see
-    /// `tailweight_picker::health_check::check_share`).
-    pub health_checks_left_to_others: Option<u32>,
-    pub readmissions_on_evidence: Option<u32>,
+    /// `tailweight_picker::check_share`).
+    pub health_checks_left_to_others: Counter,
+    pub readmissions_on_evidence: Counter,
     /// Left to the fallback LB on purpose (exploration), and for want of a candidate.
-    pub explorations: Option<u32>,
-    pub fallbacks: Option<u32>,
+    pub explorations: Counter,
+    pub fallbacks: Counter,
     /// Requests of clusters beyond `max_clusters`, or without a cluster name.
-    pub untracked: Option<u32>,
+    pub untracked: Counter,
     /// A request arrived carrying the override header: removed/overwritten, or kept (trusted).
-    pub incoming_header_replaced: Option<u32>,
-    pub incoming_header_trusted: Option<u32>,
-    pub reports_sent: Option<u32>,
-    pub reports_ok: Option<u32>,
-    pub reports_failed: Option<u32>,
-    pub views_applied: Option<u32>,
+    pub incoming_header_replaced: Counter,
+    pub incoming_header_trusted: Counter,
+    pub reports_sent: Counter,
+    pub reports_ok: Counter,
+    pub reports_failed: Counter,
+    pub views_applied: Counter,
     /// Load stamps read from responses (`load_stamp_max_age_ms` > 0), and stamp headers that could
     /// not be read (removed all the same).
-    pub stamps_read: Option<u32>,
-    pub stamps_invalid: Option<u32>,
+    pub stamps_read: Counter,
+    pub stamps_invalid: Counter,
     /// Stamp headers of clusters not in `load_stamp_clusters`: removed unread.
-    pub stamps_untrusted: Option<u32>,
-    pub endpoints_forgotten: Option<u32>,
-    /// Gauges (process-wide: the last writer wins, so only one VM writes each).
-    pub endpoints_tracked: Option<u32>,
-    pub weights_age_ms: Option<u32>,
-    /// Shared-data slots of this Envoy's VMs (bounded by the VMs alive at once: see `shared_layout`).
-    pub vm_slots: Option<u32>,
-    pub clusters_paused: Option<u32>,
+    pub stamps_untrusted: Counter,
+    pub endpoints_forgotten: Counter,
+    /// Gauges (process-wide: the last writer wins, so only one worker writes each).
+    pub endpoints_tracked: Gauge,
+    pub weights_age_ms: Gauge,
+    /// Shared-data slots of this proxy's workers (bounded by the workers alive at once).
+    pub vm_slots: Gauge,
+    /// Clusters whose steering is paused (each worker adds its own change).
+    pub clusters_paused: Gauge,
     /// Per cluster and endpoint address, its metrics (defined on first use; never deleted).
     per_endpoint: Option<FastMap<FastMap<EndpointIds>>>,
 }
 
-/// The per-endpoint gauges: the picker's state of it (`tailweight_picker::inspect::EndpointState`
-/// as a number), its latency estimate and the requests in flight to it from this proxy.
+/// The per-endpoint gauges: the picker's state of it (`tailweight_picker::EndpointState` as a
+/// number), its latency estimate and the requests in flight to it from this proxy.
 pub const ENDPOINT_GAUGES: [&str; 3] = ["state", "latency_us", "inflight"];
 
-/// One endpoint's metric ids (None inside: the host refused to define it) and the gauges' last values.
+/// One endpoint's metrics (None: not defined yet) and the gauges' last values.
 #[derive(Default)]
 struct EndpointIds {
-    picks: Option<Option<u32>>,
-    gauges: Option<[Option<u32>; 3]>,
+    picks: Option<Counter>,
+    gauges: Option<[Gauge; 3]>,
     last: [Option<u64>; 3],
 }
 
@@ -79,41 +125,33 @@ fn endpoint_metric(address: &str, cluster: &str, name: &str) -> String {
     format!("tailweight.endpoint.{address}.{cluster}.{name}")
 }
 
-/// The counters of a server-role filter (see `server`).
+/// Defined by every role, so that a healthy configuration shows `config_errors: 0`.
+pub const CONFIG_ERRORS: &str = "tailweight.config_errors";
+
+/// The counters of a server-role filter (see `server_request`).
 pub struct StampMetrics {
     /// Responses stamped with the endpoint's requests in flight.
-    pub written: Option<u32>,
+    pub written: Counter,
     /// Of those, responses whose application had set the stamp header itself (replaced).
-    pub replaced: Option<u32>,
+    pub replaced: Counter,
 }
 
 impl StampMetrics {
-    pub fn define() -> Self {
-        host::define_counter("tailweight.config_errors");
+    pub fn define(host: &impl Host) -> Self {
+        Counter::define(host, CONFIG_ERRORS);
         StampMetrics {
-            written: host::define_counter("tailweight.stamps_written"),
-            replaced: host::define_counter("tailweight.stamps_replaced"),
+            written: Counter::define(host, "tailweight.stamps_written"),
+            replaced: Counter::define(host, "tailweight.stamps_replaced"),
         }
     }
 }
 
-pub fn inc(metric: Option<u32>) {
-    host::increment(metric, 1);
-}
-
-/// Add `n` (no host call for 0).
-pub fn add(metric: Option<u32>, n: u32) {
-    if n > 0 {
-        host::increment(metric, i64::from(n));
-    }
-}
-
 impl Metrics {
-    pub fn define(per_endpoint: bool) -> Self {
-        // Full names: a `format!` of the prefix per metric cost ~1.3 KB of module.
-        let (c, g) = (host::define_counter, host::define_gauge);
-        // Defined (not kept) so that a healthy configuration shows `config_errors: 0`.
-        c("tailweight.config_errors");
+    pub fn define(host: &impl Host, per_endpoint: bool) -> Self {
+        // Full names: a `format!` of the prefix per metric cost ~1.3 KB of Wasm module.
+        let c = |name: &str| Counter::define(host, name);
+        let g = |name: &str| Gauge::define(host, name);
+        c(CONFIG_ERRORS);
         Metrics {
             picks: c("tailweight.picks"),
             honoured: c("tailweight.picks_honoured"),
@@ -155,24 +193,24 @@ impl Metrics {
     /// bootstrap override (`charts/tailweight/files/sidecar-bootstrap.json`, `stats_tags`) turns the
     /// address and the cluster into the labels `upstream_endpoint` and `upstream_cluster` of
     /// `tailweight_endpoint_picks` in /stats/prometheus; its address pattern is the one here.
-    pub fn endpoint_pick(&mut self, cluster: &str, address: &str) {
+    pub fn endpoint_pick(&mut self, host: &impl Host, cluster: &str, address: &str) {
         if let Some(ids) = self.endpoint_ids(cluster, address) {
-            let id =
-                *ids.picks.get_or_insert_with(|| host::define_counter(&endpoint_metric(address, cluster, "picks")));
-            host::increment(id, 1);
+            let picks =
+                *ids.picks.get_or_insert_with(|| Counter::define(host, &endpoint_metric(address, cluster, "picks")));
+            picks.inc(host);
         }
     }
 
     /// The gauges `tailweight.endpoint.<ip>:<port>.<cluster>.{state,latency_us,inflight}` (see
     /// `ENDPOINT_GAUGES`), each recorded when it changes, only when opted in.
-    pub fn endpoint_gauges(&mut self, cluster: &str, address: &str, values: [u64; 3]) {
+    pub fn endpoint_gauges(&mut self, host: &impl Host, cluster: &str, address: &str, values: [u64; 3]) {
         if let Some(ids) = self.endpoint_ids(cluster, address) {
-            let gauges = *ids.gauges.get_or_insert_with(|| {
-                ENDPOINT_GAUGES.map(|g| host::define_gauge(&endpoint_metric(address, cluster, g)))
-            });
+            let gauges = *ids
+                .gauges
+                .get_or_insert_with(|| ENDPOINT_GAUGES.map(|g| Gauge::define(host, &endpoint_metric(address, cluster, g))));
             for ((gauge, value), last) in gauges.into_iter().zip(values).zip(&mut ids.last) {
                 if *last != Some(value) {
-                    host::record(gauge, value);
+                    gauge.set(host, value);
                     *last = Some(value);
                 }
             }
@@ -183,7 +221,7 @@ impl Metrics {
         self.per_endpoint.is_some()
     }
 
-    /// The metric ids of one endpoint of one cluster, entered on first use (None: not opted in).
+    /// The metrics of one endpoint of one cluster, entered on first use (None: not opted in).
     fn endpoint_ids(&mut self, cluster: &str, address: &str) -> Option<&mut EndpointIds> {
         let clusters = self.per_endpoint.as_mut()?;
         // Look up by &str first: the owned keys are made once per endpoint, not per request.

@@ -1,7 +1,7 @@
 //! The filter's plugin configuration (JSON), parsed and checked field by field so that a mistake is
 //! reported as `field \`x\`: expected ..., got ...`. Every field is optional; see README for the list.
 
-use crate::health::HealthTimes;
+use tailweight_picker::{HealthCheckScope, PickParams, Settings};
 use tailweight_wire::address::is_endpoint_address;
 use tailweight_wire::fields::{FieldError, Fields};
 use tailweight_wire::json::{self, Value};
@@ -51,45 +51,6 @@ pub struct FilterConfig {
     pub health_check: Option<HealthCheckConfig>,
 }
 
-/// Knobs of the per-request pick (see `balancer`). Times in microseconds.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PickParams {
-    /// Share of requests left to the fallback LB so that every endpoint keeps fresh samples.
-    pub explore_ratio: f64,
-    pub latency_decay_us: f64,
-    /// Latency assumed for an endpoint nobody has measured yet when no other estimate exists.
-    pub default_latency_us: f64,
-    /// A latency sample older than this yields to the cluster's prior (see `Cluster::refresh_prior`).
-    pub stale_after_us: u64,
-    /// Score multiplier per unit of recent failure ratio: score x (1 + error_penalty x ratio).
-    pub error_penalty: f64,
-    /// Expected wait one unit of recent failure ratio adds (see `Endpoint::score`): failing fast never
-    /// looks fast.
-    pub failure_latency_us: f64,
-    /// Time constant over which failure evidence fades (see `health`).
-    pub failure_decay_us: f64,
-    /// A suspended endpoint's first probe comes this long after the suspension (then backs off).
-    pub probe_interval_us: u64,
-    /// After a successful probe its share ramps up over this long (longer when it flaps).
-    pub recovery_ramp_us: u64,
-    /// Good answers in a row at normal latency that end a recovery ramp early (0: never).
-    pub recovery_evidence_answers: u32,
-    /// An endpoint joining a cluster known for longer than this ramps up over this long (0: off).
-    pub slow_start_us: u64,
-    /// Use the aggregator's view; when false it is reported to but not used (for comparisons).
-    pub use_global_view: bool,
-    /// Server-side load stamps (see `stamp`): a stamp younger than this scores its endpoint, and a
-    /// pick compares one weighted draw with the endpoints of the freshest stamps (0: off, the
-    /// default: stamps are not read and the pick is the two-choice one).
-    pub load_stamp_max_age_us: u64,
-    /// Endpoints of this worker's most recent stamps a pick considers (per cluster).
-    pub load_stamp_pool: usize,
-    /// Stamps decide a pick only while at most this share of the cluster's endpoints known here
-    /// have a fresh latency estimate of this proxy's own (`Cluster::own_fresh_share`); above it the
-    /// proxy's own counts are rich enough for the two-choice pick (1: stamps always decide).
-    pub load_stamp_max_fresh_share: f64,
-}
-
 /// The side of a call the filter sits on, chosen by the `role` key (default `client`). The same
 /// module serves both so that one image is deployed; the role is explicit rather than taken from
 /// Envoy's `listener_direction` because that property is unset outside Istio (a plain Envoy's
@@ -132,47 +93,27 @@ pub struct AggregatorConfig {
     pub shard_header: String,
 }
 
-impl Default for PickParams {
-    fn default() -> Self {
-        PickParams {
-            explore_ratio: 0.01,
-            latency_decay_us: 2_000_000.0,
-            default_latency_us: 30_000.0,
-            stale_after_us: 5_000_000,
-            error_penalty: 8.0,
-            failure_latency_us: 1_000_000.0,
-            failure_decay_us: 1_000_000.0,
-            probe_interval_us: 250_000,
-            recovery_ramp_us: 1_000_000,
-            recovery_evidence_answers: 3,
-            slow_start_us: 10_000_000,
-            use_global_view: true,
-            load_stamp_max_age_us: 0,
-            load_stamp_pool: 8,
-            load_stamp_max_fresh_share: 1.0,
-        }
-    }
-}
-
+/// The pick's defaults are the picker's (`Settings::default`); the rest are the sidecar's own.
 impl Default for FilterConfig {
     fn default() -> Self {
+        let s = Settings::default();
         FilterConfig {
             role: FilterRole::Client,
             header: "x-gateway-destination-endpoint".into(),
             trust_incoming_header: false,
-            retry_choices: 1,
+            retry_choices: s.retry_choices,
             clusters: vec![],
             load_stamp_clusters: vec![],
-            pick: PickParams::default(),
-            endpoint_ttl_ms: 60_000,
-            max_clusters: 64,
-            max_endpoints_per_cluster: 2048,
+            pick: s.pick,
+            endpoint_ttl_ms: s.endpoint_ttl_us / 1_000,
+            max_clusters: s.max_clusters,
+            max_endpoints_per_cluster: s.max_endpoints_per_cluster,
             sync_interval_ms: 200,
             aggregator: None,
             reporter_id: None,
             per_endpoint_metrics: false,
             grpc_failure_codes: DEFAULT_GRPC_FAILURE_CODES.to_vec(),
-            inflight_bound_ms: 30_000,
+            inflight_bound_ms: tailweight_picker::DEFAULT_INFLIGHT_BOUND_US / 1_000,
             attest_clusters: vec![],
             attest_source_header: None,
             health_check: None,
@@ -185,14 +126,22 @@ impl Default for FilterConfig {
 /// INVALID_ARGUMENT, PERMISSION_DENIED...) are the application's answers, not the endpoint's health.
 pub const DEFAULT_GRPC_FAILURE_CODES: [u32; 5] = [2, 4, 8, 13, 14];
 
-impl PickParams {
-    /// The time constants of endpoint health (see `health`).
-    pub fn health_times(&self) -> HealthTimes {
-        HealthTimes {
-            failure_decay_us: self.failure_decay_us,
-            probe_interval_us: self.probe_interval_us,
-            recovery_ramp_us: self.recovery_ramp_us,
-            recovery_evidence_answers: self.recovery_evidence_answers,
+/// The part of the configuration the balancer's picks use.
+impl From<&FilterConfig> for Settings {
+    fn from(c: &FilterConfig) -> Self {
+        Settings {
+            pick: c.pick.clone(),
+            retry_choices: c.retry_choices,
+            endpoint_ttl_us: c.endpoint_ttl_ms * 1_000,
+            max_clusters: c.max_clusters,
+            max_endpoints_per_cluster: c.max_endpoints_per_cluster,
+            inflight_epoch_us: Settings::inflight_epoch_us(c.inflight_bound_ms * 1_000),
+            health_checks: c.health_check.as_ref().map(|h| HealthCheckScope {
+                clusters: h.clusters.clone(),
+                http: h.path.is_some(),
+                grpc: h.grpc_service.is_some(),
+                fleet_rate_per_s: h.fleet_rate_per_s as f64,
+            }),
         }
     }
 }

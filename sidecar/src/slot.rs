@@ -19,10 +19,12 @@ pub struct Slot {
     pub clusters: Vec<ClusterReport>,
 }
 
-/// The aggregator's view of one cluster, when it arrived and for how long it may be used.
+/// The aggregator's view of one cluster, as of when the report it answers was sent (a late answer
+/// counts from then: its ttl runs from there, and it never replaces a view of a later report), and
+/// for how long it may be used.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct StoredView {
-    pub received_us: u64,
+    pub as_of_us: u64,
     pub ttl_ms: u32,
     pub view: ClusterView,
 }
@@ -99,7 +101,7 @@ impl Slot {
 impl StoredView {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_version(64 + self.view.endpoints.len() * 48);
-        w.varint(self.received_us);
+        w.varint(self.as_of_us);
         w.varint(u64::from(self.ttl_ms));
         w.str(&self.view.name);
         w.option_varint(self.view.reporters.map(u64::from));
@@ -119,7 +121,7 @@ impl StoredView {
 
     pub fn decode(bytes: &[u8]) -> Result<StoredView, SlotError> {
         let mut r = Reader::after_version(bytes)?;
-        let received_us = r.varint();
+        let as_of_us = r.varint();
         let ttl_ms = r.u32();
         let name = r.str();
         let reporters = r.option_varint().map(|n| u32::try_from(n).unwrap_or(u32::MAX));
@@ -134,7 +136,7 @@ impl StoredView {
             served_age_ms: r.option_varint(),
         });
         r.end()?;
-        Ok(StoredView { received_us, ttl_ms, view: ClusterView { name, reporters, endpoints } })
+        Ok(StoredView { as_of_us, ttl_ms, view: ClusterView { name, reporters, endpoints } })
     }
 }
 
@@ -362,7 +364,7 @@ mod tests {
     }
 
     fn view() -> StoredView {
-        StoredView { received_us: 99, ttl_ms: 3_000, view: tailweight_wire::reply::samples::cluster_view("c") }
+        StoredView { as_of_us: 99, ttl_ms: 3_000, view: tailweight_wire::reply::samples::cluster_view("c") }
     }
 
     #[test]

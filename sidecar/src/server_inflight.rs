@@ -11,7 +11,7 @@
 //! (a count published at one VM's tick is read at the next tick of another). A published count
 //! older than `live_us` belongs to a VM that stopped ticking and is left out.
 
-use crate::inflight::Inflight;
+use tailweight_picker::Inflight;
 
 /// One VM's published count, as stored in shared data: `count` (u32 LE) then `at_us` (u64 LE).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

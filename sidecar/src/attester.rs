@@ -1,23 +1,16 @@
-//! A server-role VM's attestations (with `aggregator` and `attest_clusters` configured): what this
-//! endpoint served each source principal (`tailweight_picker::served`), sent every report interval
-//! to the aggregator, one call per cluster it serves, under that cluster's shard authority (like
-//! reports, so the replica that owns the cluster gets it). The aggregator's answer is counted and
-//! otherwise ignored: attesting can never fail or slow a request.
+//! A server-role worker's attestations (with `aggregator` and `attest_clusters` configured): what
+//! this endpoint served each source principal (`served`), sent every report interval to the
+//! aggregator, one call per cluster it serves, under that cluster's shard authority (like reports,
+//! so the replica that owns the cluster gets it). The aggregator's answer is counted and otherwise
+//! ignored: attesting can never fail or slow a request.
 
-use crate::abi::LogLevel;
-use crate::host;
-use crate::metrics;
-use tailweight_picker::config::AggregatorConfig;
-use tailweight_picker::served::ServedCounts;
-use tailweight_picker::FilterConfig;
+use crate::config::{AggregatorConfig, FilterConfig};
+use crate::host::{Attribute, CallAnswer, CallToken, Exchange, HeaderMap, Host, LogLevel, OutgoingCall};
+use crate::metrics::Counter;
+use crate::served::ServedCounts;
 use tailweight_wire::address::is_endpoint_address;
 use tailweight_wire::attest::write::write_attestation;
 use tailweight_wire::protocol::{self, ATTEST_PATH};
-
-/// The property holding the verified peer certificate's URI SAN (Istio's `source.principal`).
-const PEER_URI_SAN: &[u8] = b"connection\0uri_san_peer_certificate";
-/// The inbound connection's local address: this endpoint as its clients address it.
-const LOCAL_ADDRESS: &[u8] = b"destination\0address";
 
 pub struct Attester {
     aggregator: AggregatorConfig,
@@ -29,15 +22,15 @@ pub struct Attester {
     incarnation: u64,
     next_send_us: u64,
     /// Calls under way (their answers are only counted).
-    pending: Vec<u32>,
-    sent: Option<u32>,
-    failed: Option<u32>,
+    pending: Vec<CallToken>,
+    sent: Counter,
+    failed: Counter,
     failures: u64,
 }
 
 impl Attester {
     /// An attester if the configuration asks for one.
-    pub fn of(config: &FilterConfig) -> Option<Attester> {
+    pub fn of(config: &FilterConfig, host: &impl Host) -> Option<Attester> {
         let aggregator = config.aggregator.clone().filter(|_| !config.attest_clusters.is_empty())?;
         Some(Attester {
             aggregator,
@@ -46,28 +39,28 @@ impl Attester {
             grpc_failure_codes: config.grpc_failure_codes.clone(),
             counts: ServedCounts::default(),
             endpoint: None,
-            incarnation: host::random_u64(),
+            incarnation: host.random_u64(),
             next_send_us: 0,
             pending: Vec::new(),
-            sent: host::define_counter("tailweight.attestations_sent"),
-            failed: host::define_counter("tailweight.attestations_failed"),
+            sent: Counter::define(host, "tailweight.attestations_sent"),
+            failed: Counter::define(host, "tailweight.attestations_failed"),
             failures: 0,
         })
     }
 
     /// At a request's headers: its source principal, and (once) this endpoint's address.
-    pub fn source_of_request(&mut self) -> Option<String> {
+    pub fn source_of_request(&mut self, exchange: &impl Exchange) -> Option<String> {
         if self.endpoint.is_none() {
-            self.endpoint = host::property_str(LOCAL_ADDRESS).filter(|a| is_endpoint_address(a));
+            self.endpoint = exchange.text_attribute(Attribute::LocalAddress).filter(|a| is_endpoint_address(a));
         }
         match &self.source_header {
-            Some(header) => host::request_header(header),
-            None => host::property_str(PEER_URI_SAN),
+            Some(header) => exchange.header(HeaderMap::Request, header),
+            None => exchange.text_attribute(Attribute::PeerPrincipal),
         }
     }
 
     /// Send this interval's attestations when one is due.
-    pub fn tick(&mut self, now_us: u64) {
+    pub fn tick(&mut self, host: &impl Host, now_us: u64) {
         if now_us < self.next_send_us {
             return;
         }
@@ -88,34 +81,41 @@ impl Attester {
                 ("content-type", "application/json"),
                 (self.aggregator.shard_header.as_str(), cluster.as_str()),
             ];
-            match host::http_call(&self.aggregator.cluster, &headers, &body, self.aggregator.timeout_ms) {
+            let call = OutgoingCall {
+                cluster: &self.aggregator.cluster,
+                headers: &headers,
+                body: &body,
+                timeout_ms: self.aggregator.timeout_ms,
+            };
+            match host.http_call(&call) {
                 Ok(token) => {
                     self.pending.push(token);
-                    metrics::inc(self.sent);
+                    self.sent.inc(host);
                 }
                 Err(status) => refused = Some(status),
             }
         }
         if let Some(status) = refused {
-            self.fail(&format!("cannot call aggregator cluster for attestations: {status}"));
+            self.fail(host, &format!("cannot call aggregator cluster for attestations: {status}"));
         }
     }
 
-    /// The aggregator's answer to call `token` (204 when accepted).
-    pub fn on_response(&mut self, token: u32) {
-        let Some(at) = self.pending.iter().position(|t| *t == token) else { return };
+    /// The aggregator's answer to call `token` (204 when accepted), if it is an attestation's.
+    pub fn on_answer(&mut self, host: &impl Host, token: CallToken, answer: &impl CallAnswer) -> bool {
+        let Some(at) = self.pending.iter().position(|t| *t == token) else { return false };
         self.pending.swap_remove(at);
-        match host::call_response_header(":status").as_deref() {
+        match answer.header(":status").as_deref() {
             Some("204") => {}
-            Some(code) => self.fail(&format!("aggregator answered {code} to an attestation")),
-            None => self.fail("attestation call failed or timed out"),
+            Some(code) => self.fail(host, &format!("aggregator answered {code} to an attestation")),
+            None => self.fail(host, "attestation call failed or timed out"),
         }
+        true
     }
 
-    fn fail(&mut self, message: &str) {
-        metrics::inc(self.failed);
+    fn fail(&mut self, host: &impl Host, message: &str) {
+        self.failed.inc(host);
         if self.failures % 100 == 0 {
-            host::log(LogLevel::Warn, message);
+            host.log(LogLevel::Warn, message);
         }
         self.failures += 1;
     }

@@ -3,11 +3,11 @@
 //! a valid reply is stored in shared data for every worker's next tick; anything else is counted
 //! and ignored, so the aggregator can never fail or slow a request.
 
-use crate::abi::LogLevel;
-use crate::host;
-use crate::metrics::{self, Metrics};
-use crate::shared::{self, StoredView};
-use tailweight_picker::config::AggregatorConfig;
+use crate::config::AggregatorConfig;
+use crate::host::{CallAnswer, CallToken, Host, LogLevel, OutgoingCall};
+use crate::metrics::Metrics;
+use crate::shared::SharedData;
+use crate::slot::StoredView;
 use tailweight_wire::protocol::{self, Limits};
 use tailweight_wire::reply::read::read_reply;
 use tailweight_wire::report::write::write_report;
@@ -23,8 +23,8 @@ const LOG_EVERY: u64 = 100;
 pub struct Reporter {
     id: String,
     incarnation: u64,
-    /// Calls under way: token and cluster (a few at a time: a vector).
-    pending: Vec<(u32, String)>,
+    /// Calls under way: token, cluster and when it was sent (a few at a time: a vector).
+    pending: Vec<(CallToken, String, u64)>,
     failures: u64,
 }
 
@@ -33,13 +33,16 @@ impl Reporter {
         Reporter { id, incarnation, pending: Vec::new(), failures: 0 }
     }
 
-    /// Send `clusters` as this period's report; `period_ms` is the report period it was sent at.
+    /// Send `clusters` as this period's report at `now_us`; `period_ms` is the report period it
+    /// was sent at.
     pub fn send(
         &mut self,
+        host: &impl Host,
         aggregator: &AggregatorConfig,
         period_ms: u64,
         clusters: Vec<ClusterReport>,
         metrics: &Metrics,
+        now_us: u64,
     ) {
         // Calls time out well before the next period; more pending than this means the host lost some.
         if self.pending.len() > 4 * clusters.len().max(1) {
@@ -64,12 +67,19 @@ impl Reporter {
                 ("content-type", "application/json"),
                 (aggregator.shard_header.as_str(), name.as_str()),
             ];
-            match host::http_call(&aggregator.cluster, &headers, &body, aggregator.timeout_ms) {
+            let call = OutgoingCall {
+                cluster: &aggregator.cluster,
+                headers: &headers,
+                body: &body,
+                timeout_ms: aggregator.timeout_ms,
+            };
+            match host.http_call(&call) {
                 Ok(token) => {
-                    self.pending.push((token, name));
-                    metrics::inc(metrics.reports_sent);
+                    self.pending.push((token, name, now_us));
+                    metrics.reports_sent.inc(host);
                 }
                 Err(status) => self.fail(
+                    host,
                     metrics,
                     &format!(
                         "cannot call aggregator cluster {}: {} (is the cluster defined?)",
@@ -81,46 +91,68 @@ impl Reporter {
         }
     }
 
-    /// A reply (or a failed call: no headers) to call `token`.
-    pub fn on_response(&mut self, token: u32, body_size: usize, metrics: &Metrics, now_us: u64) {
-        let Some(at) = self.pending.iter().position(|(t, _)| *t == token) else { return };
-        let (_, cluster) = self.pending.swap_remove(at);
-        match host::call_response_header(":status").as_deref() {
+    /// The answer to call `token`, if it is a report's (false: not ours). A valid reply's views
+    /// are stored for every worker's next tick.
+    pub fn on_answer(
+        &mut self,
+        host: &impl Host,
+        token: CallToken,
+        answer: &impl CallAnswer,
+        metrics: &Metrics,
+    ) -> bool {
+        let Some(at) = self.pending.iter().position(|(t, _, _)| *t == token) else { return false };
+        let (_, cluster, sent_us) = self.pending.swap_remove(at);
+        let body_size = answer.body_size();
+        match answer.header(":status").as_deref() {
             Some("200") => {}
             Some(code) => {
-                let body = host::call_response_body(body_size.min(MAX_REASON_BYTES));
+                let body = answer.body(body_size.min(MAX_REASON_BYTES));
                 let reason = String::from_utf8_lossy(&body).replace('\n', " ");
-                return self.fail(metrics, &format!("aggregator answered {code} for {cluster}: {reason}"));
+                self.fail(host, metrics, &format!("aggregator answered {code} for {cluster}: {reason}"));
+                return true;
             }
-            None => return self.fail(metrics, &format!("aggregator call for {cluster} failed or timed out")),
+            None => {
+                self.fail(host, metrics, &format!("aggregator call for {cluster} failed or timed out"));
+                return true;
+            }
         }
         if body_size > MAX_REPLY_BYTES {
             let problem = format!("{body_size} bytes, over the limit of {MAX_REPLY_BYTES}");
-            return self.fail(metrics, &format!("ignoring aggregator reply for {cluster}: {problem}"));
+            self.fail(host, metrics, &format!("ignoring aggregator reply for {cluster}: {problem}"));
+            return true;
         }
-        let body = host::call_response_body(body_size);
+        let body = answer.body(body_size);
         let reply = match read_reply(&body, &Limits::default()) {
             Ok(reply) => reply,
-            Err(reason) => return self.fail(metrics, &format!("ignoring aggregator reply for {cluster}: {reason}")),
+            Err(reason) => {
+                self.fail(host, metrics, &format!("ignoring aggregator reply for {cluster}: {reason}"));
+                return true;
+            }
         };
         // A report names one cluster, and the reply answers for it: views of others (which only a
         // faulty or hostile aggregator sends) would fill shared data with clusters this proxy
         // does not steer.
         if let Some(other) = reply.clusters.iter().find(|v| v.name != cluster) {
             let other = tailweight_wire::json::quoted(&other.name);
-            return self.fail(metrics, &format!("ignoring aggregator reply for {cluster}: it has a view of {other}"));
+            self.fail(host, metrics, &format!("ignoring aggregator reply for {cluster}: it has a view of {other}"));
+            return true;
         }
+        let shared = SharedData(host);
+        let mut stored = false;
         for view in reply.clusters {
-            shared::store_view(&StoredView { received_us: now_us, ttl_ms: reply.ttl_ms, view });
+            stored |= shared.store_view(&StoredView { as_of_us: sent_us, ttl_ms: reply.ttl_ms, view });
         }
-        shared::views_stored();
-        metrics::inc(metrics.reports_ok);
+        if stored {
+            shared.views_stored();
+        }
+        metrics.reports_ok.inc(host);
+        true
     }
 
-    fn fail(&mut self, metrics: &Metrics, message: &str) {
-        metrics::inc(metrics.reports_failed);
+    fn fail(&mut self, host: &impl Host, metrics: &Metrics, message: &str) {
+        metrics.reports_failed.inc(host);
         if self.failures % LOG_EVERY == 0 {
-            host::log(LogLevel::Warn, &format!("{message} (local-only decisions meanwhile)"));
+            host.log(LogLevel::Warn, &format!("{message} (local-only decisions meanwhile)"));
         }
         self.failures += 1;
     }
