@@ -135,10 +135,10 @@ pub fn reply(data: &[u8]) {
     let now = 1_000_000;
     let mut b = balancer_knowing(reply.clusters.iter(), now);
     for view in &reply.clusters {
-        let stored = StoredView { received_us: now, ttl_ms: reply.ttl_ms, view: view.clone() };
+        let stored = StoredView { as_of_us: now, ttl_ms: reply.ttl_ms, view: view.clone() };
         let shared = StoredView::decode(&stored.encode()).expect("a stored view reads back");
         assert!(shared == stored || shared.encode() == stored.encode(), "a stored view survives");
-        b.apply_view(&shared.view, shared.received_us, u64::from(shared.ttl_ms) * 1_000);
+        b.apply_view(&shared.view, shared.as_of_us, u64::from(shared.ttl_ms) * 1_000);
     }
     let names: Vec<String> = reply.clusters.iter().map(|c| c.name.clone()).collect();
     exercise(&mut b, &names, now);
@@ -222,7 +222,7 @@ pub fn shared_data(data: &[u8]) {
             let again = StoredView::decode(&stored.encode()).expect("an encoded view decodes");
             assert!(again == stored || again.encode() == stored.encode(), "a view survives a round trip");
             let mut b = balancer_knowing(std::iter::once(&stored.view), now);
-            b.apply_view(&stored.view, stored.received_us, u64::from(stored.ttl_ms) * 1_000);
+            b.apply_view(&stored.view, stored.as_of_us, u64::from(stored.ttl_ms) * 1_000);
             exercise(&mut b, std::slice::from_ref(&stored.view.name), now);
         }
         Err(e) => one_line(e),

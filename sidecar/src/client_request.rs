@@ -109,9 +109,8 @@ impl ClientRequest {
             exchange.remove_header(HeaderMap::Request, header);
         }
         if !untracked {
-            self.grpc = exchange
-                .header(HeaderMap::Request, "content-type")
-                .is_some_and(|t| t.starts_with("application/grpc"));
+            self.grpc =
+                exchange.header(HeaderMap::Request, "content-type").is_some_and(|t| t.starts_with("application/grpc"));
             let protocol = if self.grpc { CheckProtocol::Grpc } else { CheckProtocol::Http };
             w.balancer.note_user_request(&cluster, protocol, now, || exchange.header(HeaderMap::Request, ":authority"));
             self.cluster = Some(cluster);
@@ -158,9 +157,9 @@ impl ClientRequest {
         };
         // Only when another endpoint served: did Envoy try ours and retry, or never try it?
         let attempts = match (self.chosen(), response.served.as_deref()) {
-            (Some(chosen), Some(served)) if chosen != served => exchange
-                .number_attribute(Attribute::UpstreamAttempts)
-                .map_or(0, |n| n.min(u64::from(u32::MAX)) as u32),
+            (Some(chosen), Some(served)) if chosen != served => {
+                exchange.number_attribute(Attribute::UpstreamAttempts).map_or(0, |n| n.min(u64::from(u32::MAX)) as u32)
+            }
             _ => 1,
         };
         self.release(w);

@@ -66,7 +66,12 @@ impl HealthChecker {
             };
             let sent = match (check.protocol, &self.config.path) {
                 (CheckProtocol::Http, Some(path)) => call(
-                    &[(":method", "GET"), (":path", path), (":authority", &check.authority), (&self.header, &check.address)],
+                    &[
+                        (":method", "GET"),
+                        (":path", path),
+                        (":authority", &check.authority),
+                        (&self.header, &check.address),
+                    ],
                     &[],
                 ),
                 // `te: trailers` as gRPC requires; no `grpc-accept-encoding`: the answer comes uncompressed.

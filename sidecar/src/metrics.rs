@@ -205,9 +205,9 @@ impl Metrics {
     /// `ENDPOINT_GAUGES`), each recorded when it changes, only when opted in.
     pub fn endpoint_gauges(&mut self, host: &impl Host, cluster: &str, address: &str, values: [u64; 3]) {
         if let Some(ids) = self.endpoint_ids(cluster, address) {
-            let gauges = *ids
-                .gauges
-                .get_or_insert_with(|| ENDPOINT_GAUGES.map(|g| Gauge::define(host, &endpoint_metric(address, cluster, g))));
+            let gauges = *ids.gauges.get_or_insert_with(|| {
+                ENDPOINT_GAUGES.map(|g| Gauge::define(host, &endpoint_metric(address, cluster, g)))
+            });
             for ((gauge, value), last) in gauges.into_iter().zip(values).zip(&mut ids.last) {
                 if *last != Some(value) {
                     gauge.set(host, value);

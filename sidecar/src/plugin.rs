@@ -74,7 +74,8 @@ impl Plugin {
             Plugin::Client(w) => {
                 let Worker { reporter, metrics, health_checker, balancer, .. } = &mut **w;
                 let now_us = host.now_us();
-                if health_checker.as_mut().is_some_and(|c| c.on_answer(host, token, answer, balancer, metrics, now_us)) {
+                if health_checker.as_mut().is_some_and(|c| c.on_answer(host, token, answer, balancer, metrics, now_us))
+                {
                     return;
                 }
                 if let Some(reporter) = reporter {

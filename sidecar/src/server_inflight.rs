@@ -102,7 +102,7 @@ impl ServerInflight {
 
     /// At a tick: what this VM should publish now, if anything (its count changed since it last
     /// published, or is not zero and needs its liveness renewed).
-    pub fn to_publish(&mut self, now_us: u64) -> Option<PublishedCount> {
+    pub fn count_to_publish(&mut self, now_us: u64) -> Option<PublishedCount> {
         self.advance(now_us);
         let count = self.own();
         if self.published == Some(count) && count == 0 {
@@ -154,20 +154,20 @@ mod tests {
         s.leave(stuck, BOUND_US + 1);
         assert_eq!(s.own(), 2, "its late release changes nothing");
         // A tick long after: everything older than the bound is gone.
-        assert_eq!(s.to_publish(10 * BOUND_US), Some(PublishedCount { count: 0, at_us: 10 * BOUND_US }));
+        assert_eq!(s.count_to_publish(10 * BOUND_US), Some(PublishedCount { count: 0, at_us: 10 * BOUND_US }));
         assert_eq!(s.own(), 0);
     }
 
     #[test]
     fn publishes_on_change_and_while_busy_and_sums_live_siblings() {
         let mut s = ServerInflight::new(BOUND_US);
-        assert_eq!(s.to_publish(100), Some(PublishedCount { count: 0, at_us: 100 }), "first tick: say 0");
-        assert_eq!(s.to_publish(200), None, "idle and unchanged: nothing to write");
+        assert_eq!(s.count_to_publish(100), Some(PublishedCount { count: 0, at_us: 100 }), "first tick: say 0");
+        assert_eq!(s.count_to_publish(200), None, "idle and unchanged: nothing to write");
         let e = s.enter(250);
-        assert_eq!(s.to_publish(300), Some(PublishedCount { count: 1, at_us: 300 }));
-        assert_eq!(s.to_publish(400), Some(PublishedCount { count: 1, at_us: 400 }), "busy: renewed");
+        assert_eq!(s.count_to_publish(300), Some(PublishedCount { count: 1, at_us: 300 }));
+        assert_eq!(s.count_to_publish(400), Some(PublishedCount { count: 1, at_us: 400 }), "busy: renewed");
         s.leave(e, 450);
-        assert_eq!(s.to_publish(500), Some(PublishedCount { count: 0, at_us: 500 }));
+        assert_eq!(s.count_to_publish(500), Some(PublishedCount { count: 0, at_us: 500 }));
         let siblings = [
             PublishedCount { count: 4, at_us: 900 },
             PublishedCount { count: 2, at_us: 1_000 },

@@ -61,7 +61,7 @@ impl Stamper {
             self.slot = shared.new_slot().map_or(CountSlot::NoRoom, CountSlot::Held);
         }
         let CountSlot::Held(slot) = self.slot else { return };
-        if let Some(count) = self.load.to_publish(now_us) {
+        if let Some(count) = self.load.count_to_publish(now_us) {
             shared.publish_server_count(slot, count);
         }
         let others = (0..shared.slots_claimed()).filter(|n| *n != slot).filter_map(|n| shared.read_server_count(n));

@@ -95,7 +95,12 @@ impl TestProxy {
 
     /// Every metric whose name starts with `prefix`, with its value.
     pub fn metrics_named(&self, prefix: &str) -> Vec<(String, i64)> {
-        self.metrics.borrow().iter().filter(|(n, _, _)| n.starts_with(prefix)).map(|(n, _, v)| (n.clone(), *v)).collect()
+        self.metrics
+            .borrow()
+            .iter()
+            .filter(|(n, _, _)| n.starts_with(prefix))
+            .map(|(n, _, v)| (n.clone(), *v))
+            .collect()
     }
 
     pub fn logs(&self) -> Vec<(LogLevel, String)> {
@@ -270,7 +275,11 @@ impl TestExchange {
     /// A GET to `cluster` (the route's cluster attribute) with `:authority` `authority`.
     pub fn to_cluster(cluster: &str) -> TestExchange {
         TestExchange {
-            request: vec![(":method".into(), "GET".into()), (":path".into(), "/".into()), (":authority".into(), "svc".into())],
+            request: vec![
+                (":method".into(), "GET".into()),
+                (":path".into(), "/".into()),
+                (":authority".into(), "svc".into()),
+            ],
             texts: vec![(Attribute::ClusterName, cluster.into())],
             ..TestExchange::default()
         }
@@ -352,7 +361,11 @@ pub struct TestAnswer {
 impl TestAnswer {
     /// An answer with `:status` `status` and `body`.
     pub fn status(status: u16, body: &[u8]) -> TestAnswer {
-        TestAnswer { headers: vec![(":status".into(), status.to_string())], body: body.to_vec(), ..TestAnswer::default() }
+        TestAnswer {
+            headers: vec![(":status".into(), status.to_string())],
+            body: body.to_vec(),
+            ..TestAnswer::default()
+        }
     }
 
     /// A failed or timed-out call: no headers.

@@ -56,7 +56,8 @@ impl Worker {
         let seed = host.random_u64();
         let shared = SharedData(host);
         shared.init(seed);
-        let reporter = config.aggregator.as_ref().map(|_| Reporter::new(reporter_id(&config, host), shared.incarnation()));
+        let reporter =
+            config.aggregator.as_ref().map(|_| Reporter::new(reporter_id(&config, host), shared.incarnation()));
         Worker {
             balancer: Balancer::new(Settings::from(&config), seed),
             metrics: Metrics::define(host, config.per_endpoint_metrics),
@@ -216,9 +217,11 @@ impl Worker {
         let Worker { siblings, lease, election, .. } = self;
         // A worker without a slot still reports what it saw; its pair is the digest's own key.
         let versions = siblings.versions().chain([(lease.number().unwrap_or(u64::MAX), lease.own_version)]);
-        let endpoints = || siblings.parts().chain([own_part(lease)]).flat_map(|p| p.clusters).flat_map(|c| &c.endpoints);
+        let endpoints =
+            || siblings.parts().chain([own_part(lease)]).flat_map(|p| p.clusters).flat_map(|c| &c.endpoints);
         let shared = SharedData(host);
-        let Some(period_ms) = election.elect(&shared, aggregator.report_interval_ms, versions, endpoints, now_us) else {
+        let Some(period_ms) = election.elect(&shared, aggregator.report_interval_ms, versions, endpoints, now_us)
+        else {
             return;
         };
         let parts: Vec<SnapshotPart> = siblings.parts().chain([own_part(lease)]).collect();

@@ -37,7 +37,14 @@ impl Siblings {
 
     /// Read the other workers' heartbeats, and the slots whose version moved. True if anything the
     /// siblings' stats come from changed (a new snapshot, or a worker that came or went).
-    pub fn read(&mut self, shared: &SharedData<impl Host>, own: Option<u64>, now_us: u64, live_ms: u64, ttl_ms: u64) -> bool {
+    pub fn read(
+        &mut self,
+        shared: &SharedData<impl Host>,
+        own: Option<u64>,
+        now_us: u64,
+        live_ms: u64,
+        ttl_ms: u64,
+    ) -> bool {
         let live_after = now_us.saturating_sub(live_ms * 1_000);
         let mut changed = false;
         let reread = self.ticks % SLOTS_REREAD_TICKS == 0;
@@ -79,7 +86,11 @@ impl Siblings {
 
     /// Each sibling's snapshot, as the balancer and the report merge them.
     pub fn parts(&self) -> impl Iterator<Item = SnapshotPart<'_>> {
-        self.slots.iter().map(|s| SnapshotPart { written_us: s.snapshot.written_us, live: s.live, clusters: &s.snapshot.clusters })
+        self.slots.iter().map(|s| SnapshotPart {
+            written_us: s.snapshot.written_us,
+            live: s.live,
+            clusters: &s.snapshot.clusters,
+        })
     }
 
     /// The (slot, version) pairs of the siblings' snapshots (what a report is made of).
