@@ -23,11 +23,11 @@
 //! failure of ours if known here; a suggestion is only no longer suggested, see `complete`).
 
 use crate::cluster::{Candidate, Cluster};
-use crate::params::PickParams;
 use crate::endpoint::SiblingStats;
 use crate::health::HealthChange;
 use crate::inspect::{inspect, EndpointInspection};
 use crate::outcome::{RequestOutcome, ResponseClass};
+
 use crate::snapshot::Part;
 use tailweight_math::hash::FastMap;
 use tailweight_math::rng::Rng;
@@ -35,6 +35,7 @@ use tailweight_wire::reply::ClusterView;
 use tailweight_wire::report::ClusterReport;
 use tailweight_wire::stamp::LoadStamp;
 
+mod choice;
 mod health_checks;
 mod settings;
 pub use settings::{HealthCheckScope, Settings, DEFAULT_INFLIGHT_BOUND_US};
@@ -148,10 +149,10 @@ impl Balancer {
         self.clusters.list.iter().filter(|(_, c)| c.steering.paused(now_us)).count()
     }
 
+    /// One request's pick (see the module docs for the steps; the strategies are `choice`'s).
     pub fn pick(&mut self, cluster_name: &str, now_us: u64) -> Pick {
         let epoch = *self.epoch.get_or_insert(now_us / self.settings.inflight_epoch_us);
         let Balancer { settings, clusters, rng, chosen, .. } = self;
-        let (p, retry_choices) = (&settings.pick, settings.retry_choices);
         let Some(cluster) = cluster_entry(clusters, settings, cluster_name, now_us) else {
             return Pick::Untracked;
         };
@@ -162,61 +163,11 @@ impl Balancer {
         if cluster.steering.paused(now_us) {
             return Pick::Paused;
         }
-        let stamps = p.load_stamp_max_age_us > 0 && cluster.own_fresh_share() <= p.load_stamp_max_fresh_share;
-        let first = if rng.chance(p.explore_ratio.max(cluster.novelty() / 2.0)) {
-            // A trial of an endpoint the view suggests, else Envoy's own choice (see `cluster`).
-            // With load stamps the trial, too, yields to an endpoint freshly known to be less loaded.
-            match cluster.sample_suggestion(rng, now_us) {
-                Some(at) if stamps => stamped_choice(cluster, Candidate::Suggested(at), now_us, p),
-                Some(at) => Candidate::Suggested(at),
-                None => return Pick::Explore,
-            }
-        } else if let Some(probe) =
-            (!settings.checks_out_of_band(cluster, now_us)).then(|| cluster.take_due_probe(now_us, p)).flatten()
-        {
-            Candidate::Known(probe)
-        } else {
-            let Some(a) = cluster.sample_candidate(rng, now_us, true) else {
-                return Pick::NoCandidate;
-            };
-            if stamps {
-                stamped_choice(cluster, a, now_us, p)
-            } else {
-                let b = (0..8).filter_map(|_| cluster.sample_candidate(rng, now_us, true)).find(|c| *c != a);
-                let prior = cluster.prior_latency_us();
-                // A suggestion has no requests here and no samples: the prior is all there is.
-                let score = |c: Candidate| match c {
-                    Candidate::Known(slot) => cluster.endpoints()[slot].score(now_us, p, prior),
-                    Candidate::Suggested(_) => prior,
-                };
-                match b {
-                    Some(b) if score(b) < score(a) => b,
-                    _ => a,
-                }
-            }
+        let first = match choice::first_choice(cluster, settings, rng, now_us) {
+            Ok(first) => first,
+            Err(left_to_envoy) => return left_to_envoy,
         };
-        // The header: the first choice, then retry choices among the endpoints known here.
-        chosen.clear();
-        let mut header = String::with_capacity((retry_choices + 1) * 22);
-        match first {
-            Candidate::Known(slot) => {
-                chosen.push(slot);
-                header.push_str(&cluster.endpoints()[slot].address);
-            }
-            Candidate::Suggested(at) => header.push_str(cluster.suggestion(at)),
-        }
-        let first_len = header.len();
-        let known_first = usize::from(matches!(first, Candidate::Known(_)));
-        while chosen.len() < retry_choices + known_first {
-            match draw_distinct(cluster, rng, now_us, chosen) {
-                Some(slot) => chosen.push(slot),
-                None => break,
-            }
-        }
-        for slot in &chosen[known_first..] {
-            header.push(',');
-            header.push_str(&cluster.endpoints()[*slot].address);
-        }
+        let (header, first_len) = choice::steer_header(cluster, rng, now_us, first, settings.retry_choices, chosen);
         if let Candidate::Known(slot) = first {
             let endpoint = cluster.endpoint_mut(slot);
             endpoint.local.inflight.add(epoch);
@@ -449,45 +400,6 @@ fn cluster_entry<'a>(
         }
     };
     Some(&mut clusters.list[at].1)
-}
-
-/// Step 4 with load stamps: the weighted draw `drawn` against the endpoints of this worker's
-/// freshest stamps that may be drawn at all (sampling weight > 0), the lowest
-/// `Endpoint::stamped_score` wins (the draw on ties). A suggestion scores as a known endpoint
-/// without a stamp would: by its view in-flight and weight.
-fn stamped_choice(cluster: &Cluster, drawn: Candidate, now_us: u64, p: &PickParams) -> Candidate {
-    let fresh = cluster.view_fresh(now_us);
-    let prior = cluster.prior_latency_us();
-    let score = |c: Candidate| match c {
-        Candidate::Known(slot) => cluster.endpoints()[slot].stamped_score(now_us, p, fresh, prior),
-        Candidate::Suggested(at) => {
-            let (weight, inflight) = cluster.suggestion_view(at);
-            (inflight.max(0.0) + 1.0) / weight.max(1e-3)
-        }
-    };
-    let mut best = (score(drawn), drawn);
-    for &slot in cluster.stamped() {
-        let e = &cluster.endpoints()[slot];
-        if Candidate::Known(slot) == drawn
-            || !e.stamp.is_some_and(|s| s.fresh(now_us, p.load_stamp_max_age_us))
-            || e.sampling_weight(fresh, cluster.readmit_weight(), now_us) <= 0.0
-        {
-            continue;
-        }
-        let s = score(Candidate::Known(slot));
-        if s < best.0 {
-            best = (s, Candidate::Known(slot));
-        }
-    }
-    best.1
-}
-
-/// A slot not in `taken`, drawn by weight; None when no such slot turns up in a few draws.
-fn draw_distinct(cluster: &mut Cluster, rng: &mut Rng, now_us: u64, taken: &[usize]) -> Option<usize> {
-    if cluster.len() <= taken.len() {
-        return None;
-    }
-    (0..8).filter_map(|_| cluster.sample(rng, now_us)).find(|slot| !taken.contains(slot))
 }
 
 #[cfg(test)]

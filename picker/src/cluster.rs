@@ -17,10 +17,10 @@
 //! little, this is how a proxy finds the capable endpoints first instead of learning them one
 //! uniform fallback request at a time.
 
-use crate::params::PickParams;
 use crate::endpoint::{Endpoint, GlobalStats};
 use crate::health::HealthChange;
 use crate::health_check::CheckTarget;
+use crate::params::PickParams;
 use crate::stamp_record::StampRecord;
 use crate::steering::Steering;
 use tailweight_math::hash::FastMap;

@@ -7,10 +7,10 @@
 //! proxies to the same "idle" endpoints until the next view (the herd effect of stale shared load
 //! information; measured in sim/README.md). It steers through the sampling weights instead.
 
-use crate::params::PickParams;
 use crate::health::{Health, HealthChange};
 use crate::inflight::Inflight;
 use crate::outcome::ResponseClass;
+use crate::params::PickParams;
 use crate::stamp_record::StampRecord;
 use tailweight_math::ewma::PeakEwma;
 use tailweight_wire::orca::OrcaLoad;

@@ -1,4 +1,5 @@
 use super::*;
+use crate::params::PickParams;
 use crate::health::Availability;
 use crate::health_check::{CheckProtocol, CheckRound, CheckVerdict, DueHealthCheck, UNANSWERABLE_PAUSE_US};
 use crate::outcome::{RequestOutcome, ResponseClass};
