@@ -6,11 +6,11 @@ that long after its last answer): FILTER_SLACK_S covers the answers still in fli
 the filter's tick (0.2 s; up to 1 s for a quiet VM) and its report interval (1 s); the aggregator's
 book adds the report period, an observation's ttl (3 of the periods the report declared) and its
 recompute period (1 s). A sidecar below 26 rps reports every 2 or 4 intervals
-(picker/src/tick.rs: report_period_ms), so the book's slack takes the longest period."""
+(sidecar/src/tick.rs: report_period_ms), so the book's slack takes the longest period."""
 from dataclasses import dataclass, field
 from statistics import fmean
 
-FILTER_DEFAULT_TTL_MS = 60_000  # picker/src/config.rs: endpoint_ttl_ms
+FILTER_DEFAULT_TTL_MS = 60_000  # sidecar/src/config.rs: endpoint_ttl_ms
 FILTER_SLACK_S = 3.0
 REPORT_PERIOD_MAX_S = 4.0  # the report interval (1 s) doubled at most twice, at a few rps
 BOOK_SLACK_S = FILTER_SLACK_S + REPORT_PERIOD_MAX_S + 3 * REPORT_PERIOD_MAX_S + 1.0

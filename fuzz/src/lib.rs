@@ -124,7 +124,7 @@ fn exercise(b: &mut Balancer, clusters: &[String], now: u64) {
     b.tick(now + 10_000_000);
 }
 
-/// The filter's path for an aggregator reply (filter/src/reporter.rs, worker.rs): read and validate
+/// The filter's path for an aggregator reply (sidecar/src/reporter.rs, worker.rs): read and validate
 /// with the filter's own reader (`reply::read`, no serde), store each view as shared data, read it
 /// back as every worker does (the same view), apply the views and pick.
 pub fn reply(data: &[u8]) {

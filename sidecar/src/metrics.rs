@@ -105,9 +105,27 @@ pub struct Metrics {
     pub vm_slots: Gauge,
     /// Clusters whose steering is paused (each worker adds its own change).
     pub clusters_paused: Gauge,
-    /// Per cluster and endpoint address, its metrics (defined on first use; never deleted).
-    per_endpoint: Option<FastMap<FastMap<EndpointIds>>>,
+    /// With `per_endpoint_metrics`: each endpoint's metrics (defined on first use; never deleted).
+    per_endpoint: Option<EndpointMetrics>,
 }
+
+/// The endpoints with metrics, at most `MAX_ENDPOINT_METRICS`: their metrics, and their place by
+/// `cluster\naddress` (a `FastMap<usize>`, the one map type the picker's indexes use too, so the
+/// Wasm module carries one hash table instance, not one per value type).
+#[derive(Default)]
+struct EndpointMetrics {
+    at: FastMap<usize>,
+    ids: Vec<EndpointIds>,
+    /// Endpoints left without metrics for want of room.
+    over: Counter,
+    /// The key being looked up (kept to reuse its allocation: picks look up every request).
+    key: String,
+}
+
+/// Endpoints given per-endpoint metrics by one worker at most: Envoy cannot delete a metric, so
+/// without a bound every pod a rollout brings would grow the proxy's stats for its life. Beyond it
+/// an endpoint's picks and state are not shown (counted in `tailweight.endpoint_metrics_over`).
+pub const MAX_ENDPOINT_METRICS: usize = 1024;
 
 /// The per-endpoint gauges: the picker's state of it (`tailweight_picker::EndpointState` as a
 /// number), its latency estimate and the requests in flight to it from this proxy.
@@ -185,7 +203,8 @@ impl Metrics {
             weights_age_ms: g("tailweight.weights_age_ms"),
             vm_slots: g("tailweight.vm_slots"),
             clusters_paused: g("tailweight.clusters_paused"),
-            per_endpoint: per_endpoint.then(FastMap::default),
+            per_endpoint: per_endpoint
+                .then(|| EndpointMetrics { over: c("tailweight.endpoint_metrics_over"), ..EndpointMetrics::default() }),
         }
     }
 
@@ -194,7 +213,7 @@ impl Metrics {
     /// address and the cluster into the labels `upstream_endpoint` and `upstream_cluster` of
     /// `tailweight_endpoint_picks` in /stats/prometheus; its address pattern is the one here.
     pub fn endpoint_pick(&mut self, host: &impl Host, cluster: &str, address: &str) {
-        if let Some(ids) = self.endpoint_ids(cluster, address) {
+        if let Some(ids) = self.endpoint_ids(host, cluster, address) {
             let picks =
                 *ids.picks.get_or_insert_with(|| Counter::define(host, &endpoint_metric(address, cluster, "picks")));
             picks.inc(host);
@@ -204,7 +223,7 @@ impl Metrics {
     /// The gauges `tailweight.endpoint.<ip>:<port>.<cluster>.{state,latency_us,inflight}` (see
     /// `ENDPOINT_GAUGES`), each recorded when it changes, only when opted in.
     pub fn endpoint_gauges(&mut self, host: &impl Host, cluster: &str, address: &str, values: [u64; 3]) {
-        if let Some(ids) = self.endpoint_ids(cluster, address) {
+        if let Some(ids) = self.endpoint_ids(host, cluster, address) {
             let gauges = *ids.gauges.get_or_insert_with(|| {
                 ENDPOINT_GAUGES.map(|g| Gauge::define(host, &endpoint_metric(address, cluster, g)))
             });
@@ -221,13 +240,57 @@ impl Metrics {
         self.per_endpoint.is_some()
     }
 
-    /// The metrics of one endpoint of one cluster, entered on first use (None: not opted in).
-    fn endpoint_ids(&mut self, cluster: &str, address: &str) -> Option<&mut EndpointIds> {
-        let clusters = self.per_endpoint.as_mut()?;
-        // Look up by &str first: the owned keys are made once per endpoint, not per request.
-        if !clusters.get(cluster).is_some_and(|by_address| by_address.contains_key(address)) {
-            clusters.entry(cluster.to_string()).or_default().insert(address.to_string(), EndpointIds::default());
+    /// The metrics of one endpoint of one cluster, entered on first use (None: not opted in, or no
+    /// room left: see `MAX_ENDPOINT_METRICS`).
+    fn endpoint_ids(&mut self, host: &impl Host, cluster: &str, address: &str) -> Option<&mut EndpointIds> {
+        let m = self.per_endpoint.as_mut()?;
+        m.key.clear();
+        m.key.extend([cluster, "\n", address]);
+        let at = match m.at.get(m.key.as_str()) {
+            Some(&at) => at,
+            None if m.ids.len() >= MAX_ENDPOINT_METRICS => {
+                m.over.inc(host);
+                return None;
+            }
+            None => {
+                m.ids.push(EndpointIds::default());
+                m.at.insert(m.key.clone(), m.ids.len() - 1);
+                m.ids.len() - 1
+            }
+        };
+        m.ids.get_mut(at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_host::TestProxy;
+
+    #[test]
+    fn per_endpoint_metrics_stop_at_the_bound_and_count_the_rest() {
+        let proxy = TestProxy::new(0, 1);
+        let host = proxy.host(0);
+        let mut m = Metrics::define(&host, true);
+        for i in 0..MAX_ENDPOINT_METRICS + 6 {
+            let address = format!("10.1.{}.{}:80", i / 250, i % 250);
+            m.endpoint_pick(&host, "c", &address);
+            m.endpoint_pick(&host, "c", &address);
         }
-        clusters.get_mut(cluster)?.get_mut(address)
+        let picks = proxy.metrics_named("tailweight.endpoint.");
+        assert_eq!(picks.len(), MAX_ENDPOINT_METRICS);
+        assert!(picks.iter().all(|(_, v)| *v == 2), "each counts its own picks");
+        assert_eq!(proxy.metric("tailweight.endpoint_metrics_over"), 12, "6 endpoints, 2 picks each");
+        assert_eq!(proxy.metric("tailweight.endpoint.10.1.0.0:80.c.picks"), 2);
+    }
+
+    #[test]
+    fn without_the_opt_in_no_endpoint_metric_is_defined() {
+        let proxy = TestProxy::new(0, 1);
+        let host = proxy.host(0);
+        let mut m = Metrics::define(&host, false);
+        m.endpoint_pick(&host, "c", "10.0.0.1:80");
+        m.endpoint_gauges(&host, "c", "10.0.0.1:80", [1, 2, 3]);
+        assert!(proxy.metrics_named("tailweight.endpoint.").is_empty());
     }
 }

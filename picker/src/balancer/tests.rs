@@ -1,8 +1,8 @@
 use super::*;
-use crate::params::PickParams;
 use crate::health::Availability;
 use crate::health_check::{CheckProtocol, CheckRound, CheckVerdict, DueHealthCheck, UNANSWERABLE_PAUSE_US};
 use crate::outcome::{RequestOutcome, ResponseClass};
+use crate::params::PickParams;
 use tailweight_wire::reply::EndpointView;
 use tailweight_wire::report::EndpointReport;
 

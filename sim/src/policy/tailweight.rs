@@ -291,7 +291,8 @@ impl Tailweight {
         let now_ms = ctx.now_ns / 1_000_000;
         let (last, requests) = (agg.last_report[client as usize], agg.completed[client as usize]);
         let interval_ms = agg.report_interval_ns / 1_000_000;
-        let period_ms = tailweight_sidecar::report_period_ms(Some(requests - last.requests), now_ms - last.at_ms, interval_ms);
+        let period_ms =
+            tailweight_sidecar::report_period_ms(Some(requests - last.requests), now_ms - last.at_ms, interval_ms);
         let start_ms = now_ms / period_ms * period_ms;
         if last.period_start_ms.is_none_or(|last_start| start_ms > last_start) {
             agg.last_report[client as usize] = SentReport { period_start_ms: Some(start_ms), requests, at_ms: now_ms };
