@@ -23,6 +23,17 @@ fn worker_knowing_both(proxy: &TestProxy, extra: &str) -> (TestWorker, Backends)
     (worker, backends)
 }
 
+/// A fails until it is suspended, then answers again until a probe readmits it.
+fn suspend_then_readmit(proxy: &TestProxy, worker: &mut TestWorker, backends: &mut Backends) {
+    for (failing, metric) in [(true, "tailweight.suspensions"), (false, "tailweight.recoveries")] {
+        backends.fail(A, failing);
+        while proxy.metric(metric) == 0 {
+            backends.request(proxy, worker);
+            proxy.advance_us(MS);
+        }
+    }
+}
+
 #[test]
 fn two_failures_in_a_row_suspend_and_only_probes_reach_the_endpoint_until_one_passes() {
     let proxy = TestProxy::new(START_US, 1);
@@ -65,16 +76,7 @@ fn a_readmitted_endpoint_ramps_back_over_the_recovery_ramp() {
     let proxy = TestProxy::new(START_US, 2);
     let (mut worker, mut backends) =
         worker_knowing_both(&proxy, r#""recovery_evidence_answers": 0, "recovery_ramp_ms": 2000"#);
-    backends.fail(A, true);
-    while proxy.metric("tailweight.suspensions") == 0 {
-        backends.request(&proxy, &mut worker);
-        proxy.advance_us(MS);
-    }
-    backends.fail(A, false);
-    while proxy.metric("tailweight.recoveries") == 0 {
-        backends.request(&proxy, &mut worker);
-        proxy.advance_us(MS);
-    }
+    suspend_then_readmit(&proxy, &mut worker, &mut backends);
     // Over its 2 s ramp A's share grows from a floor toward its full half (with two endpoints the
     // two-choice comparison, not the draw, decides most picks: the ramp shows in the draws where
     // A is drawn twice, so the rise is modest).
@@ -95,16 +97,7 @@ fn a_readmitted_endpoint_ramps_back_over_the_recovery_ramp() {
 fn good_answers_at_normal_latency_end_a_first_ramp_early() {
     let proxy = TestProxy::new(START_US, 3);
     let (mut worker, mut backends) = worker_knowing_both(&proxy, r#""recovery_ramp_ms": 10000"#);
-    backends.fail(A, true);
-    while proxy.metric("tailweight.suspensions") == 0 {
-        backends.request(&proxy, &mut worker);
-        proxy.advance_us(MS);
-    }
-    backends.fail(A, false);
-    while proxy.metric("tailweight.recoveries") == 0 {
-        backends.request(&proxy, &mut worker);
-        proxy.advance_us(MS);
-    }
+    suspend_then_readmit(&proxy, &mut worker, &mut backends);
     // A 10 s ramp, but three good answers in a row end it: within 2 s A has its half again.
     backends.run(&proxy, &mut worker, 500, 2 * MS);
     let counts = backends.run(&proxy, &mut worker, 400, 2 * MS);
