@@ -67,6 +67,8 @@ pub struct AggregatorMetrics {
     registry: Registry,
     pub reports_accepted: IntCounter,
     reports_rejected: IntCounterVec,
+    /// Endpoints of reported clusters' views that replies left out to stay within their caps.
+    pub reply_endpoints_omitted: IntCounter,
     pub report_seconds: Histogram,
     pub recompute_seconds: Histogram,
     principals: IntGauge,
@@ -132,6 +134,10 @@ impl AggregatorMetrics {
                 "Reports refused, by reason",
                 "reason",
                 &reasons,
+            )?,
+            reply_endpoints_omitted: r.counter(
+                "tailweight_reply_endpoints_omitted_total",
+                "Endpoints replies left out of views too large for --max-reply-endpoints or the filter's 2,048",
             )?,
             report_seconds: r.histogram(
                 "tailweight_report_handling_seconds",

@@ -312,6 +312,7 @@ async fn handle_report(
         book.ingest_as(&report, principal, now).map_err(over_cap)?;
         book.reply_plan(principal, &report.reporter, names, now, state.limits.max_reply_endpoints)
     };
+    state.metrics.reply_endpoints_omitted.inc_by(plan.omitted() as u64);
     let mut reply = Vec::with_capacity(64 + 200 * plan.endpoints());
     plan.render(&mut reply);
     Ok(reply)

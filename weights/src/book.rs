@@ -472,9 +472,9 @@ impl WeightBook {
 
     /// What a reply to `reporter` of `principal` about `clusters` needs (call right after
     /// `ingest_as`, under the same lock): each known cluster's view as of its last recompute, in
-    /// the order given, as long as the reply carries at most `max_endpoints` endpoints (a cluster
-    /// that would take it past is left out), and the asker's own in-flight counts
-    /// (`reply_plan.rs`).
+    /// the order given, within `max_endpoints` endpoints in all (a view larger than its share is
+    /// truncated to the endpoints that count most, and says so), and the asker's own in-flight
+    /// counts (`reply_plan.rs`).
     pub fn reply_plan<'a>(
         &self,
         principal: &str,

@@ -1335,6 +1335,7 @@ fn reports_land_on_their_endpoints_when_indices_move_and_orders_change() {
 }
 
 mod evidence;
+mod truncation;
 
 #[test]
 fn decided_counts_are_what_decisions_of_would_copy_in_name_order() {
