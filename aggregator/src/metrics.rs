@@ -71,6 +71,8 @@ pub struct AggregatorMetrics {
     pub reply_endpoints_omitted: IntCounter,
     pub report_seconds: Histogram,
     pub recompute_seconds: Histogram,
+    /// Recompute ticks that panicked (each makes the replica not ready until one completes).
+    pub recompute_panics: IntCounter,
     principals: IntGauge,
     reporters: IntGauge,
     clusters: IntGauge,
@@ -148,6 +150,10 @@ impl AggregatorMetrics {
                 "tailweight_weight_compute_seconds",
                 "Time to recompute all weights and expire",
                 &[1e-4, 5e-4, 1e-3, 5e-3, 10e-3, 50e-3, 100e-3, 500e-3, 1.0],
+            )?,
+            recompute_panics: r.counter(
+                "tailweight_recompute_panics_total",
+                "Recompute ticks that panicked (not ready until a recompute completes)",
             )?,
             principals: r.gauge("tailweight_principals", "Identities holding something in the book")?,
             reporters: r.gauge("tailweight_reporters_live", "Reporters not yet expired")?,

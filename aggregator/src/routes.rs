@@ -359,6 +359,6 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if state.is_ready() {
         text(StatusCode::OK, "ready")
     } else {
-        text(StatusCode::SERVICE_UNAVAILABLE, "not ready: starting or shutting down")
+        text(StatusCode::SERVICE_UNAVAILABLE, "not ready: starting, shutting down, or the last recompute failed")
     }
 }
