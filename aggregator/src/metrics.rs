@@ -220,6 +220,11 @@ impl AggregatorMetrics {
         self.cpu_entries.set(c.cpu_entries as i64);
     }
 
+    /// Clusters the book held at the last recompute (`set_counts`), read without the book's lock.
+    pub fn clusters_tracked(&self) -> usize {
+        usize::try_from(self.clusters.get()).unwrap_or(0)
+    }
+
     /// Every registered metric's current values.
     pub fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
         self.registry.gather()
