@@ -9,7 +9,7 @@ use crate::observation::Observation;
 use crate::params::WeightParams;
 use crate::rejection::Rejection;
 use std::collections::HashMap;
-use tailweight_wire::attest::Attestation;
+use tailweight_wire::attest::{Attestation, SourceCount};
 use tailweight_wire::report::EndpointReport;
 
 /// What the endpoints of one cluster attested, by endpoint address.
@@ -64,7 +64,8 @@ pub(crate) fn served(records: &[SourceRecord], now_us: u64) -> (f64, bool) {
 /// Enter attestation `a` into `evidence` (by cluster), `now_us`. Refused whole, changing nothing,
 /// if it would pass `max_clusters` attested clusters, `max_endpoints_per_cluster` attested
 /// endpoints of its cluster, `MAX_ATTESTERS` incarnations of a source, or the book's `max_bytes`
-/// (`bytes` is the book's count, updated). A record of a source that is not renewed stays for its
+/// with the records it adds (`bytes` is the book's count, updated; records it renews are already
+/// counted). A record of a source that is not renewed stays for its
 /// ttl, or while it makes its source a proven caller, then goes.
 pub(crate) fn enter(
     evidence: &mut HashMap<String, ClusterEvidence>,
@@ -88,10 +89,15 @@ pub(crate) fn enter(
         return Err(Rejection::TooManyReporters);
     }
     let old_bytes = old.map_or(0, |e| e.bytes);
-    // At most what the new records and the old ones add up to (an upper bound, before pruning).
-    let most = ATTESTED_ENDPOINT.of(a.endpoint.len() + a.cluster.len())
-        + a.sources.iter().map(|s| ATTESTED_SOURCE.of(s.principal.len())).sum::<usize>()
-        + old_bytes;
+    // At most what the endpoint held (or a new endpoint's record) plus the records this
+    // attestation adds (an upper bound, before pruning): renewing the records it already holds
+    // needs no headroom, so a full book still takes its attesters' renewals.
+    let held = |s: &&SourceCount| {
+        old.and_then(|e| e.sources.get(&s.principal))
+            .is_some_and(|list| list.iter().any(|r| r.served.incarnation == a.incarnation))
+    };
+    let added: usize = a.sources.iter().filter(|s| !held(s)).map(|s| ATTESTED_SOURCE.of(s.principal.len())).sum();
+    let most = old.map_or(ATTESTED_ENDPOINT.of(a.endpoint.len() + a.cluster.len()), |e| e.bytes) + added;
     if (*bytes).saturating_sub(old_bytes).saturating_add(most) > p.max_bytes {
         return Err(Rejection::MemoryBudget);
     }

@@ -299,3 +299,23 @@ fn without_attestations_one_principal_with_few_answers_cannot_outweigh_a_caller_
         assert_one_liar_moves_at_most_bound(&lie);
     }
 }
+
+#[test]
+fn a_full_book_still_takes_renewals_of_the_attestations_it_holds() {
+    // A book with room for one endpoint's attestation of one source and little more: A's is
+    // entered, then B's (a new record) does not fit, while A's renewals (the same incarnation
+    // and source, counts grown) need no headroom and are taken as long as it attests.
+    let source = |requests| vec![SourceCount { principal: "front0".into(), requests, errors: 0 }];
+    let mut w = World::new(WeightParams::default());
+    w.book.attest(&attestation(A, 1, source(10)), SEC).unwrap();
+    let one = w.book.counts().bytes;
+    let mut w = World::new(WeightParams { max_bytes: one + 100, ..WeightParams::default() });
+    w.book.attest(&attestation(A, 1, source(10)), SEC).unwrap();
+    assert_eq!(w.book.attest(&attestation(B, 1, source(10)), SEC), Err(Rejection::MemoryBudget));
+    for second in 2..=60 {
+        w.book.attest(&attestation(A, 1, source(10 * second)), second * SEC).unwrap();
+        assert_eq!(w.book.counts().bytes, one, "a renewal adds nothing");
+    }
+    // A new incarnation of A's sidecar adds a record: refused while the book has no room for it.
+    assert_eq!(w.book.attest(&attestation(A, 2, source(10)), 60 * SEC), Err(Rejection::MemoryBudget));
+}
