@@ -265,7 +265,10 @@ async fn attest(
         let attestation =
             crate::attest::accept(state.limits.attest_rule, admitted.vouched.as_deref(), &admitted.bytes)?;
         let now = state.now_us();
-        state.book().attest(&attestation, now).map_err(over_cap)
+        // Charged to the attesting sidecar's principal (the trusted one without `--identity`
+        // naming principals).
+        let principal = admitted.vouched.as_deref().unwrap_or(tailweight_weights::TRUSTED_PRINCIPAL);
+        state.book().attest_as(principal, &attestation, now).map_err(over_cap)
     };
     match handled.await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
