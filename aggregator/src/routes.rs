@@ -28,7 +28,9 @@ use tailweight_wire::validate::Invalid;
 use tower::{BoxError, ServiceBuilder};
 
 pub use crate::answer::RETRY_AFTER_S;
-use crate::answer::{json, retry_later, text};
+use crate::answer::{json, retry_later, slow_down, text};
+use crate::page_rate::RetryAfterMs;
+use crate::scrape::Refused;
 
 /// The address a request's connection comes from (a request extension set per connection).
 #[derive(Debug, Clone, Copy)]
@@ -340,21 +342,30 @@ async fn metrics(
     peer: Option<Extension<Peer>>,
     listener: Option<Extension<Listener>>,
 ) -> Response {
-    let _slot = match get_slot(&state, &headers, peer, listener) {
-        Ok((slot, _)) => slot,
+    let (_slot, requester) = match get_slot(&state, &headers, peer, listener) {
+        Ok(slot) => slot,
         Err(refused) => return *refused,
     };
-    match crate::scrape::page(&state) {
-        Ok(page) => {
+    // Off the runtime's workers: the book's lock and the encoding, so the reports behind it on this
+    // worker do not wait for them.
+    let (page_state, page_requester, now) = (state.clone(), requester.clone(), state.now_us());
+    let built = tokio::task::spawn_blocking(move || crate::scrape::page(&page_state, &page_requester, now)).await;
+    match built {
+        Ok(Ok(page)) => {
             (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"))], page)
                 .into_response()
         }
-        Err(cost) => {
+        Ok(Err(Refused::Memory(cost))) => {
             state.metrics.shed("memory");
             retry_later(format!(
                 "memory: a metrics page of {cost} bytes does not fit the requests' budget now; retry after {RETRY_AFTER_S} s"
             ))
         }
+        Ok(Err(Refused::Rate(RetryAfterMs(ms)))) => {
+            state.metrics.shed("page_rate");
+            slow_down(ms.div_ceil(1_000), format!("metrics: past the page rate of {requester:?}; retry after {ms} ms"))
+        }
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("metrics: the page failed: {e}")),
     }
 }
 

@@ -58,7 +58,7 @@ const SCANNED_CLUSTERS_PER_UNIT: usize = 64;
 /// SCANNED_CLUSTERS_PER_UNIT)`, at least 1, where `clusters` is the book's count at the last
 /// recompute (`Book::cluster_page` looks at every name). So `?limit=1` polled back to back
 /// scans the book within the requester's page rate.
-fn scan_units(clusters: usize) -> usize {
+pub fn scan_units(clusters: usize) -> usize {
     clusters.div_ceil(SCANNED_CLUSTERS_PER_UNIT).max(1)
 }
 

@@ -364,15 +364,15 @@ impl WeightBook {
         names.into_iter().filter_map(|name| self.decision_of(name)).collect()
     }
 
-    /// Each tracked cluster's name and how many of its endpoints the last recompute decided (what
-    /// `decisions_of` would copy), in name order: borrowed, a reference a cluster, so that a caller
-    /// can choose what to copy before it copies anything.
-    pub fn decided_counts(&self) -> Vec<(&str, usize)> {
-        let decided = |c: &ClusterRecord| c.endpoints.iter().filter(|e| e.decision.is_some()).count();
-        let mut counts: Vec<(&str, usize)> =
-            self.clusters.iter().map(|(name, c)| (name.as_str(), decided(c))).collect();
-        counts.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        counts
+    /// Each tracked cluster's name and how many endpoints `decisions_of` would copy, borrowed:
+    /// attested clusters first, then by principals holding them (most first), then by name.
+    pub fn decided_counts<'a>(&'a self) -> Vec<(&'a str, usize)> {
+        let key = |(name, c): (&'a String, &ClusterRecord)| {
+            (!self.evidence.contains_key(name), usize::MAX - c.principals.len(), name.as_str(), c.decided())
+        };
+        let mut counts: Vec<_> = self.clusters.iter().map(key).collect();
+        counts.sort_unstable();
+        counts.into_iter().map(|(_, _, name, decided)| (name, decided)).collect()
     }
 
     fn decision_of(&self, name: &str) -> Option<ClusterDecision> {

@@ -1352,6 +1352,21 @@ fn decided_counts_are_what_decisions_of_would_copy_in_name_order() {
     for (name, decided) in book.decided_counts() {
         assert_eq!(book.decisions_of([name])[0].endpoints.len(), decided, "{name}");
     }
+    // Made-up clusters of one principal, named to sort first, come after a cluster two principals
+    // report, and attested ones before both.
+    book.ingest_as(&report_of("m0", vec![cluster("aaa", &[A]), cluster("aab", &[B])]), "mallory", SEC).unwrap();
+    book.ingest_as(&report_of("f0", vec![cluster("c", &[A])]), "front", SEC).unwrap();
+    let attested = tailweight_wire::attest::Attestation {
+        version: VERSION,
+        cluster: "b".into(),
+        endpoint: A.into(),
+        incarnation: 1,
+        interval_ms: 1000,
+        sources: vec![],
+    };
+    book.attest(&attested, SEC).unwrap();
+    let order: Vec<&str> = book.decided_counts().into_iter().map(|(name, _)| name).collect();
+    assert_eq!(order, ["b", "c", "a", "aaa", "aab"]);
 }
 
 #[test]
