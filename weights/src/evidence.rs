@@ -109,8 +109,9 @@ pub(crate) fn served(records: &[SourceRecord], now_us: u64) -> (f64, bool) {
 
 /// Whether attestation `a` from `attester` may be entered into `evidence` (the book holding
 /// `bytes`): refused if it would pass `max_clusters` attested clusters, `max_endpoints_per_cluster`
-/// attested endpoints of its cluster, `MAX_ATTESTERS` incarnations of a source, the book's
-/// `max_bytes` or the attester's quota with the records it adds. Renewing the records an endpoint
+/// attested endpoints of its cluster, `MAX_ATTESTERS` incarnations of a source, the room the
+/// attester may fill (`WeightParams::room_for`: the newcomers' reserve kept) or its quota with the
+/// records it adds. Renewing the records an endpoint
 /// already holds (the same sources, the same incarnation) adds nothing, so it needs no headroom:
 /// a full book still takes its attesters' renewals.
 pub(crate) fn check(
@@ -143,11 +144,13 @@ pub(crate) fn check(
     };
     let added: usize = a.sources.iter().filter(|s| !held(s)).map(|s| ATTESTED_SOURCE.of(s.principal.len())).sum();
     let most = old.map_or(ATTESTED_ENDPOINT.of(a.endpoint.len() + a.cluster.len()), |e| e.bytes) + added;
-    if bytes.saturating_sub(old_bytes).saturating_add(most + attester.newcomer) > p.max_bytes {
+    let already_mine = old.filter(|e| Some(e.charged_to) == attester.principal).map_or(0, |e| e.bytes);
+    let held_after = attester.held.saturating_sub(already_mine) + most + attester.newcomer;
+    let grows = old.is_none() || added > 0 || attester.newcomer > 0;
+    if grows && bytes.saturating_sub(old_bytes).saturating_add(most + attester.newcomer) > p.room_for(held_after) {
         return Err(Rejection::MemoryBudget);
     }
-    let already_mine = old.filter(|e| Some(e.charged_to) == attester.principal).map_or(0, |e| e.bytes);
-    if attester.held.saturating_sub(already_mine).saturating_add(most + attester.newcomer) > attester.quota {
+    if held_after > attester.quota {
         return Err(Rejection::PrincipalMemory);
     }
     Ok(())

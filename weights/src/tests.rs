@@ -690,6 +690,35 @@ fn a_principal_holds_at_most_its_share_of_each_cap() {
 }
 
 #[test]
+fn principals_at_their_quotas_leave_the_newcomers_reserve_free() {
+    // Four principals at a quarter of the book each report 10 endpoints at a time (new clusters)
+    // until refused: without the reserve they would fill it to within a report.
+    let report = |reporter: &str, cluster: String, n: usize| {
+        let endpoints = (0..n).map(|i| EndpointReport { address: format!("10.1.0.{i}:80"), ..Default::default() });
+        report_of(reporter, vec![ClusterReport { name: cluster, endpoints: endpoints.collect() }])
+    };
+    let params = WeightParams { principal_share: 0.25, max_bytes: 4_000_000, ..WeightParams::default() };
+    let reserve = params.newcomer_reserve();
+    assert_eq!(reserve, 250_000);
+    let mut book = WeightBook::new(params);
+    for p in 0..4 {
+        for k in 0.. {
+            let principal = format!("sa-{p}");
+            if book.ingest_as(&report(&format!("r{p}"), format!("c{p}-{k}"), 10), &principal, SEC).is_err() {
+                break;
+            }
+        }
+    }
+    let full = book.counts().bytes;
+    assert!(full <= 4_000_000 - reserve && full > 4_000_000 - reserve - 50_000, "{full}");
+    // A newcomer's report (about 37 KB, within a quarter of the reserve) is taken; so are the
+    // heavy principals' renewals of what they hold.
+    book.ingest_as(&report("newbie", "c-new".into(), 10), "sa-new", SEC).unwrap();
+    book.ingest_as(&report("r0", "c0-0".into(), 10), "sa-0", 2 * SEC).unwrap();
+    assert!(book.counts().bytes > full);
+}
+
+#[test]
 fn the_memory_budget_refuses_what_would_exceed_it_and_frees_what_expires() {
     let report = |reporter: &str, n: usize| {
         report_of(
