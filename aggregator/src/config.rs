@@ -85,8 +85,8 @@ pub struct ServiceConfig {
     /// Largest accepted request body, in bytes; larger gets 413.
     #[arg(long, env = "TAILWEIGHT_MAX_BODY_BYTES", default_value_t = 512 << 10)]
     pub max_body_bytes: usize,
-    /// Endpoints one reply carries at most, a count (clusters that would take it past are left
-    /// out of it).
+    /// Endpoints one reply carries at most, a count, shared among its clusters (a view larger than
+    /// its share is truncated to the endpoints that count most, and says how many it left out).
     #[arg(long, env = "TAILWEIGHT_MAX_REPLY_ENDPOINTS", default_value_t = 2_048)]
     pub max_reply_endpoints: usize,
     /// How often weights are recomputed and silent reporters expired, in milliseconds.

@@ -67,8 +67,12 @@ pub struct AggregatorMetrics {
     registry: Registry,
     pub reports_accepted: IntCounter,
     reports_rejected: IntCounterVec,
+    /// Endpoints of reported clusters' views that replies left out to stay within their caps.
+    pub reply_endpoints_omitted: IntCounter,
     pub report_seconds: Histogram,
     pub recompute_seconds: Histogram,
+    /// Recompute ticks that panicked (each makes the replica not ready until one completes).
+    pub recompute_panics: IntCounter,
     principals: IntGauge,
     reporters: IntGauge,
     clusters: IntGauge,
@@ -133,6 +137,10 @@ impl AggregatorMetrics {
                 "reason",
                 &reasons,
             )?,
+            reply_endpoints_omitted: r.counter(
+                "tailweight_reply_endpoints_omitted_total",
+                "Endpoints replies left out of views too large for --max-reply-endpoints or the filter's 2,048",
+            )?,
             report_seconds: r.histogram(
                 "tailweight_report_handling_seconds",
                 "Time to handle one report (parse, merge, reply)",
@@ -142,6 +150,10 @@ impl AggregatorMetrics {
                 "tailweight_weight_compute_seconds",
                 "Time to recompute all weights and expire",
                 &[1e-4, 5e-4, 1e-3, 5e-3, 10e-3, 50e-3, 100e-3, 500e-3, 1.0],
+            )?,
+            recompute_panics: r.counter(
+                "tailweight_recompute_panics_total",
+                "Recompute ticks that panicked (not ready until a recompute completes)",
             )?,
             principals: r.gauge("tailweight_principals", "Identities holding something in the book")?,
             reporters: r.gauge("tailweight_reporters_live", "Reporters not yet expired")?,
@@ -206,6 +218,11 @@ impl AggregatorMetrics {
         self.observations.set(c.observations as i64);
         self.book_bytes.set(c.bytes as i64);
         self.cpu_entries.set(c.cpu_entries as i64);
+    }
+
+    /// Clusters the book held at the last recompute (`set_counts`), read without the book's lock.
+    pub fn clusters_tracked(&self) -> usize {
+        usize::try_from(self.clusters.get()).unwrap_or(0)
     }
 
     /// Every registered metric's current values.

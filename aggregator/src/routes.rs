@@ -28,7 +28,9 @@ use tailweight_wire::validate::Invalid;
 use tower::{BoxError, ServiceBuilder};
 
 pub use crate::answer::RETRY_AFTER_S;
-use crate::answer::{json, retry_later, text};
+use crate::answer::{json, retry_later, slow_down, text};
+use crate::page_rate::RetryAfterMs;
+use crate::scrape::Refused;
 
 /// The address a request's connection comes from (a request extension set per connection).
 #[derive(Debug, Clone, Copy)]
@@ -265,7 +267,10 @@ async fn attest(
         let attestation =
             crate::attest::accept(state.limits.attest_rule, admitted.vouched.as_deref(), &admitted.bytes)?;
         let now = state.now_us();
-        state.book().attest(&attestation, now).map_err(over_cap)
+        // Charged to the attesting sidecar's principal (the trusted one without `--identity`
+        // naming principals).
+        let principal = admitted.vouched.as_deref().unwrap_or(tailweight_weights::TRUSTED_PRINCIPAL);
+        state.book().attest_as(principal, &attestation, now).map_err(over_cap)
     };
     match handled.await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
@@ -312,6 +317,7 @@ async fn handle_report(
         book.ingest_as(&report, principal, now).map_err(over_cap)?;
         book.reply_plan(principal, &report.reporter, names, now, state.limits.max_reply_endpoints)
     };
+    state.metrics.reply_endpoints_omitted.inc_by(plan.omitted() as u64);
     let mut reply = Vec::with_capacity(64 + 200 * plan.endpoints());
     plan.render(&mut reply);
     Ok(reply)
@@ -336,21 +342,30 @@ async fn metrics(
     peer: Option<Extension<Peer>>,
     listener: Option<Extension<Listener>>,
 ) -> Response {
-    let _slot = match get_slot(&state, &headers, peer, listener) {
-        Ok((slot, _)) => slot,
+    let (_slot, requester) = match get_slot(&state, &headers, peer, listener) {
+        Ok(slot) => slot,
         Err(refused) => return *refused,
     };
-    match crate::scrape::page(&state) {
-        Ok(page) => {
+    // Off the runtime's workers: the book's lock and the encoding, so the reports behind it on this
+    // worker do not wait for them.
+    let (page_state, page_requester, now) = (state.clone(), requester.clone(), state.now_us());
+    let built = tokio::task::spawn_blocking(move || crate::scrape::page(&page_state, &page_requester, now)).await;
+    match built {
+        Ok(Ok(page)) => {
             (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"))], page)
                 .into_response()
         }
-        Err(cost) => {
+        Ok(Err(Refused::Memory(cost))) => {
             state.metrics.shed("memory");
             retry_later(format!(
                 "memory: a metrics page of {cost} bytes does not fit the requests' budget now; retry after {RETRY_AFTER_S} s"
             ))
         }
+        Ok(Err(Refused::Rate(RetryAfterMs(ms)))) => {
+            state.metrics.shed("page_rate");
+            slow_down(ms.div_ceil(1_000), format!("metrics: past the page rate of {requester:?}; retry after {ms} ms"))
+        }
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("metrics: the page failed: {e}")),
     }
 }
 
@@ -358,6 +373,6 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if state.is_ready() {
         text(StatusCode::OK, "ready")
     } else {
-        text(StatusCode::SERVICE_UNAVAILABLE, "not ready: starting or shutting down")
+        text(StatusCode::SERVICE_UNAVAILABLE, "not ready: starting, shutting down, or the last recompute failed")
     }
 }

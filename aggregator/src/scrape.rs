@@ -7,12 +7,17 @@
 //!
 //! Cardinality is bounded by the book: a cluster or endpoint the book has expired is gone from the
 //! next page (nothing to unregister), and at most `MAX_ENDPOINT_SERIES` endpoints are listed, whole
-//! clusters in name order, while their cost (`budget::metrics_cluster_cost`) fits half the requests'
-//! memory budget; `tailweight_endpoint_series_omitted` counts the endpoints left out. The page
-//! reserves that cost from the budget before it copies anything (none free: 503, like a report).
+//! clusters in the order of `WeightBook::decided_counts` (attested, then reported by more
+//! principals, then by name: one principal's made-up clusters cannot crowd the others off),
+//! while their cost (`budget::metrics_cluster_cost`) fits half the requests' memory budget;
+//! `tailweight_endpoint_series_omitted` counts the endpoints left out. The page reserves that cost
+//! from the budget before it copies anything (none free: 503, like a report), and is built only
+//! within its requester's page rate, like a weights page (`page_rate.rs`: its scan of the book's
+//! clusters before the lock, its listed clusters and endpoints once known; beyond, 429).
 
 use crate::admission::Reservation;
 use crate::budget::{metrics_cluster_cost, METRICS_BASE_BYTES};
+use crate::page_rate::RetryAfterMs;
 use crate::state::AppState;
 use prometheus::core::Collector;
 use prometheus::proto::MetricFamily;
@@ -22,17 +27,31 @@ use tailweight_weights::ClusterDecision;
 /// Endpoint series on one page at most (each endpoint is three series).
 pub const MAX_ENDPOINT_SERIES: usize = 4_096;
 
-/// The whole `/metrics` page (counts refreshed from the book first). Under the book's lock: the
-/// clusters' names and decided endpoint counts (borrowed), the reservation of what the listed
-/// clusters' series cost (`listed`; Err with the bytes asked when the budget has not that much
-/// free), then copies of the decisions of only those clusters; the page after.
-pub fn page(state: &AppState) -> Result<String, usize> {
+/// Why a page was not built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Its cost, in bytes, does not fit the requests' memory budget now (503).
+    Memory(usize),
+    /// Its requester is past its page rate (429).
+    Rate(RetryAfterMs),
+}
+
+/// The whole `/metrics` page for `requester` at `now_us` (counts refreshed from the book first).
+/// Its scan's units from the page rate first (`weights_page::scan_units`); then, under the book's
+/// lock: the clusters' names and decided endpoint counts (borrowed), the reservation of what the
+/// listed clusters' series cost (`listed`), their units from the page rate, then copies of the
+/// decisions of only those clusters; the page after. Blocks (the book's lock, the encoding): run
+/// it off the runtime's workers.
+pub fn page(state: &AppState, requester: &str, now_us: u64) -> Result<String, Refused> {
+    let scan = crate::weights_page::scan_units(state.metrics.clusters_tracked());
+    state.pages.take(requester, scan, now_us).map_err(Refused::Rate)?;
     let (counts, decisions, omitted, max_bytes, _reservation): (_, _, _, _, Reservation) = {
         let book = state.book();
         let max_cost = state.memory.total_bytes() / 2;
         let page = listed(book.decided_counts().into_iter().map(|(name, n)| (name, name.len(), n)), max_cost);
         let cost = page.cost + METRICS_BASE_BYTES;
-        let reservation = state.memory.reserve(cost).ok_or(cost)?;
+        let reservation = state.memory.reserve(cost).ok_or(Refused::Memory(cost))?;
+        state.pages.take(requester, page.shown.len() + page.series, now_us).map_err(Refused::Rate)?;
         (book.counts(), book.decisions_of(page.shown), page.omitted, book.params().max_bytes, reservation)
     };
     state.metrics.set_counts(&counts);
@@ -52,6 +71,8 @@ pub fn page(state: &AppState) -> Result<String, usize> {
 #[derive(Debug, PartialEq)]
 struct Listing<T> {
     shown: Vec<T>,
+    /// The listed clusters' endpoints.
+    series: usize,
     omitted: usize,
     cost: usize,
 }
@@ -60,13 +81,13 @@ struct Listing<T> {
 /// order given: whole clusters while their endpoints fit `MAX_ENDPOINT_SERIES` and their cost
 /// (`metrics_cluster_cost`) fits `max_cost`, none without endpoints (they have no series).
 fn listed<T>(clusters: impl IntoIterator<Item = (T, usize, usize)>, max_cost: usize) -> Listing<T> {
-    let (mut page, mut series) = (Listing { shown: Vec::new(), omitted: 0, cost: 0 }, 0usize);
+    let mut page = Listing { shown: Vec::new(), series: 0, omitted: 0, cost: 0 };
     for (cluster, name_bytes, endpoints) in clusters {
         let cost = metrics_cluster_cost(name_bytes, endpoints);
-        if series + endpoints > MAX_ENDPOINT_SERIES || page.cost.saturating_add(cost) > max_cost {
+        if page.series + endpoints > MAX_ENDPOINT_SERIES || page.cost.saturating_add(cost) > max_cost {
             page.omitted += endpoints;
         } else if endpoints > 0 {
-            series += endpoints;
+            page.series += endpoints;
             page.cost += cost;
             page.shown.push(cluster);
         }
@@ -211,7 +232,8 @@ mod tests {
         let page = listed(clusters.map(|(name, n)| (name, 1, n)), usize::MAX);
         assert_eq!((page.shown, page.omitted), (vec!["b", "e"], 3));
         assert_eq!(page.cost, metrics_cluster_cost(1, MAX_ENDPOINT_SERIES));
-        assert_eq!(listed::<&str>([], usize::MAX), Listing { shown: vec![], omitted: 0, cost: 0 });
+        assert_eq!(page.series, MAX_ENDPOINT_SERIES);
+        assert_eq!(listed::<&str>([], usize::MAX), Listing { shown: vec![], series: 0, omitted: 0, cost: 0 });
     }
 
     #[test]
@@ -222,5 +244,73 @@ mod tests {
         let page = listed(clusters, 2 * short);
         assert_eq!((page.shown, page.omitted, page.cost), (vec!["a", "c"], 100, 2 * short));
         assert_eq!(listed(clusters, short - 1).shown, Vec::<&str>::new());
+    }
+
+    mod served {
+        use super::super::*;
+        use crate::config::ServiceConfig;
+        use clap::Parser;
+        use std::sync::Arc;
+        use tailweight_wire::report::{ClusterReport, EndpointReport, Report};
+
+        /// A state whose book holds `clusters` (name, endpoints, principals reporting all of them),
+        /// recomputed at 1 s.
+        fn state_with(clusters: &[(&str, usize, usize)]) -> Arc<AppState> {
+            let config = ServiceConfig::parse_from(["tailweight-aggregator", "--identity", "report"]);
+            let state = crate::state_from(&config).unwrap();
+            for (name, endpoints, principals) in clusters {
+                for p in 0..*principals {
+                    let endpoints = (0..*endpoints)
+                        .map(|e| EndpointReport {
+                            address: format!("10.0.{}.{}:80", e / 250, e % 250),
+                            ..Default::default()
+                        })
+                        .collect();
+                    let clusters = vec![ClusterReport { name: name.to_string(), endpoints }];
+                    let report = Report {
+                        version: 1,
+                        reporter: format!("{name}-{p}"),
+                        incarnation: 1,
+                        interval_ms: 1000,
+                        clusters,
+                    };
+                    state.book().ingest_as(&report, &format!("{name}-sa-{p}"), 1).unwrap();
+                }
+            }
+            state.book().recompute(1_000_000);
+            let counts = state.book().counts();
+            state.metrics.set_counts(&counts);
+            state
+        }
+
+        #[test]
+        fn made_up_clusters_of_one_principal_named_to_sort_first_do_not_crowd_others_off_the_page() {
+            // Two clusters of 2,048 made-up endpoints each (one principal) fill the 4,096 series a
+            // page holds; a cluster two principals report is listed first all the same.
+            let state = state_with(&[("aaa", 2_048, 1), ("aab", 2_048, 1), ("zzz", 3, 2)]);
+            let page = page(&state, "scraper", 2_000_000).unwrap();
+            assert!(page.contains(r#"upstream_cluster="zzz""#), "the honest cluster is listed");
+            assert!(page.contains("tailweight_endpoint_series_omitted 2048"), "one made-up cluster is left out");
+        }
+
+        #[test]
+        fn a_page_takes_its_scan_and_its_series_from_the_requesters_page_rate() {
+            // 64 clusters of 64 endpoints: a scan of 1 unit and 64 + 4,096 units a page; a burst of
+            // 2 x 8,320 units holds 3 pages at one instant, then 429, while another requester's holds its own.
+            let clusters: Vec<String> = (0..64).map(|c| format!("c{c:02}")).collect();
+            let shape: Vec<(&str, usize, usize)> = clusters.iter().map(|c| (c.as_str(), 64, 1)).collect();
+            let state = state_with(&shape);
+            let mut served = 0;
+            let refused = loop {
+                match page(&state, "scraper", 2_000_000) {
+                    Ok(_) => served += 1,
+                    Err(refused) => break refused,
+                }
+                assert!(served < 100, "no page rate");
+            };
+            assert_eq!(served, 3);
+            assert!(matches!(refused, Refused::Rate(_)), "{refused:?}");
+            assert!(page(&state, "another", 2_000_000).is_ok());
+        }
     }
 }

@@ -49,7 +49,7 @@ pub struct AppState {
     /// The weights-page work each requester may have done (`page_rate.rs`).
     pub pages: PageRate,
     started: Instant,
-    /// First recompute done and not shutting down.
+    /// The last recompute completed (none yet: not ready); not ready while shutting down either.
     ready: AtomicBool,
     draining: AtomicBool,
 }
@@ -89,6 +89,11 @@ impl AppState {
 
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Relaxed);
+    }
+
+    /// A recompute failed: not ready until one completes (`recompute::supervised_tick`).
+    pub fn set_not_ready(&self) {
+        self.ready.store(false, Ordering::Relaxed);
     }
 
     pub fn is_ready(&self) -> bool {

@@ -388,16 +388,25 @@ async fn with_a_header_identity_each_principal_holds_its_share_of_the_limits() {
 }
 
 #[tokio::test]
-async fn a_reply_carries_the_reported_clusters_within_the_endpoint_cap() {
+async fn a_reply_truncates_a_view_past_the_endpoint_cap_and_counts_the_rest() {
     let s = TestAggregator::start(|c| c.max_reply_endpoints = 3).await;
     let four = ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80"];
     s.post(report("pod-a", 10, &four).to_string()).await;
     s.post(report("pod-b", 10, &four[..2]).to_string()).await;
     s.settle().await;
-    // Four endpoints do not fit in a reply of three: the cluster is left out.
+    // Four endpoints do not fit in a reply of three: the view is truncated to three (the asker's
+    // own first, in its report's order), says so, and the metric counts the one left out.
+    let omitted = |page: &str| metric(page, "tailweight_reply_endpoints_omitted_total");
+    let before = omitted(&s.get("/metrics").await.1);
     let (status, body) = s.post(report("pod-a", 20, &four).to_string()).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["clusters"], json!([]));
+    let cluster = serde_json::from_str::<Value>(&body).unwrap()["clusters"][0].clone();
+    assert_eq!(cluster["omitted"], json!(1), "{body}");
+    let kept: Vec<&str> =
+        cluster["endpoints"].as_array().unwrap().iter().map(|e| e["address"].as_str().unwrap()).collect();
+    assert_eq!(kept.len(), 3, "{body}");
+    assert!(kept.contains(&four[0]) && kept.contains(&four[1]), "{body}");
+    assert_eq!(omitted(&s.get("/metrics").await.1), before + 1.0);
     s.stop().await;
 }
 

@@ -17,6 +17,7 @@ use tailweight_picker::{
 use tailweight_sidecar::{FilterConfig, Slot, StoredView};
 use tailweight_weights::{WeightBook, WeightParams};
 use tailweight_wire::orca::{self, OrcaLoad};
+use tailweight_wire::{grpc_health, protobuf};
 use tailweight_wire::protocol::{Limits, VERSION};
 use tailweight_wire::reply::read::read_reply;
 use tailweight_wire::reply::write::write_reply;
@@ -30,7 +31,7 @@ use tailweight_wire::stamp::{LoadStamp, MAX_STAMP_RIF};
 pub type Target = fn(&[u8]);
 
 /// Every target by name (the name is its corpus directory and its libFuzzer binary).
-pub const TARGETS: [(&str, Target); 12] = [
+pub const TARGETS: [(&str, Target); 13] = [
     ("report", report),
     ("reply", reply),
     ("filter_config", filter_config),
@@ -43,6 +44,7 @@ pub const TARGETS: [(&str, Target); 12] = [
     ("xfcc", xfcc),
     ("prometheus", prometheus),
     ("attest", attest),
+    ("grpc_health", grpc_health),
 ];
 
 /// The aggregator's path: parse and validate a report; what passes round-trips through the filter's
@@ -180,6 +182,32 @@ pub fn orca_bin(data: &[u8]) {
         Ok(load) => use_load(load),
         Err(e) => one_line(e),
     }
+}
+
+/// A gRPC health Check answer's body, as the filter's health checks read it (at most 64 bytes):
+/// a status or a one-line reason, never a panic. What reads as a status is exactly one
+/// uncompressed message, and the status, framed again on its own, reads back as itself.
+pub fn grpc_health(data: &[u8]) {
+    let status = match grpc_health::read_check_response(data) {
+        Ok(status) => status,
+        Err(e) => return one_line(e),
+    };
+    assert_eq!(data.first(), Some(&0), "uncompressed");
+    let announced = data.get(1..5).map(|len| u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize);
+    assert_eq!(announced, Some(data.len() - 5), "one message, all of the body");
+    let value = match status {
+        grpc_health::ServingStatus::Unknown => 0,
+        grpc_health::ServingStatus::Serving => 1,
+        grpc_health::ServingStatus::NotServing => 2,
+        grpc_health::ServingStatus::ServiceUnknown => 3,
+        grpc_health::ServingStatus::Other(other) => other,
+    };
+    let mut message = vec![0x08];
+    protobuf::write_varint(&mut message, value);
+    let mut again = vec![0];
+    again.extend((message.len() as u32).to_be_bytes());
+    again.extend(message);
+    assert_eq!(grpc_health::read_check_response(&again), Ok(status), "a status round-trips");
 }
 
 /// A response's `x-tailweight-load` value, as the client-side filter takes it: parsed, its count

@@ -99,7 +99,8 @@ impl Holdings<'_> {
             + report.clusters.iter().map(|c| CLUSTER.of(c.name.len())).sum::<usize>()
             + endpoints().map(|e| ENDPOINT.of(e.address.len())).sum::<usize>();
         let bytes_quota = p.quota(p.max_bytes);
-        let near_budget = self.bytes + upper > p.max_bytes;
+        let held = sender.held(|r| r.bytes);
+        let near_budget = self.bytes + upper > p.room_for(held + upper);
         let near_bytes_quota = sender.held(|r| r.bytes) + upper > bytes_quota;
         let near_obs_cap = self.observations + in_report > p.max_observations;
         let (mut new_obs, mut new_bytes) = (0usize, reporter_bytes);
@@ -128,7 +129,8 @@ impl Holdings<'_> {
         if near_obs_cap && self.observations + new_obs > p.max_observations {
             return Err(Rejection::TooManyObservations);
         }
-        if near_budget && self.bytes + new_bytes > p.max_bytes {
+        // What it already holds, renewed, needs no room; anything new, the room its holdings leave.
+        if near_budget && new_bytes > 0 && self.bytes + new_bytes > p.room_for(held + new_bytes) {
             return Err(Rejection::MemoryBudget);
         }
         if near_bytes_quota && sender.held(|r| r.bytes) + new_bytes > bytes_quota {

@@ -5,7 +5,7 @@
 
 use crate::admission::{Holdings, Sender};
 use crate::decision::{ClusterDecision, EndpointDecision};
-use crate::evidence::{self, ClusterEvidence};
+use crate::evidence::{self, Attester, ClusterEvidence};
 use crate::expiry;
 use crate::ingest::{self, Entering};
 use crate::memory::{PRINCIPAL, REPORTER, ROUTE};
@@ -255,13 +255,22 @@ impl WeightBook {
         Entered { id, superseded, routes: std::mem::take(&mut incarnations[0].routes) }
     }
 
-    /// Enter one already-validated attestation received at `now_us` from a principal the caller
-    /// found allowed to speak for the attestation's cluster: what the endpoint served each source
-    /// principal, which from then on bounds what each principal's reports about the cluster count
-    /// for (`callers.rs`). Err = refused by a cap (`evidence.rs`); a refused one changes nothing.
-    /// O(sources).
+    /// `attest_as` the trusted principal.
     pub fn attest(&mut self, attestation: &Attestation, now_us: u64) -> Result<(), Rejection> {
-        evidence::enter(&mut self.evidence, attestation, &self.params, &mut self.bytes, now_us)
+        self.attest_as(TRUSTED_PRINCIPAL, attestation, now_us)
+    }
+
+    /// Enter one validated attestation from `principal`, which the caller found allowed to speak
+    /// for its cluster (`evidence.rs`, `callers.rs`), charged to it within its quota. Err = refused
+    /// by a cap or the quota, changing nothing. O(sources).
+    pub fn attest_as(&mut self, principal: &str, attestation: &Attestation, now_us: u64) -> Result<(), Rejection> {
+        let id = self.principal_id(principal);
+        let attester = Attester::of(id, id.and_then(|id| self.principals.get(&id)), principal, &self.params);
+        evidence::check(&self.evidence, attestation, &self.params, self.bytes, &attester)?;
+        let id = id.unwrap_or_else(|| self.enter_principal(principal));
+        let charged = evidence::enter(&mut self.evidence, attestation, &self.params, &mut self.bytes, id, now_us);
+        charged.settle(&mut self.principals, id);
+        Ok(())
     }
 
     /// CPU utilisation of an endpoint IP from the metrics store (applies to every port of that IP).
@@ -355,15 +364,15 @@ impl WeightBook {
         names.into_iter().filter_map(|name| self.decision_of(name)).collect()
     }
 
-    /// Each tracked cluster's name and how many of its endpoints the last recompute decided (what
-    /// `decisions_of` would copy), in name order: borrowed, a reference a cluster, so that a caller
-    /// can choose what to copy before it copies anything.
-    pub fn decided_counts(&self) -> Vec<(&str, usize)> {
-        let decided = |c: &ClusterRecord| c.endpoints.iter().filter(|e| e.decision.is_some()).count();
-        let mut counts: Vec<(&str, usize)> =
-            self.clusters.iter().map(|(name, c)| (name.as_str(), decided(c))).collect();
-        counts.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        counts
+    /// Each tracked cluster's name and how many endpoints `decisions_of` would copy, borrowed:
+    /// attested clusters first, then by principals holding them (most first), then by name.
+    pub fn decided_counts<'a>(&'a self) -> Vec<(&'a str, usize)> {
+        let key = |(name, c): (&'a String, &ClusterRecord)| {
+            (!self.evidence.contains_key(name), usize::MAX - c.principals.len(), name.as_str(), c.decided())
+        };
+        let mut counts: Vec<_> = self.clusters.iter().map(key).collect();
+        counts.sort_unstable();
+        counts.into_iter().map(|(_, _, name, decided)| (name, decided)).collect()
     }
 
     fn decision_of(&self, name: &str) -> Option<ClusterDecision> {
@@ -397,7 +406,7 @@ impl WeightBook {
     /// The rest of `expire`: silent reporters and attesters, principals holding nothing, and old
     /// CPU values (O(reporters + attested endpoints + principals + CPU entries)).
     pub fn expire_reporters(&mut self, now_us: u64) {
-        evidence::expire(&mut self.evidence, &mut self.bytes, now_us);
+        evidence::expire(&mut self.evidence, &mut self.bytes, &mut self.principals, now_us);
         let mut count = 0usize;
         for r in self.principals.values_mut() {
             r.reporters = 0;
@@ -457,9 +466,8 @@ impl WeightBook {
         self.reply_as(TRUSTED_PRINCIPAL, reporter, clusters, now_us)
     }
 
-    /// The view of `clusters` as seen by `reporter` of `principal`, i.e. its incarnation that
-    /// reported last (call right after `ingest_as`; peer_inflight excludes that incarnation's own
-    /// in-flight); unknown clusters are omitted, and so are endpoints not yet recomputed.
+    /// The view of `clusters` as `reporter` of `principal` (its incarnation that reported last: call
+    /// right after `ingest_as`) sees it; unknown clusters and endpoints not yet recomputed omitted.
     pub fn reply_as<'a>(
         &self,
         principal: &str,
@@ -471,10 +479,8 @@ impl WeightBook {
     }
 
     /// What a reply to `reporter` of `principal` about `clusters` needs (call right after
-    /// `ingest_as`, under the same lock): each known cluster's view as of its last recompute, in
-    /// the order given, as long as the reply carries at most `max_endpoints` endpoints (a cluster
-    /// that would take it past is left out), and the asker's own in-flight counts
-    /// (`reply_plan.rs`).
+    /// `ingest_as`, under the same lock): the known clusters' views, in order, within `max_endpoints`
+    /// endpoints (truncated where too large), and the asker's own in-flight counts (`reply_plan.rs`).
     pub fn reply_plan<'a>(
         &self,
         principal: &str,

@@ -4,12 +4,13 @@
 //! for by it. Who may attest for a cluster is the aggregator's rule (it knows the mesh); the book
 //! takes what it is given.
 
-use crate::memory::{ATTESTED_ENDPOINT, ATTESTED_SOURCE};
+use crate::memory::{ATTESTED_ENDPOINT, ATTESTED_SOURCE, PRINCIPAL};
 use crate::observation::Observation;
 use crate::params::WeightParams;
+use crate::record::PrincipalRecord;
 use crate::rejection::Rejection;
 use std::collections::HashMap;
-use tailweight_wire::attest::Attestation;
+use tailweight_wire::attest::{Attestation, SourceCount};
 use tailweight_wire::report::EndpointReport;
 
 /// What the endpoints of one cluster attested, by endpoint address.
@@ -28,8 +29,53 @@ pub(crate) const MAX_ATTESTERS: usize = 64;
 pub(crate) struct EndpointEvidence {
     pub expires_us: u64,
     pub sources: HashMap<String, Vec<SourceRecord>>,
-    /// What it costs the book (`memory.rs`).
+    /// What it costs the book (`memory.rs`), charged to the principal that attested it last.
     pub bytes: usize,
+    pub charged_to: u32,
+}
+
+/// Who sends an attestation, as far as its quota goes: its principal's id (None: new to the
+/// book, which then costs `newcomer` bytes more) and the bytes it holds, against `quota`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Attester {
+    pub principal: Option<u32>,
+    pub held: usize,
+    pub newcomer: usize,
+    pub quota: usize,
+}
+
+impl Attester {
+    /// Principal `name` (`principal`: its id and `record`, if the book holds it) under `p`'s quota
+    /// of the book's bytes.
+    pub fn of(principal: Option<u32>, record: Option<&PrincipalRecord>, name: &str, p: &WeightParams) -> Attester {
+        Attester {
+            principal,
+            held: record.map_or(0, |r| r.bytes),
+            newcomer: if principal.is_none() { PRINCIPAL.of(name.len()) } else { 0 },
+            quota: p.quota(p.max_bytes),
+        }
+    }
+}
+
+/// What entering an attestation moved between principals: `released` bytes taken off the
+/// principal that held the endpoint's record before (possibly the same), `charged` bytes put on
+/// the attester.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Charged {
+    pub released: Option<(u32, usize)>,
+    pub charged: usize,
+}
+
+impl Charged {
+    /// Move the bytes in `principals`' records: off the one released, onto `attester`.
+    pub fn settle(self, principals: &mut HashMap<u32, PrincipalRecord>, attester: u32) {
+        if let Some(r) = self.released.and_then(|(before, _)| principals.get_mut(&before)) {
+            r.bytes = r.bytes.saturating_sub(self.released.map_or(0, |(_, bytes)| bytes));
+        }
+        if let Some(r) = principals.get_mut(&attester) {
+            r.bytes += self.charged;
+        }
+    }
 }
 
 /// One source principal's requests and errors at one endpoint as one attesting incarnation counts
@@ -61,17 +107,19 @@ pub(crate) fn served(records: &[SourceRecord], now_us: u64) -> (f64, bool) {
     (qps, records.iter().any(|r| r.proven_until_us > now_us))
 }
 
-/// Enter attestation `a` into `evidence` (by cluster), `now_us`. Refused whole, changing nothing,
-/// if it would pass `max_clusters` attested clusters, `max_endpoints_per_cluster` attested
-/// endpoints of its cluster, `MAX_ATTESTERS` incarnations of a source, or the book's `max_bytes`
-/// (`bytes` is the book's count, updated). A record of a source that is not renewed stays for its
-/// ttl, or while it makes its source a proven caller, then goes.
-pub(crate) fn enter(
-    evidence: &mut HashMap<String, ClusterEvidence>,
+/// Whether attestation `a` from `attester` may be entered into `evidence` (the book holding
+/// `bytes`): refused if it would pass `max_clusters` attested clusters, `max_endpoints_per_cluster`
+/// attested endpoints of its cluster, `MAX_ATTESTERS` incarnations of a source, the room the
+/// attester may fill (`WeightParams::room_for`: the newcomers' reserve kept) or its quota with the
+/// records it adds. Renewing the records an endpoint
+/// already holds (the same sources, the same incarnation) adds nothing, so it needs no headroom:
+/// a full book still takes its attesters' renewals.
+pub(crate) fn check(
+    evidence: &HashMap<String, ClusterEvidence>,
     a: &Attestation,
     p: &WeightParams,
-    bytes: &mut usize,
-    now_us: u64,
+    bytes: usize,
+    attester: &Attester,
 ) -> Result<(), Rejection> {
     let cluster_known = evidence.get(&a.cluster);
     if cluster_known.is_none() && evidence.len() >= p.max_clusters {
@@ -88,13 +136,41 @@ pub(crate) fn enter(
         return Err(Rejection::TooManyReporters);
     }
     let old_bytes = old.map_or(0, |e| e.bytes);
-    // At most what the new records and the old ones add up to (an upper bound, before pruning).
-    let most = ATTESTED_ENDPOINT.of(a.endpoint.len() + a.cluster.len())
-        + a.sources.iter().map(|s| ATTESTED_SOURCE.of(s.principal.len())).sum::<usize>()
-        + old_bytes;
-    if (*bytes).saturating_sub(old_bytes).saturating_add(most) > p.max_bytes {
+    // At most what the endpoint held (or a new endpoint's record) plus the records this
+    // attestation adds (an upper bound, before pruning).
+    let held = |s: &&SourceCount| {
+        old.and_then(|e| e.sources.get(&s.principal))
+            .is_some_and(|list| list.iter().any(|r| r.served.incarnation == a.incarnation))
+    };
+    let added: usize = a.sources.iter().filter(|s| !held(s)).map(|s| ATTESTED_SOURCE.of(s.principal.len())).sum();
+    let most = old.map_or(ATTESTED_ENDPOINT.of(a.endpoint.len() + a.cluster.len()), |e| e.bytes) + added;
+    let already_mine = old.filter(|e| Some(e.charged_to) == attester.principal).map_or(0, |e| e.bytes);
+    let held_after = attester.held.saturating_sub(already_mine) + most + attester.newcomer;
+    let grows = old.is_none() || added > 0 || attester.newcomer > 0;
+    if grows && bytes.saturating_sub(old_bytes).saturating_add(most + attester.newcomer) > p.room_for(held_after) {
         return Err(Rejection::MemoryBudget);
     }
+    if held_after > attester.quota {
+        return Err(Rejection::PrincipalMemory);
+    }
+    Ok(())
+}
+
+/// Enter attestation `a` from principal `attester` (its id) into `evidence` (by cluster),
+/// `now_us`, once `check` passed (`bytes` is the book's count, updated). A record of a source
+/// that is not renewed stays for its ttl, or while it makes its source a proven caller, then
+/// goes. The endpoint's record is charged to `attester` from then on.
+pub(crate) fn enter(
+    evidence: &mut HashMap<String, ClusterEvidence>,
+    a: &Attestation,
+    p: &WeightParams,
+    bytes: &mut usize,
+    attester: u32,
+    now_us: u64,
+) -> Charged {
+    let old = evidence.get(&a.cluster).and_then(|c| c.endpoints.get(&a.endpoint));
+    let released = old.map(|e| (e.charged_to, e.bytes));
+    let old_bytes = old.map_or(0, |e| e.bytes);
     let interval_us = p.interval_us(a.interval_ms);
     let expires_us = now_us.saturating_add(p.reporter_ttl_us(interval_us));
     let cluster = evidence.entry(a.cluster.clone()).or_default();
@@ -102,7 +178,9 @@ pub(crate) fn enter(
         expires_us,
         sources: HashMap::new(),
         bytes: 0,
+        charged_to: attester,
     });
+    endpoint.charged_to = attester;
     endpoint.expires_us = endpoint.expires_us.max(expires_us);
     for s in &a.sources {
         let counts = EndpointReport { requests: s.requests, errors: s.errors, ..EndpointReport::default() };
@@ -133,17 +211,25 @@ pub(crate) fn enter(
     });
     endpoint.bytes = now_bytes;
     *bytes = bytes.saturating_sub(old_bytes) + now_bytes;
-    Ok(())
+    Charged { released, charged: now_bytes }
 }
 
 /// Drop the endpoints' attestations past their ttl, and clusters left without any; give their
-/// bytes back.
-pub(crate) fn expire(evidence: &mut HashMap<String, ClusterEvidence>, bytes: &mut usize, now_us: u64) {
+/// bytes back, to the book and to the principals they are charged to.
+pub(crate) fn expire(
+    evidence: &mut HashMap<String, ClusterEvidence>,
+    bytes: &mut usize,
+    principals: &mut HashMap<u32, PrincipalRecord>,
+    now_us: u64,
+) {
     evidence.retain(|_, cluster| {
         cluster.endpoints.retain(|_, e| {
             let keep = e.expires_us > now_us;
             if !keep {
                 *bytes = bytes.saturating_sub(e.bytes);
+                if let Some(r) = principals.get_mut(&e.charged_to) {
+                    r.bytes = r.bytes.saturating_sub(e.bytes);
+                }
             }
             keep
         });

@@ -176,6 +176,27 @@ impl WeightParams {
         ((cap as f64 * self.principal_share).ceil() as usize).clamp(1, cap.max(1))
     }
 
+    /// Bytes of the book kept for newcomers when principals have quotas (`principal_share` < 1):
+    /// `max_bytes x principal_share / 4`, so that principals at their quotas (four at 0.25) leave
+    /// room for others; 0 without quotas.
+    pub(crate) fn newcomer_reserve(&self) -> usize {
+        if self.principal_share >= 1.0 {
+            return 0;
+        }
+        (self.max_bytes as f64 * self.principal_share / 4.0) as usize
+    }
+
+    /// The book's bytes a principal that will hold `held_after` bytes may fill: all of `max_bytes`
+    /// while that is at most a quarter of `newcomer_reserve` (a newcomer), else all but the reserve.
+    pub(crate) fn room_for(&self, held_after: usize) -> usize {
+        let reserve = self.newcomer_reserve();
+        if held_after <= reserve / 4 {
+            self.max_bytes
+        } else {
+            self.max_bytes - reserve
+        }
+    }
+
     /// Endpoints one cluster may hold: `max_endpoints_per_cluster / principal_share`, so that one
     /// principal naming as many as it may fills a share of the room (all of it with one principal).
     pub fn cluster_endpoint_room(&self) -> usize {

@@ -28,17 +28,34 @@ pub(crate) struct PublishedCluster {
     bytes: Vec<u8>,
     spans: Vec<Span>,
     inflight: Vec<f64>,
+    /// Positions of the endpoints, the ones that count most first (`Standing`, then position):
+    /// what a reply that cannot carry the whole view keeps.
+    rank: Vec<u32>,
+}
+
+/// How much an endpoint's place in a truncated reply is worth, compared field by field in this
+/// order: whether it attests (its own sidecar vouches that it serves), how many principals report
+/// it (made-up endpoints of one principal have one), whether some reporter's users were answered
+/// well there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Standing {
+    pub attested: bool,
+    pub principals: u32,
+    pub served: bool,
 }
 
 impl PublishedCluster {
-    /// The view of cluster `name` of `layout`: its endpoints with a decision, in the list's order.
+    /// The view of cluster `name` of `layout`: its endpoints with a decision, in the list's order,
+    /// each with its standing.
     pub fn of<'a>(
         name: &str,
         layout: u64,
-        decided: impl Iterator<Item = (&'a str, &'a EndpointDecision)>,
+        decided: impl Iterator<Item = (&'a str, &'a EndpointDecision, Standing)>,
     ) -> PublishedCluster {
         let mut p = PublishedCluster { name: name.to_string(), layout, ..PublishedCluster::default() };
-        for (address, d) in decided {
+        let mut standings = Vec::new();
+        for (address, d, standing) in decided {
+            standings.push(standing);
             p.reporters = p.reporters.max(Some(reporters_of(d)));
             let start = p.bytes.len() as u32;
             let address = write::endpoint_head(&mut p.bytes, address, d.weight, d.view_inflight);
@@ -48,7 +65,15 @@ impl PublishedCluster {
             p.spans.push(Span { start, split, end: p.bytes.len() as u32, address });
             p.inflight.push(d.view_inflight);
         }
+        p.rank = (0..standings.len() as u32).collect();
+        // Stable: among equals, the list's order.
+        p.rank.sort_by(|a, b| standings[*b as usize].cmp(&standings[*a as usize]));
         p
+    }
+
+    /// Positions of the endpoints, the ones that count most first.
+    pub fn rank(&self) -> &[u32] {
+        &self.rank
     }
 
     pub fn endpoints(&self) -> usize {

@@ -9,7 +9,7 @@ use crate::evidence::ClusterEvidence;
 use crate::merge::{self, merge_reporters, MergeScratch, Merged};
 use crate::normalize;
 use crate::params::WeightParams;
-use crate::published::PublishedCluster;
+use crate::published::{PublishedCluster, Standing};
 use crate::record::{ClusterRecord, EndpointRecord};
 use crate::smoothing;
 use crate::traffic;
@@ -82,6 +82,7 @@ pub(crate) fn recompute_cluster(
     now_us: u64,
 ) {
     let elapsed_us = cluster.elapsed_us(now_us);
+    let evidence = attested.evidence;
     let mut principals = cluster.principals.len();
     let created_us = cluster.created_us;
     let endpoints = cluster.endpoints.as_mut_slice();
@@ -128,7 +129,15 @@ pub(crate) fn recompute_cluster(
     publish(endpoints, &s.out);
     cluster.generation += 1;
     cluster.computed_at_us = Some(now_us);
-    let decided = cluster.endpoints.iter().filter_map(|e| Some((e.address.as_str(), e.decision.as_ref()?)));
+    let decided = cluster.endpoints.iter().filter_map(|e| {
+        let d = e.decision.as_ref()?;
+        let standing = Standing {
+            attested: evidence.and_then(|ev| ev.endpoints.get(&e.address)).is_some_and(|ev| ev.attests(now_us)),
+            principals: u32::try_from(e.principals.len()).unwrap_or(u32::MAX),
+            served: d.served_age_ms.is_some(),
+        };
+        Some((e.address.as_str(), d, standing))
+    });
     cluster.published = Some(Arc::new(PublishedCluster::of(name, cluster.layout, decided)));
 }
 

@@ -71,6 +71,11 @@ pub(crate) struct ClusterRecord {
 }
 
 impl ClusterRecord {
+    /// Its endpoints the last recompute decided.
+    pub fn decided(&self) -> usize {
+        self.endpoints.iter().filter(|e| e.decision.is_some()).count()
+    }
+
     /// Time since the last recompute (None before the first).
     pub fn elapsed_us(&self, now_us: u64) -> Option<u64> {
         self.computed_at_us.map(|t| now_us.saturating_sub(t))

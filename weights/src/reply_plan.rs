@@ -5,6 +5,7 @@
 use crate::params::WeightParams;
 use crate::published::{reporters_of, PublishedCluster};
 use crate::record::{ClusterRecord, ReporterRecord};
+use crate::route::Route;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tailweight_wire::protocol;
@@ -19,6 +20,7 @@ use tailweight_wire::reply::{ClusterView, EndpointView, Reply};
 pub struct ReplyPlan {
     ttl_ms: u32,
     clusters: Vec<PlannedCluster>,
+    omitted: usize,
 }
 
 /// One cluster of a [`ReplyPlan`].
@@ -27,6 +29,9 @@ struct PlannedCluster {
     view: PlannedView,
     /// The asker's own counted in-flight requests there (only where it has any).
     own: Own,
+    /// The positions the reply carries, ascending, when it cannot carry the whole view (None:
+    /// all of it).
+    kept: Option<Vec<u32>>,
 }
 
 /// A cluster's view in a plan.
@@ -52,7 +57,7 @@ impl ReplyPlan {
     /// of the plan.
     pub fn render(&self, out: &mut Vec<u8>) {
         write::begin_reply(out, self.ttl_ms);
-        for (i, PlannedCluster { view: cluster, own }) in self.clusters.iter().enumerate() {
+        for (i, PlannedCluster { view: cluster, own, kept }) in self.clusters.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
@@ -66,28 +71,35 @@ impl ReplyPlan {
             };
             let published = match cluster {
                 PlannedView::Published(published) => {
-                    write::begin_cluster(out, &published.name, published.reporters);
+                    let omitted = kept.as_ref().map_or(0, |kept| published.endpoints() - kept.len());
+                    let omitted = u32::try_from(omitted).unwrap_or(u32::MAX);
+                    write::begin_cluster(out, &published.name, published.reporters, omitted);
                     Some(published)
                 }
                 PlannedView::Unpublished(name) => {
-                    write::begin_cluster(out, name, None);
+                    write::begin_cluster(out, name, None, 0);
                     None
                 }
             };
             for p in published.iter() {
-                for k in 0..p.endpoints() {
-                    if k > 0 {
+                let carried = kept.as_ref().map_or(p.endpoints(), Vec::len);
+                for n in 0..carried {
+                    let k = kept.as_ref().map_or(n as u32, |kept| kept[n]);
+                    if n > 0 {
                         out.push(b',');
                     }
+                    while by_position.first().is_some_and(|(at, _)| *at < k) {
+                        by_position = &by_position[1..];
+                    }
                     let mine = match by_position.split_first() {
-                        Some((&(at, mine), rest)) if at as usize == k => {
+                        Some((&(at, mine), rest)) if at == k => {
                             by_position = rest;
                             mine
                         }
                         Some(_) => 0.0,
-                        None => by_address.get(p.address(k)).copied().unwrap_or(0.0),
+                        None => by_address.get(p.address(k as usize)).copied().unwrap_or(0.0),
                     };
-                    p.write_endpoint(k, (p.inflight(k) - mine).max(0.0), out);
+                    p.write_endpoint(k as usize, (p.inflight(k as usize) - mine).max(0.0), out);
                 }
             }
             write::end(out);
@@ -97,11 +109,18 @@ impl ReplyPlan {
 
     /// Endpoints the reply will carry.
     pub fn endpoints(&self) -> usize {
-        let endpoints = |c: &PlannedCluster| match &c.view {
-            PlannedView::Published(p) => p.endpoints(),
-            PlannedView::Unpublished(_) => 0,
+        let endpoints = |c: &PlannedCluster| match (&c.view, &c.kept) {
+            (PlannedView::Published(_), Some(kept)) => kept.len(),
+            (PlannedView::Published(p), None) => p.endpoints(),
+            (PlannedView::Unpublished(_), _) => 0,
         };
         self.clusters.iter().map(endpoints).sum()
+    }
+
+    /// Endpoints of the named clusters' views the reply leaves out to stay within its cap
+    /// (counted by the aggregator's `tailweight_reply_endpoints_omitted_total`).
+    pub fn omitted(&self) -> usize {
+        self.omitted
     }
 }
 
@@ -128,49 +147,123 @@ fn view_ttl_ms(p: &WeightParams, asking: Option<&ReporterRecord>) -> u32 {
     (ttl_us / 1_000).min(u64::from(u32::MAX)) as u32
 }
 
-/// The plan of a reply to `asking` about `names`: each
-/// known cluster's published view in the order given, as long as the reply carries at most
-/// `max_endpoints` endpoints (a cluster that would take it past is left out), and the asker's own
-/// in-flight counts. Costs a reference count per cluster and a lookup per endpoint the asker has
-/// in flight.
+/// The plan of a reply to `asking` about `names`: each known cluster's published view in the
+/// order given, and the asker's own in-flight counts. A reply carries at most `max_endpoints`
+/// endpoints, and a cluster at most the filter's `Limits::max_endpoints_per_cluster`: each
+/// cluster gets `fair_caps`' share of them, and a view larger than its share is truncated to it (`kept`), never left out because of its size. Costs a reference count per
+/// cluster and a lookup per endpoint the asker has in flight; a truncated view costs a walk over
+/// its endpoints.
 pub(crate) fn plan<'a>(
     clusters: &HashMap<String, ClusterRecord>,
     asking: &Asking,
     names: impl IntoIterator<Item = &'a str>,
     max_endpoints: usize,
 ) -> ReplyPlan {
-    let mut plan = ReplyPlan { ttl_ms: asking.ttl_ms, clusters: Vec::new() };
-    let mut budget = max_endpoints;
-    for (i, name) in names.into_iter().enumerate() {
-        let Some(cluster) = clusters.get(name) else { continue };
+    let named: Vec<(usize, &str, &ClusterRecord)> =
+        names.into_iter().enumerate().filter_map(|(i, name)| Some((i, name, clusters.get(name)?))).collect();
+    let sizes: Vec<usize> = named.iter().map(|(_, _, c)| c.published.as_ref().map_or(0, |p| p.endpoints())).collect();
+    // Nor more than the filter reads in one cluster: it refuses a whole reply with a larger one.
+    let most = protocol::Limits::default().max_endpoints_per_cluster;
+    let caps = fair_caps(&sizes, max_endpoints).into_iter().map(|cap| cap.min(most));
+    let mut plan = ReplyPlan { ttl_ms: asking.ttl_ms, clusters: Vec::new(), omitted: 0 };
+    for ((i, name, cluster), cap) in named.into_iter().zip(caps) {
         let Some(published) = &cluster.published else {
             let view = PlannedView::Unpublished(name.to_string());
-            plan.clusters.push(PlannedCluster { view, own: Own::ByPosition(Vec::new()) });
+            plan.clusters.push(PlannedCluster { view, own: Own::ByPosition(Vec::new()), kept: None });
             continue;
         };
-        if published.endpoints() > budget {
+        let route = asking.reporter.and_then(|r| r.routes.get(i)).filter(|route| route.layout == cluster.layout);
+        let kept = (published.endpoints() > cap).then(|| kept(cluster, published, asking.reporter, route, cap));
+        plan.omitted += kept.as_ref().map_or(0, |kept| published.endpoints() - kept.len());
+        if kept.as_ref().is_some_and(Vec::is_empty) {
             continue;
         }
-        budget -= published.endpoints();
         let own = match asking.reporter {
             None => Own::ByPosition(Vec::new()),
-            Some(r) => own_inflight(cluster, published, r, i, asking.now_us),
+            Some(r) => own_inflight(cluster, published, r, route, asking.now_us),
         };
-        plan.clusters.push(PlannedCluster { view: PlannedView::Published(published.clone()), own });
+        let view = PlannedView::Published(published.clone());
+        plan.clusters.push(PlannedCluster { view, own, kept });
     }
     plan
 }
 
-/// Where reporter `r`'s own in-flight requests are in `cluster`'s published view (the `i`-th
-/// cluster of its last report).
+/// How many endpoints each of clusters of `sizes` may carry in a reply of at most `budget`
+/// (water-filling): the largest `cap` with `sum(min(size, cap)) <= budget` is every cluster's
+/// share, and what that leaves of the budget goes one more each to the clusters still short of
+/// their size, in order. A small cluster is whole whenever the others leave it room; no cluster
+/// can take another's share by being large.
+pub(crate) fn fair_caps(sizes: &[usize], budget: usize) -> Vec<usize> {
+    let mut ascending = sizes.to_vec();
+    ascending.sort_unstable();
+    let (mut left, mut cap) = (budget, usize::MAX);
+    for (n, size) in ascending.iter().enumerate() {
+        let sharing = ascending.len() - n;
+        if size.saturating_mul(sharing) > left {
+            cap = left / sharing;
+            break;
+        }
+        left -= size;
+    }
+    if cap == usize::MAX {
+        return sizes.to_vec();
+    }
+    let mut spare = budget - sizes.iter().map(|s| (*s).min(cap)).sum::<usize>();
+    sizes
+        .iter()
+        .map(|size| {
+            let extra = usize::from(*size > cap && spare > 0);
+            spare -= extra;
+            (*size).min(cap + extra)
+        })
+        .collect()
+}
+
+/// The `cap` positions of a view too large for its share of a reply, ascending: first the
+/// endpoints the asker itself reports there (the ones it can pick), then by `published.rank()`
+/// (attested, reported by more principals, served). Made-up endpoints of another principal
+/// therefore never push out the asker's own, nor endpoints several principals report.
+fn kept(
+    cluster: &ClusterRecord,
+    published: &PublishedCluster,
+    asker: Option<&ReporterRecord>,
+    route: Option<&Route>,
+    cap: usize,
+) -> Vec<u32> {
+    let n = published.endpoints();
+    let mut taken = vec![false; n];
+    let mut kept = Vec::with_capacity(cap);
+    let mut take = |at: u32, kept: &mut Vec<u32>| {
+        if kept.len() < cap && (at as usize) < n && !std::mem::replace(&mut taken[at as usize], true) {
+            kept.push(at);
+        }
+    };
+    match (asker, route) {
+        (Some(_), Some(route)) if published.layout == cluster.layout => {
+            route.index.iter().for_each(|at| take(*at, &mut kept));
+        }
+        (Some(r), _) => {
+            let position: HashMap<&str, u32> = (0..n as u32).map(|k| (published.address(k as usize), k)).collect();
+            let own = cluster.endpoints.iter().filter(|e| e.obs.contains_key(&r.id));
+            own.filter_map(|e| position.get(e.address.as_str())).for_each(|at| take(*at, &mut kept));
+        }
+        (None, _) => {}
+    }
+    published.rank().iter().for_each(|at| take(*at, &mut kept));
+    kept.sort_unstable();
+    kept
+}
+
+/// Where reporter `r`'s own in-flight requests are in `cluster`'s published view (`route`: its
+/// last report's route through the cluster, if the cluster's layout has not moved since).
 fn own_inflight(
     cluster: &ClusterRecord,
     published: &PublishedCluster,
     r: &ReporterRecord,
-    i: usize,
+    route: Option<&Route>,
     now_us: u64,
 ) -> Own {
-    match r.routes.get(i).filter(|route| route.layout == cluster.layout) {
+    match route {
         // Its last report's endpoints here, by its route (the list has not moved since).
         Some(route) if published.layout == cluster.layout => {
             let mut own: Vec<(u32, f64)> = route

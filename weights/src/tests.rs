@@ -690,6 +690,35 @@ fn a_principal_holds_at_most_its_share_of_each_cap() {
 }
 
 #[test]
+fn principals_at_their_quotas_leave_the_newcomers_reserve_free() {
+    // Four principals at a quarter of the book each report 10 endpoints at a time (new clusters)
+    // until refused: without the reserve they would fill it to within a report.
+    let report = |reporter: &str, cluster: String, n: usize| {
+        let endpoints = (0..n).map(|i| EndpointReport { address: format!("10.1.0.{i}:80"), ..Default::default() });
+        report_of(reporter, vec![ClusterReport { name: cluster, endpoints: endpoints.collect() }])
+    };
+    let params = WeightParams { principal_share: 0.25, max_bytes: 4_000_000, ..WeightParams::default() };
+    let reserve = params.newcomer_reserve();
+    assert_eq!(reserve, 250_000);
+    let mut book = WeightBook::new(params);
+    for p in 0..4 {
+        for k in 0.. {
+            let principal = format!("sa-{p}");
+            if book.ingest_as(&report(&format!("r{p}"), format!("c{p}-{k}"), 10), &principal, SEC).is_err() {
+                break;
+            }
+        }
+    }
+    let full = book.counts().bytes;
+    assert!(full <= 4_000_000 - reserve && full > 4_000_000 - reserve - 50_000, "{full}");
+    // A newcomer's report (about 37 KB, within a quarter of the reserve) is taken; so are the
+    // heavy principals' renewals of what they hold.
+    book.ingest_as(&report("newbie", "c-new".into(), 10), "sa-new", SEC).unwrap();
+    book.ingest_as(&report("r0", "c0-0".into(), 10), "sa-0", 2 * SEC).unwrap();
+    assert!(book.counts().bytes > full);
+}
+
+#[test]
 fn the_memory_budget_refuses_what_would_exceed_it_and_frees_what_expires() {
     let report = |reporter: &str, n: usize| {
         report_of(
@@ -1335,6 +1364,7 @@ fn reports_land_on_their_endpoints_when_indices_move_and_orders_change() {
 }
 
 mod evidence;
+mod truncation;
 
 #[test]
 fn decided_counts_are_what_decisions_of_would_copy_in_name_order() {
@@ -1351,6 +1381,21 @@ fn decided_counts_are_what_decisions_of_would_copy_in_name_order() {
     for (name, decided) in book.decided_counts() {
         assert_eq!(book.decisions_of([name])[0].endpoints.len(), decided, "{name}");
     }
+    // Made-up clusters of one principal, named to sort first, come after a cluster two principals
+    // report, and attested ones before both.
+    book.ingest_as(&report_of("m0", vec![cluster("aaa", &[A]), cluster("aab", &[B])]), "mallory", SEC).unwrap();
+    book.ingest_as(&report_of("f0", vec![cluster("c", &[A])]), "front", SEC).unwrap();
+    let attested = tailweight_wire::attest::Attestation {
+        version: VERSION,
+        cluster: "b".into(),
+        endpoint: A.into(),
+        incarnation: 1,
+        interval_ms: 1000,
+        sources: vec![],
+    };
+    book.attest(&attested, SEC).unwrap();
+    let order: Vec<&str> = book.decided_counts().into_iter().map(|(name, _)| name).collect();
+    assert_eq!(order, ["b", "c", "a", "aaa", "aab"]);
 }
 
 #[test]

@@ -8,6 +8,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Mutex;
 use tailweight_weights::{WeightBook, WeightParams};
+use tailweight_wire::attest::{Attestation, SourceCount};
 use tailweight_wire::protocol::{MAX_NAME_LEN, VERSION};
 use tailweight_wire::report::{ClusterReport, EndpointReport, Report};
 
@@ -233,5 +234,62 @@ fn measure_bytes_per_unit() {
         ("observation (and its route entry)", observation),
     ] {
         println!("{what}: {b:.0} bytes + {per_byte:.2} per byte of its name or address");
+    }
+}
+
+/// `endpoints` endpoints of one cluster attest what they served `sources` source principals (names
+/// of `name_len` bytes), as one attesting principal, at seconds 1 and 2 (the second renews).
+fn attest_all(book: &mut WeightBook, endpoints: usize, sources: usize, name_len: usize) {
+    for round in 1..=2u64 {
+        for e in 0..endpoints {
+            let a = Attestation {
+                version: VERSION,
+                cluster: name("cluster", 0, name_len),
+                endpoint: address(e, false),
+                incarnation: 1,
+                interval_ms: 1_000,
+                sources: (0..sources)
+                    .map(|s| SourceCount { principal: name("source", s, name_len), requests: 10 * round, errors: 0 })
+                    .collect(),
+            };
+            book.attest_as("spiffe://cluster.local/ns/x/sa/server", &a, round * 1_000_000).expect("no caps");
+        }
+    }
+}
+
+/// What the book allocates beyond what it counts for `attest_all` of this shape.
+fn attestation_overshoot(endpoints: usize, sources: usize, name_len: usize) -> (isize, usize) {
+    measuring(|book, held| {
+        attest_all(book, endpoints, sources, name_len);
+        (held() - book.counts().bytes as isize, book.counts().bytes)
+    })
+}
+
+#[test]
+fn the_book_counts_at_least_what_attestations_allocate() {
+    // Sizes just past a power of two: hash tables and vectors have just doubled.
+    for (endpoints, sources, name_len) in [(1_025, 1, 8), (2_049, 2, 8), (257, 9, 60), (17, 1_024, 20), (65, 33, 512)] {
+        let (over, counted) = attestation_overshoot(endpoints, sources, name_len);
+        assert!(
+            over <= 16 * 1024,
+            "{endpoints} endpoints x {sources} sources, names of {name_len}: allocated {over} beyond the {counted} counted"
+        );
+    }
+}
+
+#[test]
+#[ignore = "a measurement: make bench-memory"]
+fn measure_attestation_bytes_per_record() {
+    let allocated = |endpoints, sources, len| {
+        measuring(|book, held| {
+            attest_all(book, endpoints, sources, len);
+            held()
+        })
+    };
+    // An endpoint's record with one source, then each further source, at two name lengths.
+    for len in [8usize, MAX_NAME_LEN] {
+        let endpoint = (allocated(1_100, 1, len) - allocated(100, 1, len)) as f64 / 1_000.0;
+        let source = (allocated(16, 1_100, len) - allocated(16, 100, len)) as f64 / (16.0 * 1_000.0);
+        println!("names of {len} bytes: an attested endpoint with one source {endpoint:.0} bytes, a further source {source:.0}");
     }
 }

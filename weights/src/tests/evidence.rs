@@ -299,3 +299,54 @@ fn without_attestations_one_principal_with_few_answers_cannot_outweigh_a_caller_
         assert_one_liar_moves_at_most_bound(&lie);
     }
 }
+
+#[test]
+fn a_full_book_still_takes_renewals_of_the_attestations_it_holds() {
+    // A book with room for one endpoint's attestation of one source and little more: A's is
+    // entered, then B's (a new record) does not fit, while A's renewals (the same incarnation
+    // and source, counts grown) need no headroom and are taken as long as it attests.
+    let source = |requests| vec![SourceCount { principal: "front0".into(), requests, errors: 0 }];
+    let mut w = World::new(WeightParams::default());
+    w.book.attest(&attestation(A, 1, source(10)), SEC).unwrap();
+    let one = w.book.counts().bytes;
+    let mut w = World::new(WeightParams { max_bytes: one + 100, ..WeightParams::default() });
+    w.book.attest(&attestation(A, 1, source(10)), SEC).unwrap();
+    assert_eq!(w.book.attest(&attestation(B, 1, source(10)), SEC), Err(Rejection::MemoryBudget));
+    for second in 2..=60 {
+        w.book.attest(&attestation(A, 1, source(10 * second)), second * SEC).unwrap();
+        assert_eq!(w.book.counts().bytes, one, "a renewal adds nothing");
+    }
+    // A new incarnation of A's sidecar adds a record: refused while the book has no room for it.
+    assert_eq!(w.book.attest(&attestation(A, 2, source(10)), 60 * SEC), Err(Rejection::MemoryBudget));
+}
+
+#[test]
+fn each_attesting_principal_is_held_to_its_quota_and_others_still_attest() {
+    // A quarter of a book of 64 KB each: one principal attests made-up endpoints of its namespace
+    // until its quota refuses it, well before the book is full; its renewals are still taken, and
+    // another principal's attestations are too.
+    let params = WeightParams { principal_share: 0.25, max_bytes: 64_000, ..WeightParams::default() };
+    let mut w = World::new(params);
+    let source = |requests| vec![SourceCount { principal: "front0".into(), requests, errors: 0 }];
+    let made_up: Vec<String> = (0..200).map(|i| format!("10.9.0.{i}:8080")).collect();
+    let mut taken = Vec::new();
+    let refused = loop {
+        let endpoint = &made_up[taken.len()];
+        match w.book.attest_as("ns/mallory", &attestation(endpoint, 1, source(10)), SEC) {
+            Ok(()) => taken.push(endpoint.clone()),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(refused, Rejection::PrincipalMemory);
+    assert!(!taken.is_empty() && w.book.counts().bytes <= 16_000 + 1_000, "{}", w.book.counts().bytes);
+    for endpoint in &taken {
+        w.book.attest_as("ns/mallory", &attestation(endpoint, 1, source(20)), 2 * SEC).unwrap();
+    }
+    for endpoint in [A, B, C] {
+        w.book.attest_as("ns/honest", &attestation(endpoint, 1, source(10)), 2 * SEC).unwrap();
+    }
+    // Everything expires, and every byte goes back (the principals' too).
+    w.book.expire(60 * SEC);
+    assert_eq!(w.book.counts().bytes, 0);
+    assert_eq!(w.book.counts().principals, 0);
+}

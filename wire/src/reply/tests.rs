@@ -149,6 +149,21 @@ mod round_trip {
         assert_eq!(read_reply(&write_reply(&reply()), &Limits::default()), Ok(reply()));
     }
 
+    /// A truncated cluster says how many endpoints it left out (`omitted`), and a reader that
+    /// does not know the field (this one reads no such field) reads the rest as if it were not
+    /// there.
+    #[test]
+    fn a_reader_that_does_not_know_omitted_reads_the_truncated_view() {
+        let mut begun = Vec::new();
+        super::super::write::begin_cluster(&mut begun, "c", Some(3), 7);
+        assert_eq!(begun, br#"{"name":"c","reporters":3,"omitted":7,"endpoints":["#);
+        let plain = String::from_utf8(write_reply(&reply())).unwrap();
+        let truncated =
+            plain.replace(r#"{"name":"c","reporters":3,"endpoints":["#, std::str::from_utf8(&begun).unwrap());
+        assert_ne!(truncated, plain);
+        assert_eq!(read_reply(truncated.as_bytes(), &Limits::default()), Ok(reply()));
+    }
+
     /// A number in `0..=max`: round ones, and any.
     fn number(max: f64) -> impl Strategy<Value = f64> {
         prop_oneof![Just(0.0), (0u32..1_000).prop_map(f64::from), 0.0..=max]

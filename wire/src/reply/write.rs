@@ -26,13 +26,20 @@ pub fn begin_reply(out: &mut Vec<u8>, ttl_ms: u32) {
     out.extend_from_slice(b",\"clusters\":[");
 }
 
-/// A cluster's start, up to its first endpoint: `{"name":<name>[,"reporters":..],"endpoints":[`.
-pub fn begin_cluster(out: &mut Vec<u8>, name: &str, reporters: Option<u32>) {
+/// A cluster's start, up to its first endpoint:
+/// `{"name":<name>[,"reporters":..][,"omitted":..],"endpoints":[`. `omitted` (written when not 0)
+/// counts the view's endpoints the reply leaves out to stay within its cap; a reader that does not
+/// know the field ignores it (an addition within v1).
+pub fn begin_cluster(out: &mut Vec<u8>, name: &str, reporters: Option<u32>, omitted: u32) {
     out.extend_from_slice(b"{\"name\":");
     json(out, name);
     if let Some(reporters) = reporters {
         out.extend_from_slice(b",\"reporters\":");
         json(out, &reporters);
+    }
+    if omitted > 0 {
+        out.extend_from_slice(b",\"omitted\":");
+        json(out, &omitted);
     }
     out.extend_from_slice(b",\"endpoints\":[");
 }
@@ -88,7 +95,7 @@ pub fn write_reply(reply: &Reply) -> Vec<u8> {
         if ci > 0 {
             out.push(b',');
         }
-        begin_cluster(&mut out, &cluster.name, cluster.reporters);
+        begin_cluster(&mut out, &cluster.name, cluster.reporters, 0);
         for (ei, e) in cluster.endpoints.iter().enumerate() {
             if ei > 0 {
                 out.push(b',');
