@@ -444,6 +444,19 @@ def test_sidecar_bootstrap_configmap_is_the_shipped_file(objects):
     assert not find(off, "ConfigMap")
 
 
+def test_only_the_bootstrap_configmaps_outlive_the_release(objects):
+    """Istio's injector mounts the ConfigMap a pod names in `sidecar.istio.io/bootstrapOverride` as
+    a required volume: were it deleted with the release (`helm uninstall`, a rollback or an upgrade
+    that drops the namespace), no new pod of an annotated workload could start. So Helm keeps it,
+    in every namespace that has one, with the name NOTES.txt tells pods to use; nothing else of
+    the release is kept."""
+    kept = [o for o in objects if o["metadata"].get("annotations", {}).get("helm.sh/resource-policy") == "keep"]
+    maps = find(objects, "ConfigMap", "tailweight-sidecar-bootstrap")
+    assert maps and kept == maps, [(o["kind"], o["metadata"]["name"]) for o in kept]
+    notes = (CHART / "templates" / "NOTES.txt").read_text()
+    assert "sidecar.istio.io/bootstrapOverride: {{ $fullname }}-sidecar-bootstrap" in notes
+
+
 def test_dashboard_configmap_carries_the_dashboard_for_grafanas_sidecar():
     """Behind `dashboards.enabled`, one ConfigMap with Grafana's sidecar label holds the chart's
     dashboard JSON as it is (e2e/tests/test_dashboard.py runs its queries)."""
