@@ -8,8 +8,9 @@ istio-bins: deps
 
 # Real processes on 127.0.0.1: the smoke test, then charts/tailweight packaged, pushed to a loopback
 # OCI registry, installed, upgraded and uninstalled with Helm, and exercised with the filter ($(WASM),
-# also as an OCI image), the static aggregator and the emulator's gRPC backends (see e2e/istio/README.md).
-test-istio: istio-bins build oci-wasm aggregator-static
+# also as an OCI image), the static aggregator and the emulator's gRPC backends (see e2e/istio/README.md);
+# and the artifacts of `make release` (test_release.py).
+test-istio: istio-bins build oci-wasm aggregator-static release
 	$(PYTEST) -q e2e/istio
 
 # Sidecar start-up (pilot-agent start -> Envoy ready) with and without tailweight, 1 and 50 outbound

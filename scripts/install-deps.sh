@@ -17,10 +17,11 @@ if ! rustup target list --installed | grep -qx wasm32-wasip1; then
   rustup target add wasm32-wasip1
 fi
 
-# Debian packages: wasm-opt (binaryen) and the Prometheus server used as the CPU metrics store.
+# Debian packages: wasm-opt (binaryen), and the Prometheus server used as the CPU metrics store with
+# promtool, which tests the chart's alerting rules (the same package).
 need_apt=()
 command -v wasm-opt >/dev/null || need_apt+=(binaryen)
-command -v prometheus >/dev/null || need_apt+=(prometheus)
+{ command -v prometheus && command -v promtool; } >/dev/null || need_apt+=(prometheus)
 if ((${#need_apt[@]})); then
   log "apt-get install ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

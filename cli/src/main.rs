@@ -2,6 +2,7 @@
 //! why does an endpoint get the traffic it gets? See `endpoints.rs` for what it reads.
 
 mod endpoints;
+mod replicas;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use endpoints::Report;
@@ -33,9 +34,11 @@ struct EndpointsArgs {
     /// The destination's Envoy cluster, e.g. 'outbound|8080||cart.shop.svc.cluster.local'.
     #[arg(long)]
     cluster: String,
-    /// The aggregator's base URL (for weights and ejection); without it those columns are empty.
-    #[arg(long, env = "TAILWEIGHT_AGGREGATOR")]
-    aggregator: Option<String>,
+    /// The base URL of every aggregator replica (for weights and ejection), repeated or
+    /// comma-separated: each replica holds only the clusters it owns, so all are asked and the
+    /// owner's view is shown. Without it those columns are empty.
+    #[arg(long, env = "TAILWEIGHT_AGGREGATOR", value_delimiter = ',')]
+    aggregator: Vec<String>,
     /// Seconds between the two readings of the pick counters (0: picks since the sidecar started).
     #[arg(long, default_value_t = 5.0)]
     window_s: f64,
@@ -119,14 +122,16 @@ async fn endpoints_report(args: &EndpointsArgs) -> Result<Report, String> {
             args.cluster
         ));
     }
-    let weights = match &args.aggregator {
-        Some(url) => {
-            let mut weights_url = reqwest::Url::parse(&format!("{}/v1/weights", base_url(url)))
-                .map_err(|e| format!("--aggregator {url:?}: {e}"))?;
-            weights_url.query_pairs_mut().append_pair("cluster", &args.cluster);
-            Some(endpoints::parse_weights(&get(&client, weights_url.as_str()).await?)?)
+    let weights = if args.aggregator.is_empty() {
+        None
+    } else {
+        let bases: Vec<String> = args.aggregator.iter().map(|a| base_url(a)).collect();
+        let merged =
+            replicas::merge(&args.cluster, &replicas::ask_every_replica(&client, &bases, &args.cluster).await)?;
+        for warning in &merged.warnings {
+            eprintln!("tailweight: warning: --aggregator {warning}");
         }
-        None => None,
+        Some(merged.weights)
     };
     Ok(Report {
         cluster: args.cluster.clone(),

@@ -444,6 +444,30 @@ def test_sidecar_bootstrap_configmap_is_the_shipped_file(objects):
     assert not find(off, "ConfigMap")
 
 
+def test_only_the_bootstrap_configmaps_outlive_the_release(objects):
+    """Istio's injector mounts the ConfigMap a pod names in `sidecar.istio.io/bootstrapOverride` as
+    a required volume: were it deleted with the release (`helm uninstall`, a rollback or an upgrade
+    that drops the namespace), no new pod of an annotated workload could start. So Helm keeps it,
+    in every namespace that has one, with the name NOTES.txt tells pods to use; nothing else of
+    the release is kept."""
+    kept = [o for o in objects if o["metadata"].get("annotations", {}).get("helm.sh/resource-policy") == "keep"]
+    maps = find(objects, "ConfigMap", "tailweight-sidecar-bootstrap")
+    assert maps and kept == maps, [(o["kind"], o["metadata"]["name"]) for o in kept]
+    notes = (CHART / "templates" / "NOTES.txt").read_text()
+    assert "sidecar.istio.io/bootstrapOverride: {{ $fullname }}-sidecar-bootstrap" in notes
+
+
+def test_alerts_are_the_shipped_rule_file_behind_a_toggle():
+    """alerts.enabled (off by default) renders one PrometheusRule whose spec is files/alerts.yaml
+    as it is (e2e/tests/test_alert_rules.py runs promtool on that file), with the labels given."""
+    assert not find(render(values_of("example-values")), "PrometheusRule")
+    on = render({**values_of("example-values"), "alerts": {"enabled": True, "labels": {"release": "kps"}}})
+    rule = one(on, "PrometheusRule", "tailweight")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["spec"] == yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())
+    assert rule["metadata"]["labels"]["release"] == "kps"
+
+
 def test_dashboard_configmap_carries_the_dashboard_for_grafanas_sidecar():
     """Behind `dashboards.enabled`, one ConfigMap with Grafana's sidecar label holds the chart's
     dashboard JSON as it is (e2e/tests/test_dashboard.py runs its queries)."""
@@ -580,7 +604,7 @@ ENVOYFILTER_CAVEAT = ("IST0133", "EnvoyFilter exposes internal implementation de
 @pytest.mark.parametrize("values", list(CI_VALUES), ids=list(CI_VALUES))
 def test_istioctl_analyze_finds_nothing_but_the_envoyfilter_caveat(values, tmp_path):
     objects = render(files=(CI_VALUES[values],))
-    monitors = {"PodMonitor", "ServiceMonitor"}  # not Istio's: istioctl cannot know their CRDs
+    monitors = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}  # not Istio's: istioctl cannot know their CRDs
     envoyfilters = sorted(f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in find(objects, "EnvoyFilter"))
     messages = istioctl_analyze(tmp_path, yaml.safe_dump_all([o for o in objects if o["kind"] not in monitors]))
     unexplained = [m for m in messages
