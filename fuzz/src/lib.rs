@@ -17,7 +17,6 @@ use tailweight_picker::{
 use tailweight_sidecar::{FilterConfig, Slot, StoredView};
 use tailweight_weights::{WeightBook, WeightParams};
 use tailweight_wire::orca::{self, OrcaLoad};
-use tailweight_wire::{grpc_health, protobuf};
 use tailweight_wire::protocol::{Limits, VERSION};
 use tailweight_wire::reply::read::read_reply;
 use tailweight_wire::reply::write::write_reply;
@@ -26,6 +25,7 @@ use tailweight_wire::report::read::parse_report;
 use tailweight_wire::report::write::write_report;
 use tailweight_wire::report::Report;
 use tailweight_wire::stamp::{LoadStamp, MAX_STAMP_RIF};
+use tailweight_wire::{grpc_health, protobuf};
 
 /// A target's body.
 pub type Target = fn(&[u8]);

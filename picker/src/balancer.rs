@@ -36,6 +36,7 @@ use tailweight_wire::report::ClusterReport;
 use tailweight_wire::stamp::LoadStamp;
 
 mod choice;
+use choice::LeftToEnvoy;
 mod health_checks;
 mod settings;
 pub use settings::{HealthCheckScope, Settings, DEFAULT_INFLIGHT_BOUND_US};
@@ -165,7 +166,8 @@ impl Balancer {
         }
         let first = match choice::first_choice(cluster, settings, rng, now_us) {
             Ok(first) => first,
-            Err(left_to_envoy) => return left_to_envoy,
+            Err(LeftToEnvoy::Explore) => return Pick::Explore,
+            Err(LeftToEnvoy::NoCandidate) => return Pick::NoCandidate,
         };
         let (header, first_len) = choice::steer_header(cluster, rng, now_us, first, settings.retry_choices, chosen);
         if let Candidate::Known(slot) = first {

@@ -4,10 +4,19 @@
 //! stamps the draw against the freshest stamped queues (`stamped_choice`); then the header of the
 //! first choice and the retry choices (`steer_header`).
 
-use super::{Pick, Settings};
+use super::settings::Settings;
 use crate::cluster::{Candidate, Cluster};
 use crate::params::PickParams;
 use tailweight_math::rng::Rng;
+
+/// Why a pick leaves the request to Envoy's load balancer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LeftToEnvoy {
+    /// On purpose: exploration found no suggestion to try.
+    Explore,
+    /// Nothing pickable.
+    NoCandidate,
+}
 
 /// The first choice of a pick, or why the request is left to Envoy's load balancer.
 pub(super) fn first_choice(
@@ -15,7 +24,7 @@ pub(super) fn first_choice(
     settings: &Settings,
     rng: &mut Rng,
     now_us: u64,
-) -> Result<Candidate, Pick> {
+) -> Result<Candidate, LeftToEnvoy> {
     let p = &settings.pick;
     let stamps = p.load_stamp_max_age_us > 0 && cluster.own_fresh_share() <= p.load_stamp_max_fresh_share;
     if rng.chance(p.explore_ratio.max(cluster.novelty() / 2.0)) {
@@ -26,17 +35,23 @@ pub(super) fn first_choice(
             return Ok(Candidate::Known(probe));
         }
     }
-    let a = cluster.sample_candidate(rng, now_us, true).ok_or(Pick::NoCandidate)?;
+    let a = cluster.sample_candidate(rng, now_us, true).ok_or(LeftToEnvoy::NoCandidate)?;
     Ok(if stamps { stamped_choice(cluster, a, now_us, p) } else { two_choices(cluster, rng, now_us, p, a) })
 }
 
 /// Step 2: a trial of an endpoint the view suggests, else Envoy's own choice (see `cluster`). With
 /// load stamps the trial, too, yields to an endpoint freshly known to be less loaded.
-fn explore(cluster: &mut Cluster, rng: &mut Rng, now_us: u64, p: &PickParams, stamps: bool) -> Result<Candidate, Pick> {
+fn explore(
+    cluster: &mut Cluster,
+    rng: &mut Rng,
+    now_us: u64,
+    p: &PickParams,
+    stamps: bool,
+) -> Result<Candidate, LeftToEnvoy> {
     match cluster.sample_suggestion(rng, now_us) {
         Some(at) if stamps => Ok(stamped_choice(cluster, Candidate::Suggested(at), now_us, p)),
         Some(at) => Ok(Candidate::Suggested(at)),
-        None => Err(Pick::Explore),
+        None => Err(LeftToEnvoy::Explore),
     }
 }
 
