@@ -29,9 +29,13 @@ req -H 'x-probe-target: 127.0.0.1:28099'
 req -H 'x-probe-target: 127.0.0.1:28099' -H 'x-probe-strict: 1'
 echo "--- override to a non-address"; req -H 'x-probe-target: not-an-ip'
 echo "--- attribute dump"; req -H 'x-probe-dump: 1' -H 'x-probe-target: 127.0.0.1:28083'
+echo "--- LB policy (cluster lbtwo): round robin x3, x-probe-pick 1 x2, pick 0 with the filter's override to :28083"
+req -H 'x-probe-lb: 1'; req -H 'x-probe-lb: 1'; req -H 'x-probe-lb: 1'
+req -H 'x-probe-lb: 1' -H 'x-probe-pick: 1'; req -H 'x-probe-lb: 1' -H 'x-probe-pick: 1'
+req -H 'x-probe-lb: 1' -H 'x-probe-pick: 0' -H 'x-probe-target: 127.0.0.1:28083'
 sleep 0.3
-echo "--- stats"; curl -s http://127.0.0.1:28081/stats | grep -iE 'probe_requests|dynamicmodule' 
-curl -s 'http://127.0.0.1:28081/stats/prometheus' | grep -iE 'probe_requests' | grep -v '^#'
+echo "--- stats"; curl -s http://127.0.0.1:28081/stats | grep -iE 'probe_|dynamicmodule' 
+curl -s 'http://127.0.0.1:28081/stats/prometheus' | grep -iE 'probe_' | grep -v '^#'
 curl -s -X POST http://127.0.0.1:28081/quitquitquit >/dev/null
 sleep 0.5
 echo "--- envoy log (dynamic modules)"; grep -iE 'dynamic|probe|abi|matched|deprecat|error|critical' "$OUT/envoy.log" | cut -c1-400

@@ -20,6 +20,8 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+mod lb;
+
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
