@@ -33,7 +33,7 @@ echo "--- LB policy (cluster lbtwo): round robin x3, x-probe-pick 1 x2, pick 0 w
 req -H 'x-probe-lb: 1'; req -H 'x-probe-lb: 1'; req -H 'x-probe-lb: 1'
 req -H 'x-probe-lb: 1' -H 'x-probe-pick: 1'; req -H 'x-probe-lb: 1' -H 'x-probe-pick: 1'
 req -H 'x-probe-lb: 1' -H 'x-probe-pick: 0' -H 'x-probe-target: 127.0.0.1:28083'
-sleep 0.3
+sleep 1.5  # the bootstrap timer's five ticks
 echo "--- stats"; curl -s http://127.0.0.1:28081/stats | grep -iE 'probe_|dynamicmodule' 
 curl -s 'http://127.0.0.1:28081/stats/prometheus' | grep -iE 'probe_' | grep -v '^#'
 curl -s -X POST http://127.0.0.1:28081/quitquitquit >/dev/null

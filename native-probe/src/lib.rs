@@ -20,6 +20,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+mod boot;
 mod lb;
 
 use std::ffi::c_void;
