@@ -1,7 +1,7 @@
 """The chart's alerting rules (charts/tailweight/files/alerts.yaml, the PrometheusRule of
 `alerts.enabled`): valid for Prometheus, each alert firing on the series of its failure and not on
 those beside it (`promtool test rules` of e2e/alerts/alerts_test.yaml, from Debian's prometheus
-package), over metric names the aggregator and the filter really export."""
+package), over metric names the aggregator and the sidecar really export."""
 import re
 import subprocess
 from pathlib import Path
@@ -38,11 +38,12 @@ def test_every_alert_is_tested():
 
 
 def exported_metrics() -> set[str]:
-    """The aggregator's Prometheus names, and the filter's stats as the sidecar's
+    """The aggregator's Prometheus names, and the sidecar crate's stats as the Wasm shell's
     /stats/prometheus names them (wasmcustom.tailweight.x -> tailweight_x)."""
     aggregator = {m for p in (paths.REPO / "aggregator" / "src").rglob("*.rs")
                   for m in re.findall(r'"(tailweight_[a-z_]+)"', p.read_text())}
-    filter_stats = re.findall(r'"tailweight\.([a-z_]+)"', (paths.REPO / "filter" / "src" / "metrics.rs").read_text())
+    filter_stats = {m for p in (paths.REPO / "sidecar" / "src").rglob("*.rs")
+                    for m in re.findall(r'"tailweight\.([a-z_]+)"', p.read_text())}
     return aggregator | {f"tailweight_{m}" for m in filter_stats}
 
 
