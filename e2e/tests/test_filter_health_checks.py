@@ -183,14 +183,21 @@ def test_with_a_thousand_callers_a_filter_leaves_checks_to_them_and_readmits_on_
         assert sent <= 3 and down.count(CHECK_PATH) == sent, (sent, down.count(CHECK_PATH))
         assert stat(proxy, "health_checks_left_to_others") >= 40
         assert stat(proxy, "readmissions_on_evidence") == 0, "nobody was answered well"
-        # Another caller's check passed and its users are answered well: the view says so.
+        # Another caller's check passed and its users are answered well: the view says so. (An
+        # exploration, left to Envoy's least_request, can reach the backend first: its good answer
+        # ends the suspension too, as a recovery. The readmission on evidence alone, without that
+        # race, is sidecar/tests/checks.rs's.)
         down.failing = False
         fleet.served[down.address] = 0
+        explorations = stat(proxy, "explorations")
         for _ in range(5000):
             users(proxy, session, 1)
-            if stat(proxy, "readmissions_on_evidence") >= 1:
+            if stat(proxy, "recoveries") >= 1:
                 break
-        assert stat(proxy, "readmissions_on_evidence") == 1, "readmitted on the others' evidence"
+        by_evidence = stat(proxy, "readmissions_on_evidence")
+        assert by_evidence == 1 or stat(proxy, "explorations") > explorations, \
+            "readmitted on the others' evidence, or by an exploration's good answer"
+        assert stat(proxy, "recoveries") == 1
         before = down.count("/")
         assert users(proxy, session, 600) == [200] * 600
         share = (down.count("/") - before) / 600
