@@ -7,6 +7,7 @@ sends only its share of the checks, and another caller's users' good answers rea
 Counts are asserted, never times: each backend records the path of every request it gets."""
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -74,18 +75,36 @@ def users(proxy, session, n):
     return [session.get(proxy.url(), headers={"host": AUTHORITY}, timeout=10).status_code for _ in range(n)]
 
 
+def users_in_parallel(proxy, n, parallel=4):
+    """`n` user requests, `parallel` sessions at a time (each its own connection); their status codes.
+    A share measured after a recovery uses these: with one request at a time nothing is ever in
+    flight, so the two-choice pick compares latency estimates alone and a recovered backend whose
+    estimate is a hair above the others' gets none; with requests in flight it competes as users'
+    traffic lets it (the share's rise over the ramp itself is sidecar/tests/health.rs's)."""
+    def one_session(count):
+        with requests.Session() as session:
+            return users(proxy, session, count)
+    with ThreadPoolExecutor(parallel) as pool:
+        return [code for codes in pool.map(one_session, [n // parallel] * parallel) for code in codes]
+
+
 def stat(proxy, name):
     return proxy.stat(STAT + name)
 
 
 def suspend(proxy, session, backend, limit=1000):
-    """Fail `backend` and send user requests until the filter suspends it (at most `limit`)."""
+    """Fail `backend` and send user requests until the filter suspends it (at most `limit`), one at a
+    time and, every tenth round, four at once (one at a time, a backend whose latency estimate is a
+    hair above the others' may never be picked: see `users_in_parallel`)."""
     backend.failing = True
-    for _ in range(limit):
-        users(proxy, session, 1)
+    for i in range(limit // 2):
+        if i % 10:
+            users(proxy, session, 1)
+        else:
+            users_in_parallel(proxy, 4)
         if stat(proxy, "suspensions") >= 1:
             return
-    raise AssertionError(f"no suspension in {limit} requests")
+    raise AssertionError(f"no suspension in about {limit} requests")
 
 
 # The check names its endpoint in the override header, and Envoy's override_host policy honours it
@@ -129,7 +148,7 @@ def test_a_suspended_backend_gets_no_user_requests_and_comes_back_after_it_recov
     down.failing = False
     wait_for(lambda: stat(proxy, "recoveries") >= 1, 30, "a passed check ends the suspension")
     before = down.count("/")
-    assert users(proxy, session, 600) == [200] * 600
+    assert users_in_parallel(proxy, 600) == [200] * 600
     share = (down.count("/") - before) / 600
     assert share > 0.15, f"its share after recovering: {share}"
 
@@ -199,7 +218,7 @@ def test_with_a_thousand_callers_a_filter_leaves_checks_to_them_and_readmits_on_
             "readmitted on the others' evidence, or by an exploration's good answer"
         assert stat(proxy, "recoveries") == 1
         before = down.count("/")
-        assert users(proxy, session, 600) == [200] * 600
+        assert users_in_parallel(proxy, 600) == [200] * 600
         share = (down.count("/") - before) / 600
         assert share > 0.15, f"its share after the readmission: {share}"
         assert stat(proxy, "health_checks_sent") <= 4
