@@ -4,7 +4,7 @@
 //! the thread they run on. Envoy 1.40 resolves all seventeen bootstrap hooks and holds the server's
 //! init until the module signals it is ready, so the config signals at once.
 
-use crate::{envoy_str, log, mb, EnvoyBuffer, EnvoyHeader, ModuleBuffer, ModuleHeader, LOG_INFO, STREAMS};
+use crate::{envoy_str, get_headers, log, mb, EnvoyBuffer, EnvoyHeader, ModuleBuffer, ModuleHeader, LOG_INFO, STREAMS};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
@@ -151,11 +151,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_bootstrap_extension_timer_fired
         1,
     );
     let path = "/who";
-    let mut headers = [
-        ModuleHeader { key: ":method".as_ptr(), key_len: 7, value: "GET".as_ptr(), value_len: 3 },
-        ModuleHeader { key: ":path".as_ptr(), key_len: 5, value: path.as_ptr(), value_len: path.len() },
-        ModuleHeader { key: "host".as_ptr(), key_len: 4, value: "probe".as_ptr(), value_len: 5 },
-    ];
+    let mut headers = get_headers(path);
     let mut id = 0u64;
     let init = envoy_dynamic_module_callback_bootstrap_extension_http_callout(
         config_envoy,

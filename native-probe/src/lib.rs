@@ -167,6 +167,15 @@ extern "C" {
     ) -> u32;
 }
 
+/// The headers of a callout: `GET path`, host `probe` (`path` must outlive the call).
+fn get_headers(path: &str) -> [ModuleHeader; 3] {
+    [
+        ModuleHeader { key: ":method".as_ptr(), key_len: 7, value: "GET".as_ptr(), value_len: 3 },
+        ModuleHeader { key: ":path".as_ptr(), key_len: 5, value: path.as_ptr(), value_len: path.len() },
+        ModuleHeader { key: "host".as_ptr(), key_len: 4, value: "probe".as_ptr(), value_len: 5 },
+    ]
+}
+
 fn log(level: u32, message: &str) {
     unsafe { envoy_dynamic_module_callback_log(level, mb(message)) }
 }
@@ -265,11 +274,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
 ) {
     let config = &*(config as *const Config);
     let path = "/";
-    let mut headers = [
-        ModuleHeader { key: ":method".as_ptr(), key_len: 7, value: "GET".as_ptr(), value_len: 3 },
-        ModuleHeader { key: ":path".as_ptr(), key_len: 5, value: path.as_ptr(), value_len: path.len() },
-        ModuleHeader { key: "host".as_ptr(), key_len: 4, value: "probe".as_ptr(), value_len: 5 },
-    ];
+    let mut headers = get_headers(path);
     let mut id = 0u64;
     let rc = envoy_dynamic_module_callback_http_filter_config_http_callout(
         config_envoy,
