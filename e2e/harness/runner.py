@@ -365,7 +365,7 @@ class PolicyRun:
         for i in range(self.scenario.clients.count):
             config = render_client_envoy(
                 [], self.policy,
-                wasm_path=paths.WASM if steering else None,
+                wasm_path=paths.WASM if steering else None, native_path=paths.NATIVE,
                 plugin_config=plugin_config_for(self.policy, self.opts.report_interval_ms, self.opts.plugin_extra)
                 if steering else None,
                 aggregator_port=self.tap.port if self.tap else None, eds_path=self.endpoints.path,

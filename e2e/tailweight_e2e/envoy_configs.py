@@ -5,7 +5,9 @@ Policies (docs/scenario.md): round_robin, least_request, cswrr_orca, operator (w
 least_request on the weights of the EDS resource), tailweight_local and tailweight (the wasm filter
 before the router, override_host LB with fallback least_request, the override header stripped again
 in the cluster's upstream filters; `tailweight` also has the `tailweight_aggregator` cluster the
-filter reports to).
+filter reports to), tailweight_native_local and tailweight_native (the same sidecar code as an Envoy
+dynamic module, libtailweight_native.so: it sets each stream's upstream override host, so the
+cluster keeps least_request and no header is written).
 
 Like an Istio sidecar's outbound cluster and route: Istio's circuit-breaker thresholds (all at
 2^32 - 1), its default route retry policy when asked (`retries`), HTTP/2 to the backends for gRPC
@@ -20,11 +22,13 @@ import yaml
 
 from .procs import write_atomically
 
+# The native shell's policies (the dynamic module instead of the Wasm filter).
+NATIVE_POLICIES = ("tailweight_native_local", "tailweight_native")
 POLICIES = ("round_robin", "least_request", "cswrr_orca", "operator", "tailweight_local", "tailweight",
-            "tailweight_stamps")
+            "tailweight_stamps", *NATIVE_POLICIES)
 # Policies whose filters report to the aggregator; `tailweight_stamps` also reads the load stamps the
 # destinations' sidecars write (render_server_envoy with STAMPING_SERVER_CONFIG).
-REPORTING_POLICIES = ("tailweight", "tailweight_stamps")
+REPORTING_POLICIES = ("tailweight", "tailweight_stamps", "tailweight_native")
 CLUSTER = "backends"
 # The client filter's stamp settings under `tailweight_stamps`: the simulator's best configuration
 # (sim/README.md, "Closing the gap"): stamps 20 ms, read only while own evidence is thin, and only
@@ -96,6 +100,8 @@ def lb_policy(policy: str, cswrr_blackout_s: float = 1.0, cswrr_update_s: float 
         # Benchmark settings (Envoy defaults: blackout 10 s, update 1 s); weights = qps / utilisation.
         return _lb("client_side_weighted_round_robin", "ClientSideWeightedRoundRobin",
                    blackout_period=f"{cswrr_blackout_s}s", weight_update_period=f"{cswrr_update_s}s")
+    if policy in NATIVE_POLICIES:
+        return least_request_lb()
     if policy.startswith("tailweight"):
         return _lb("override_host", "OverrideHost",
                    override_host_sources=[{"header": OVERRIDE_HEADER}],
@@ -166,6 +172,25 @@ def wasm_filter(wasm_path: str | Path, plugin_config: dict | None = None) -> dic
     }}
 
 
+def native_filter(module_path: str | Path, plugin_config: dict | None = None) -> dict:
+    """The native shell as an HTTP filter. `metrics_namespace: tailweight` names its metrics
+    `tailweight.<name>` in /stats (the module defines them without the prefix)."""
+    return {"name": "envoy.filters.http.dynamic_modules", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter",
+        "dynamic_module_config": {"module": {"local": {"filename": str(Path(module_path).resolve())}},
+                                  "do_not_close": True, "metrics_namespace": "tailweight"},
+        "filter_name": "tailweight",
+        "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                          "value": json.dumps(plugin_config or {})},
+    }}
+
+
+def steers_by_header(policy: str) -> bool:
+    """Whether the policy's filter steers through the override header (the Wasm shell), which the
+    cluster's override_host policy reads and its upstream filters strip."""
+    return policy.startswith("tailweight") and policy not in NATIVE_POLICIES
+
+
 def plugin_config_for(policy: str, report_interval_ms: int = 1000, extra: dict | None = None) -> dict:
     """The filter configuration each tailweight policy runs with (`extra` overrides fields)."""
     config = {}
@@ -180,7 +205,7 @@ def plugin_config_for(policy: str, report_interval_ms: int = 1000, extra: dict |
 def render_client_envoy(backends: Sequence[Endpoint], policy: str,
                         wasm_path: str | Path | None = None, plugin_config: dict | None = None,
                         aggregator_port: int | None = None, eds_path: str | Path | None = None,
-                        node_id: str = "client", route_timeout_s: float = 15.0,
+                        node_id: str = "client", native_path: str | Path | None = None, route_timeout_s: float = 15.0,
                         cswrr_blackout_s: float = 1.0, cswrr_update_s: float = 0.5,
                         retries: bool = False, protocol: str = "http") -> str:
     """One client sidecar: listener LISTENER (HTTP/1.1 or h2c, whichever the client speaks) routing
@@ -189,7 +214,8 @@ def render_client_envoy(backends: Sequence[Endpoint], policy: str,
 
     backends: "ip:port" strings or (ip, port) pairs, a static endpoint list; ignored when `eds_path`
     (a file written by `write_eds`) is given, which `operator` needs. tailweight policies need
-    `wasm_path`; REPORTING_POLICIES also need `aggregator_port`. `plugin_config` defaults to
+    `wasm_path` (NATIVE_POLICIES: `native_path`, the module); REPORTING_POLICIES also need
+    `aggregator_port`. `plugin_config` defaults to
     plugin_config_for(policy). `retries`: Istio's default route retry policy (ISTIO_RETRY_POLICY).
     `protocol`: "http" (HTTP/1.1 to the backends) or "grpc" (HTTP/2 cleartext)."""
     if policy not in POLICIES:
@@ -197,7 +223,10 @@ def render_client_envoy(backends: Sequence[Endpoint], policy: str,
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
     steering = policy.startswith("tailweight")
-    if steering and wasm_path is None:
+    native = policy in NATIVE_POLICIES
+    if native and native_path is None:
+        raise ValueError(f"policy {policy} needs native_path (build it with `make native`)")
+    if steering and not native and wasm_path is None:
         raise ValueError(f"policy {policy} needs wasm_path (build it with `make wasm`)")
     if policy in REPORTING_POLICIES and aggregator_port is None:
         raise ValueError(f"policy {policy} needs aggregator_port")
@@ -207,13 +236,13 @@ def render_client_envoy(backends: Sequence[Endpoint], policy: str,
     lb = lb_policy(policy, cswrr_blackout_s, cswrr_update_s)
     cluster = _eds_cluster(CLUSTER, eds_path, lb) if eds_path is not None else _static_cluster(CLUSTER, backends, lb)
     cluster["circuit_breakers"] = copy.deepcopy(ISTIO_CIRCUIT_BREAKERS)
-    if steering or protocol != "http":
-        cluster["typed_extension_protocol_options"] = _upstream_protocol_options(protocol, steering)
+    if steers_by_header(policy) or protocol != "http":
+        cluster["typed_extension_protocol_options"] = _upstream_protocol_options(protocol, steers_by_header(policy))
     clusters = [cluster]
     http_filters = []
     if steering:
         config = plugin_config if plugin_config is not None else plugin_config_for(policy)
-        http_filters.append(wasm_filter(wasm_path, config))
+        http_filters.append(native_filter(native_path, config) if native else wasm_filter(wasm_path, config))
         if policy in REPORTING_POLICIES:
             clusters.append(_static_cluster(AGGREGATOR_CLUSTER, [("127.0.0.1", aggregator_port)]))
     http_filters.append(copy.deepcopy(_ROUTER))

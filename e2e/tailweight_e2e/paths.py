@@ -9,6 +9,8 @@ CACHE = Path(os.environ.get("TW_CACHE", Path.home() / ".cache" / "tailweight"))
 VENV = CACHE / "venv"
 WASM = REPO / "build" / "tailweight_filter.wasm"
 RELEASE = REPO / "target" / "release"
+# The native shell (make native): an Envoy dynamic module.
+NATIVE = RELEASE / "libtailweight_native.so"
 
 
 def binary(name: str) -> Path:

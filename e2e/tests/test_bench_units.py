@@ -14,6 +14,7 @@ from harness.membership import EndpointSet
 from harness.scenario import ScenarioError, check, load, parse
 from tailweight_e2e import envoy, paths
 from tailweight_e2e.envoy_configs import (
+    NATIVE_POLICIES,
     POLICIES,
     REPORTING_POLICIES,
     STAMPING_SERVER_CONFIG,
@@ -21,6 +22,7 @@ from tailweight_e2e.envoy_configs import (
     render_client_envoy,
     render_eds,
     render_server_envoy,
+    steers_by_header,
     write_eds,
 )
 from tailweight_e2e.procs import wait_for
@@ -489,7 +491,9 @@ def _backends():
 def _policy_kwargs(policy: str) -> dict:
     """What render_client_envoy needs beyond the endpoints for `policy` (skips without the filter)."""
     kwargs = {}
-    if policy.startswith("tailweight"):
+    if policy in NATIVE_POLICIES:
+        kwargs["native_path"] = paths.NATIVE
+    elif policy.startswith("tailweight"):
         if not paths.WASM.exists():
             pytest.skip("build/tailweight_filter.wasm missing (make wasm)")
         kwargs["wasm_path"] = paths.WASM
@@ -518,12 +522,14 @@ def test_every_policy_renders_a_valid_envoy_config(policy, tmp_path):
     lb_name = cluster["load_balancing_policy"]["policies"][0]["typed_extension_config"]["name"]
     expected = {"round_robin": "round_robin", "least_request": "least_request", "operator": "least_request",
                 "cswrr_orca": "client_side_weighted_round_robin", "tailweight_local": "override_host",
-                "tailweight": "override_host", "tailweight_stamps": "override_host"}[policy]
+                "tailweight": "override_host", "tailweight_stamps": "override_host",
+                "tailweight_native_local": "least_request", "tailweight_native": "least_request"}[policy]
     assert lb_name == "envoy.load_balancing_policies." + expected
     filters = [f["name"] for f in config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
                ["typed_config"]["http_filters"]]
     assert filters[-1] == "envoy.filters.http.router"
-    assert ("envoy.filters.http.wasm" in filters) == policy.startswith("tailweight")
+    assert ("envoy.filters.http.wasm" in filters) == steers_by_header(policy)
+    assert ("envoy.filters.http.dynamic_modules" in filters) == (policy in NATIVE_POLICIES)
     assert [c["name"] for c in config["static_resources"]["clusters"]] == \
         (["backends", "tailweight_aggregator"] if policy in REPORTING_POLICIES else ["backends"])
     # Callers never pick Envoy's ports: admin and listener bind port 0 (envoy.start reads them).
@@ -547,8 +553,8 @@ def test_every_policy_renders_a_valid_mesh_config(policy, tmp_path):
     assert cluster["circuit_breakers"]["thresholds"][0]["max_retries"] == 2**32 - 1
     options = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
     assert options["explicit_http_config"] == {"http2_protocol_options": {}}
-    # The tailweight policies keep the upstream filter that strips the override header.
-    assert ("http_filters" in options) == policy.startswith("tailweight")
+    # The Wasm shell's policies keep the upstream filter that strips the override header.
+    assert ("http_filters" in options) == steers_by_header(policy)
     route = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"][
         "route_config"]["virtual_hosts"][0]["routes"][0]["route"]
     retry = route["retry_policy"]

@@ -263,6 +263,11 @@ impl Exchange for WasmExchange {
         }
     }
 
+    /// The override header, which Envoy's `override_host` policy reads.
+    fn steer(&mut self, header: &str, hosts: &str) {
+        self.set_header(HeaderMap::Request, header, hosts);
+    }
+
     fn text_attribute(&self, attribute: Attribute) -> Option<String> {
         let (path, older) = attribute_paths(attribute);
         property_text(path).or_else(|| older.and_then(property_text))

@@ -94,7 +94,7 @@ impl ClientRequest {
         }
         match pick {
             Pick::Steer { header: value, first_len, epoch } => {
-                exchange.set_header(HeaderMap::Request, header, &value);
+                exchange.steer(header, &value);
                 w.metrics.picks.inc(host);
                 self.steered = value;
                 self.chosen_len = Some(first_len);

@@ -100,6 +100,12 @@ pub trait Exchange {
     /// Replace every value of a header.
     fn set_header(&mut self, map: HeaderMap, name: &str, value: &str);
     fn remove_header(&mut self, map: HeaderMap, name: &str);
+    /// Send the request to `hosts`: `ip:port` choices, comma-separated, the first choice first and
+    /// the later ones for retries. The proxy-wasm shell writes them into the request header
+    /// `header`, which Envoy's `override_host` policy reads (retries included); the native shell
+    /// sets the stream's upstream override host to the first (its retries go where Envoy's policy
+    /// sends them).
+    fn steer(&mut self, header: &str, hosts: &str);
     /// A non-empty UTF-8 attribute.
     fn text_attribute(&self, attribute: Attribute) -> Option<String>;
     fn number_attribute(&self, attribute: Attribute) -> Option<u64>;

@@ -32,6 +32,7 @@ mod server_inflight;
 mod server_request;
 mod shared;
 mod shared_layout;
+pub mod shared_store;
 mod slot;
 mod stamper;
 mod tick;

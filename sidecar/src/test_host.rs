@@ -8,6 +8,7 @@
 //! the tests see the same code. Host calls are counted by method (`host_calls`) for it.
 
 use crate::host::{Attribute, CallAnswer, CallToken, Exchange, HeaderMap, Host, LogLevel, MetricKind, OutgoingCall};
+use crate::shared_store::SharedStore;
 use crate::{Plugin, Stream};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -35,7 +36,7 @@ impl SentCall {
 pub struct TestProxy {
     now_us: Cell<u64>,
     rng: RefCell<Rng>,
-    shared: RefCell<HashMap<String, (Vec<u8>, u32)>>,
+    shared: RefCell<SharedStore>,
     /// Shared-state writes are refused while set (a host out of room).
     pub refuse_shared_writes: Cell<bool>,
     /// Calls out are refused with this word while set (e.g. the cluster is gone).
@@ -120,13 +121,11 @@ impl TestProxy {
 
     /// The raw shared value under `key`.
     pub fn shared_value(&self, key: &str) -> Option<Vec<u8>> {
-        self.shared.borrow().get(key).map(|(v, _)| v.clone())
+        self.shared.borrow().value(key).map(<[u8]>::to_vec)
     }
 
     pub fn shared_keys(&self) -> Vec<String> {
-        let mut keys: Vec<String> = self.shared.borrow().keys().cloned().collect();
-        keys.sort();
-        keys
+        self.shared.borrow().keys()
     }
 
     /// Host calls by method since the last take, and reset.
@@ -204,26 +203,13 @@ impl Host for TestHost<'_> {
     #[inline(never)]
     fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
         self.proxy.count("shared_get");
-        match self.proxy.shared.borrow().get(key) {
-            Some((value, cas)) => (Some(value.clone()), Some(*cas)),
-            None => (None, None),
-        }
+        self.proxy.shared.borrow().get(key)
     }
 
-    /// Envoy's rule: a CAS token guards only a key that exists; a write bumps the token.
     #[inline(never)]
     fn shared_set(&self, key: &str, value: &[u8], cas: Option<u32>) -> bool {
         self.proxy.count("shared_set");
-        if self.proxy.refuse_shared_writes.get() {
-            return false;
-        }
-        let mut shared = self.proxy.shared.borrow_mut();
-        let current = shared.get(key).map(|(_, c)| *c);
-        if cas.is_some_and(|cas| current.is_some_and(|c| c != cas)) {
-            return false;
-        }
-        shared.insert(key.to_string(), (value.to_vec(), current.unwrap_or(0) + 1));
-        true
+        !self.proxy.refuse_shared_writes.get() && self.proxy.shared.borrow_mut().set(key, value, cas)
     }
 
     #[inline(never)]
@@ -339,6 +325,11 @@ impl Exchange for TestExchange {
 
     fn remove_header(&mut self, map: HeaderMap, name: &str) {
         self.map_mut(map).retain(|(n, _)| n != name);
+    }
+
+    /// As the proxy-wasm shell does: the override header.
+    fn steer(&mut self, header: &str, hosts: &str) {
+        self.set_header(HeaderMap::Request, header, hosts);
     }
 
     fn text_attribute(&self, attribute: Attribute) -> Option<String> {

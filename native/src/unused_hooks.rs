@@ -1,9 +1,9 @@
 //! The HTTP filter's other hooks. Envoy 1.40 resolves the whole HTTP filter hook set when it creates
 //! the filter config: without `envoy_dynamic_module_on_http_filter_request_body` the config was
-//! rejected ("Failed to resolve symbol ..."), so the probe exports every `on_http_filter_*` hook the
+//! rejected ("Failed to resolve symbol ..."), so the module exports every `on_http_filter_*` hook the
 //! binary names. These do nothing but let the stream go on.
 
-use crate::{EnvoyBuffer, EnvoyHeader, CONTINUE};
+use crate::abi::{EnvoyBuffer, HeaderPair as EnvoyHeader, CONTINUE};
 use std::ffi::c_void;
 
 #[no_mangle]

@@ -1,0 +1,149 @@
+//! The sidecar's metrics as the filter config's. Envoy lets a module define metrics only while it
+//! creates the filter config (afterwards `define` answers Frozen), so every plugin is configured
+//! there; a metric first defined later (with `per_endpoint_metrics`, one per endpoint seen) is not
+//! recorded by this shell. Counters and gauges are Envoy's: atomic, so any thread updates them
+//! through the config.
+//!
+//! Names: the sidecar's `tailweight.<name>` is defined as `<name>`; the Envoy configuration gives the
+//! module `metrics_namespace: tailweight`, so `/stats` shows `tailweight.<name>` as for the Wasm
+//! shell (Prometheus: `envoy_tailweight_<name>`, where the Wasm shell's is `tailweight_<name>`).
+
+use crate::abi::{self, ModuleBuffer};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Mutex;
+use tailweight_sidecar::host::{MetricId, MetricKind};
+
+/// The top bit of a `MetricId` marks a gauge; the rest is Envoy's id.
+const GAUGE: MetricId = 1 << 31;
+/// The prefix the metrics namespace puts back.
+const NAMESPACE_PREFIX: &str = "tailweight.";
+
+pub struct ConfigMetrics {
+    envoy: usize,
+    defined: Mutex<Definitions>,
+}
+
+#[derive(Default)]
+struct Definitions {
+    by_name: HashMap<String, MetricId>,
+    frozen: bool,
+}
+
+impl ConfigMetrics {
+    pub fn new(config_envoy: *mut c_void) -> ConfigMetrics {
+        ConfigMetrics { envoy: config_envoy as usize, defined: Mutex::default() }
+    }
+
+    fn envoy(&self) -> *mut c_void {
+        self.envoy as *mut c_void
+    }
+
+    /// After the filter config is made: later definitions are refused (Envoy would refuse them).
+    pub fn freeze(&self) {
+        self.lock().frozen = true;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Definitions> {
+        self.defined.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// One id per name and kind, however many workers define it.
+    pub fn define(&self, kind: MetricKind, name: &str) -> Option<MetricId> {
+        let mut defined = self.lock();
+        if let Some(&id) = defined.by_name.get(name) {
+            return Some(id);
+        }
+        if defined.frozen {
+            return None;
+        }
+        let short = name.strip_prefix(NAMESPACE_PREFIX).unwrap_or(name);
+        let mut envoy_id = 0usize;
+        let name_buffer = ModuleBuffer::of(short.as_bytes());
+        // SAFETY: Envoy reads the name and writes one id; called while the config is being made.
+        let result = unsafe {
+            match kind {
+                MetricKind::Counter => abi::envoy_dynamic_module_callback_http_filter_config_define_counter(
+                    self.envoy(),
+                    name_buffer,
+                    std::ptr::null_mut(),
+                    0,
+                    &mut envoy_id,
+                ),
+                MetricKind::Gauge => abi::envoy_dynamic_module_callback_http_filter_config_define_gauge(
+                    self.envoy(),
+                    name_buffer,
+                    std::ptr::null_mut(),
+                    0,
+                    &mut envoy_id,
+                ),
+            }
+        };
+        let envoy_id = MetricId::try_from(envoy_id).ok().filter(|id| id & GAUGE == 0)?;
+        if result != abi::RESULT_SUCCESS {
+            return None;
+        }
+        let id = match kind {
+            MetricKind::Counter => envoy_id,
+            MetricKind::Gauge => envoy_id | GAUGE,
+        };
+        defined.by_name.insert(name.to_string(), id);
+        Some(id)
+    }
+
+    /// Add `by` (a gauge may go down).
+    pub fn increment(&self, metric: MetricId, by: i64) {
+        let id = (metric & !GAUGE) as usize;
+        let amount = by.unsigned_abs();
+        // SAFETY: no memory is passed but the config pointer, valid while the config lives.
+        unsafe {
+            match (metric & GAUGE != 0, by >= 0) {
+                (false, true) => {
+                    abi::envoy_dynamic_module_callback_http_filter_config_increment_counter(
+                        self.envoy(),
+                        id,
+                        std::ptr::null_mut(),
+                        0,
+                        amount,
+                    );
+                }
+                (false, false) => {}
+                (true, true) => {
+                    abi::envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+                        self.envoy(),
+                        id,
+                        std::ptr::null_mut(),
+                        0,
+                        amount,
+                    );
+                }
+                (true, false) => {
+                    abi::envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+                        self.envoy(),
+                        id,
+                        std::ptr::null_mut(),
+                        0,
+                        amount,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Set a gauge (a counter is not set).
+    pub fn record(&self, metric: MetricId, value: u64) {
+        if metric & GAUGE == 0 {
+            return;
+        }
+        // SAFETY: as for `increment`.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_config_set_gauge(
+                self.envoy(),
+                (metric & !GAUGE) as usize,
+                std::ptr::null_mut(),
+                0,
+                value,
+            );
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! tailweight-native: the native shell. The sidecar crate as an Envoy dynamic module, an HTTP filter
+//! that picks each request's endpoint with the same code as the proxy-wasm shell and sets it as the
+//! stream's upstream override host (no header, no `override_host` policy; Envoy's cluster manager
+//! honours it before any load balancer runs, and falls back to the cluster's policy for a host it
+//! no longer has).
+//!
+//! Envoy loads `libtailweight_native.so` once per process; the module binds the dynamic-module C
+//! ABI by hand (`abi`, Envoy 1.40, "v0.2.0"). A filter config (`filter_state`) keeps one plugin per
+//! worker, as the Wasm shell keeps one per worker VM; the workers share state in the process's
+//! memory (`process_store`); ticks, reports, replies and health checks run on the main thread,
+//! woken by the module's own thread (`ticker`, `tick_schedule`) and calling out through the filter
+//! config (`callouts`); metrics are the filter config's (`config_metrics`). `hooks` are the exports.
+
+mod abi;
+mod callouts;
+mod config_metrics;
+mod filter_state;
+mod hooks;
+mod host;
+mod process_store;
+mod tick_schedule;
+mod ticker;
+mod unused_hooks;
