@@ -9,7 +9,9 @@ import subprocess
 import requests
 import yaml
 from test_filter import Recorder, reported_requests, run_fortio, shares, start_backends
+from test_filter_grpc import ping_load
 
+from harness import emulator as emu
 from tailweight_e2e import envoy, envoy_configs, paths
 from tailweight_e2e.procs import wait_for
 
@@ -140,3 +142,42 @@ def test_an_aggregator_that_is_down_never_fails_a_request(group, tmp_path):
     assert client.stat("reports_ok") == 0 and client.stat("views_applied") == 0
     assert client.stat("picks") > 0.8 * total, "local-only decisions continue"
     assert "aggregator answered 503" in client.envoy.log()
+
+
+def test_every_grpc_call_on_one_connection_is_steered_and_a_failing_backend_gets_few(group, tmp_path):
+    """HTTP/2 to gRPC backends: each RPC picked on its own; UNAVAILABLE in a trailers-only answer
+    (HTTP 200, `grpc-status` in the headers) counts against its endpoint."""
+    backends = emu.start(group, [emu.BackendSettings(workers=8, base_ms=2.0, protocol="grpc") for _ in range(4)])
+    cfg = yaml.safe_load(envoy_configs.render_client_envoy(
+        backends.addresses, "tailweight_native_local", native_path=paths.NATIVE, protocol="grpc"))
+    proxy = envoy.start(group, "envoy-native-grpc", yaml.safe_dump(cfg))
+    destination = proxy.address()
+    ping_load(group, tmp_path, destination, qps=100, connections=1, streams=4, seconds=3, name="warm")
+    backends.event([1], "fail")
+    before = backends.requests_total()
+    result = ping_load(group, tmp_path, destination, qps=200, connections=1, streams=4, seconds=6, name="load")
+    served = [a - b for a, b in zip(backends.requests_total(), before, strict=True)]
+    total = sum(served)
+    assert result["DurationHistogram"]["Count"] >= 1000
+    picks, honoured = proxy.stat(STAT + "picks"), proxy.stat(STAT + "picks_honoured")
+    assert picks > 1000 and honoured == picks
+    assert served[1] < 0.03 * total, f"the failing backend got {served}"
+    failed_rpcs = result["RetCodes"].get("ERROR", 0)
+    assert proxy.stat(STAT + "failures") >= failed_rpcs > 0, result["RetCodes"]
+
+
+def test_a_failing_backend_that_recovers_gets_its_share_back(group, tmp_path):
+    """No health checks: the suspended endpoint is probed with users' requests, and readmitted."""
+    backends = start_backends(group, 4)
+    client = NativeClient(group, backends.addresses)
+    backends.event([1], "fail")
+    run_fortio(group, tmp_path, client.url, qps=150, connections=4, seconds=4, name="failing")
+    assert client.stat("suspensions") >= 1
+    backends.event([1], "recover")
+    # Requests in flight (eight sessions), as the two-choice pick needs to compare loads.
+    run_fortio(group, tmp_path, client.url, qps=300, connections=8, seconds=4, name="recovering")
+    before = backends.requests_total()
+    total, errors = run_fortio(group, tmp_path, client.url, qps=300, connections=8, seconds=4, name="recovered")
+    share, _ = shares(before, backends.requests_total())
+    assert errors == 0
+    assert share[1] > 0.12, share  # a fair share is 0.25
