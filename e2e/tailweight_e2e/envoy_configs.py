@@ -173,12 +173,12 @@ def wasm_filter(wasm_path: str | Path, plugin_config: dict | None = None) -> dic
 
 
 def native_filter(module_path: str | Path, plugin_config: dict | None = None) -> dict:
-    """The native shell as an HTTP filter. `metrics_namespace: tailweight` names its metrics
-    `tailweight.<name>` in /stats (the module defines them without the prefix)."""
+    """The native shell as an HTTP filter. `metrics_namespace: wasmcustom` names its metrics in
+    /stats as the Wasm shell's (`wasmcustom.tailweight.<name>`; native/src/config_metrics.rs)."""
     return {"name": "envoy.filters.http.dynamic_modules", "typed_config": {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter",
         "dynamic_module_config": {"module": {"local": {"filename": str(Path(module_path).resolve())}},
-                                  "do_not_close": True, "metrics_namespace": "tailweight"},
+                                  "do_not_close": True, "metrics_namespace": "wasmcustom"},
         "filter_name": "tailweight",
         "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue",
                           "value": json.dumps(plugin_config or {})},

@@ -15,7 +15,7 @@ from harness import emulator as emu
 from tailweight_e2e import envoy, envoy_configs, paths
 from tailweight_e2e.procs import wait_for
 
-STAT = "tailweight."
+STAT = "wasmcustom.tailweight."  # as the Wasm shell's (native/src/config_metrics.rs)
 ACCESS_FORMAT = "%REQ(X-GATEWAY-DESTINATION-ENDPOINT)% %UPSTREAM_HOST% %RESPONSE_CODE%\n"
 
 

@@ -4,9 +4,12 @@
 //! recorded by this shell. Counters and gauges are Envoy's: atomic, so any thread updates them
 //! through the config.
 //!
-//! Names: the sidecar's `tailweight.<name>` is defined as `<name>`; the Envoy configuration gives the
-//! module `metrics_namespace: tailweight`, so `/stats` shows `tailweight.<name>` as for the Wasm
-//! shell (Prometheus: `envoy_tailweight_<name>`, where the Wasm shell's is `tailweight_<name>`).
+//! Names are the sidecar's (`tailweight.<name>`). The Envoy configuration gives the module
+//! `metrics_namespace: wasmcustom`, the namespace Envoy gives Wasm metrics, so `/stats` names them
+//! exactly as the Wasm shell's (`wasmcustom.tailweight.<name>`): Istio's default stats inclusion
+//! (prefix `wasm`) keeps them, and every reader of /stats (the CLI, the tests) reads one set of
+//! names. Prometheus shows `envoy_wasmcustom_tailweight_<name>` where the Wasm shell's is
+//! `tailweight_<name>` (Envoy strips the namespace only for Wasm); the chart's monitors rename it.
 
 use crate::abi::{self, ModuleBuffer};
 use std::collections::HashMap;
@@ -16,8 +19,6 @@ use tailweight_sidecar::host::{MetricId, MetricKind};
 
 /// The top bit of a `MetricId` marks a gauge; the rest is Envoy's id.
 const GAUGE: MetricId = 1 << 31;
-/// The prefix the metrics namespace puts back.
-const NAMESPACE_PREFIX: &str = "tailweight.";
 
 pub struct ConfigMetrics {
     envoy: usize,
@@ -57,9 +58,8 @@ impl ConfigMetrics {
         if defined.frozen {
             return None;
         }
-        let short = name.strip_prefix(NAMESPACE_PREFIX).unwrap_or(name);
         let mut envoy_id = 0usize;
-        let name_buffer = ModuleBuffer::of(short.as_bytes());
+        let name_buffer = ModuleBuffer::of(name.as_bytes());
         // SAFETY: Envoy reads the name and writes one id; called while the config is being made.
         let result = unsafe {
             match kind {
