@@ -1020,6 +1020,46 @@ def test_unfetchable_module_fails_open(mesh):
 
 
 # ---------------------------------------------------------------------------------------------------
+# module.kind native: the same sidecar code as an Envoy dynamic module, wired by EnvoyFilters
+
+
+def test_native_shell_steers_and_reports_then_the_wasm_shell_comes_back(mesh):
+    """`helm upgrade` with module.kind native: the WasmPlugin goes, the native shell (the .so at
+    module.native.path, here the build's own file: the sidecars are this machine's processes) is
+    in the outbound listener before the router, every pick is honoured with no override header
+    written (it sets the upstream override host), its metrics keep the Wasm shell's names, and its
+    reports reach the aggregator through the mesh. Then back to the Wasm shell."""
+    client, listener = mesh.client, f"{mesh.client.ip}_{tm.PORT}"
+
+    def chain() -> str:
+        return yaml.safe_dump(client.listeners()[listener])
+
+    native = {"kind": "native", "native": {"path": str(paths.NATIVE)}}
+    try:
+        mesh.install(module=native)
+        wait_for(lambda: "tailweight.native" in chain() and "tailweight~" not in chain(), 60,
+                 "the native shell in place of the WasmPlugin's filter")
+        assert chain().index("tailweight.native") < chain().index("envoy.filters.http.router")
+        assert not mesh.cp.kubectl("get", "wasmplugin", "-n", tm.CLIENT_NS, "-o", "name").stdout.strip()
+        mesh.traffic(rounds=30, services=["backend"])  # warm-up: the shell learns the endpoints
+        before = settle(client)
+        responses = mesh.traffic(rounds=60, services=["backend"])
+        assert all(r.status_code == 200 for r in responses), [r.status_code for r in responses]
+        assert not any(r.headers["x-echo-override"] for r in responses), "the native shell writes no header"
+        after = settle(client)
+        picks = delta(after, before, "picks")
+        assert picks >= 40, after
+        assert delta(after, before, "picks_honoured") == picks and delta(after, before, "picks_not_honoured") == 0
+        assert delta(after, before, "explorations") + delta(after, before, "fallbacks") == 60 - picks
+        assert after["config_errors"] == before.get("config_errors", 0)
+        wait_for(lambda: settle(client)["reports_ok"] > after["reports_ok"], 30, "a report answered by the aggregator")
+    finally:
+        mesh.install(url=f"file://{tm.WASM}")
+    wait_for(lambda: "tailweight~" in chain() and "tailweight.native" not in chain(), 60, "the Wasm shell back")
+    wait_for(lambda: tm.active_module(client) == str(tm.WASM), 30, "back to the file:// module")
+
+
+# ---------------------------------------------------------------------------------------------------
 # Bad input: the aggregator unreachable -> local-only, no request fails
 
 

@@ -153,3 +153,37 @@ here, since the EnvoyFilters name it too). */}}
 {{- else if regexMatch "^[0-9]+$" $q -}}{{- div ($q | int64) 1048576 -}}
 {{- else -}}0{{- end -}}
 {{- end -}}
+
+{{/* module.kind native: the native shell (libtailweight_native.so at module.native.path) as an
+HTTP filter before the router of the sidecars' `context` listeners (SIDECAR_OUTBOUND for the client
+role, SIDECAR_INBOUND for the server role), configured with `config` as the WasmPlugin's
+pluginConfig would be. Its metrics take the namespace Envoy gives Wasm metrics
+(native/src/config_metrics.rs), so /stats and Istio's default stats inclusion see them as the Wasm
+shell's. Called with (dict "context" ... "config" ... "root" $). */}}
+{{- define "tailweight.native.patch" -}}
+- applyTo: HTTP_FILTER
+  match:
+    context: {{ .context }}
+    listener:
+      filterChain:
+        filter:
+          name: envoy.filters.network.http_connection_manager
+          subFilter:
+            name: envoy.filters.http.router
+  patch:
+    operation: INSERT_BEFORE
+    value:
+      name: tailweight.native
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
+        dynamic_module_config:
+          module:
+            local:
+              filename: {{ .root.Values.module.native.path | quote }}
+          do_not_close: true
+          metrics_namespace: wasmcustom
+        filter_name: tailweight
+        filter_config:
+          "@type": type.googleapis.com/google.protobuf.StringValue
+          value: {{ toJson .config | quote }}
+{{- end -}}
