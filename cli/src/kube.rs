@@ -1,0 +1,159 @@
+//! The apiserver, through `kubectl`. The CLI is also `kubectl tailweight`, so kubectl is there
+//! wherever it runs, and going through it reads the kubeconfig exactly as kubectl does: contexts,
+//! client certificates, tokens, exec credential plugins (EKS, GKE, AKS, OIDC), proxies and the
+//! cluster's CA. A client of its own would need TLS and a YAML parser in the static binary and
+//! would still miss the exec plugins; kubectl is one child process per list.
+
+use serde_json::Value;
+use std::process::Stdio;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// How to reach the apiserver: kubectl's own `--kubeconfig` and `--context` (unset: kubectl's
+/// defaults, `$KUBECONFIG` or `~/.kube/config`, and its current context).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Kubectl {
+    /// The kubeconfig kubectl reads (default: $KUBECONFIG, else ~/.kube/config).
+    #[arg(long, global = true)]
+    pub kubeconfig: Option<String>,
+    /// The kubeconfig context (default: its current context).
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    /// The kubectl binary.
+    #[arg(long, global = true, env = "TAILWEIGHT_KUBECTL", default_value = "kubectl")]
+    pub kubectl: String,
+}
+
+impl Kubectl {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.kubectl);
+        if let Some(kubeconfig) = &self.kubeconfig {
+            command.arg(format!("--kubeconfig={kubeconfig}"));
+        }
+        if let Some(context) = &self.context {
+            command.arg(format!("--context={context}"));
+        }
+        command.args(args).stdin(Stdio::null()).kill_on_drop(true);
+        command
+    }
+
+    /// `kubectl <args> -o json`, parsed.
+    pub async fn get_json(&self, args: &[&str]) -> Result<Value, String> {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["-o", "json"]);
+        let output =
+            self.command(&all).output().await.map_err(|e| format!("{} {}: {e}", self.kubectl, all.join(" ")))?;
+        if !output.status.success() {
+            return Err(format!(
+                "{} {}: {}",
+                self.kubectl,
+                all.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
+        serde_json::from_slice(&output.stdout).map_err(|e| format!("{} {}: not JSON: {e}", self.kubectl, all.join(" ")))
+    }
+
+    /// Every object of `resource` in every namespace; `None` when the apiserver does not serve
+    /// that resource (its CRD is not installed).
+    pub async fn list(&self, resource: &str) -> Result<Option<Vec<Value>>, String> {
+        match self.get_json(&["get", resource, "--all-namespaces"]).await {
+            Ok(list) => Ok(Some(list["items"].as_array().cloned().unwrap_or_default())),
+            Err(e) if e.contains("doesn't have a resource type") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One namespaced object.
+    pub async fn get(&self, resource: &str, namespace: &str, name: &str) -> Result<Value, String> {
+        self.get_json(&["get", resource, name, "--namespace", namespace]).await
+    }
+
+    /// `kubectl port-forward pod/<name> :<port>`: the child (killed when dropped) and the local
+    /// address it forwards from, once kubectl says so.
+    pub async fn port_forward(&self, namespace: &str, pod: &str, port: u16) -> Result<(Child, String), String> {
+        let target = format!("pod/{pod}");
+        let ports = format!(":{port}");
+        let args =
+            ["port-forward", "--namespace", namespace, "--address", "127.0.0.1", target.as_str(), ports.as_str()];
+        let mut child = self
+            .command(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("{} port-forward: {e}", self.kubectl))?;
+        let stdout = child.stdout.take().ok_or("kubectl port-forward: no stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(std::time::Duration::from_secs(20), lines.next_line()).await;
+        match first {
+            Ok(Ok(Some(line))) => match forwarded_from(&line) {
+                Some(address) => {
+                    // Keep reading (and dropping) kubectl's "Handling connection" lines.
+                    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                    Ok((child, address))
+                }
+                None => Err(format!("kubectl port-forward pod/{pod} -n {namespace}: {line}")),
+            },
+            _ => {
+                let _ = child.start_kill();
+                let mut stderr = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = tokio::io::AsyncReadExt::read_to_string(&mut e, &mut stderr).await;
+                }
+                Err(format!("kubectl port-forward pod/{pod} -n {namespace}: {}", stderr.trim()))
+            }
+        }
+    }
+}
+
+/// What `tailweight check` reads, listed all at once.
+pub async fn snapshot(kubectl: &Kubectl) -> Result<crate::check::Snapshot, String> {
+    let required = |r: Result<Option<Vec<Value>>, String>| r.map(Option::unwrap_or_default);
+    let (namespaces, pods, services, config_maps) = tokio::join!(
+        kubectl.list("namespaces"),
+        kubectl.list("pods"),
+        kubectl.list("services"),
+        kubectl.list("configmaps"),
+    );
+    let (wasm_plugins, destination_rules, sidecars) = tokio::join!(
+        kubectl.list("wasmplugins.extensions.istio.io"),
+        kubectl.list("destinationrules.networking.istio.io"),
+        kubectl.list("sidecars.networking.istio.io"),
+    );
+    let (service_monitors, pod_monitors, prometheuses) = tokio::join!(
+        kubectl.list("servicemonitors.monitoring.coreos.com"),
+        kubectl.list("podmonitors.monitoring.coreos.com"),
+        kubectl.list("prometheuses.monitoring.coreos.com"),
+    );
+    Ok(crate::check::Snapshot {
+        namespaces: required(namespaces)?,
+        pods: required(pods)?,
+        services: required(services)?,
+        config_maps: required(config_maps)?,
+        wasm_plugins: required(wasm_plugins)?,
+        destination_rules: required(destination_rules)?,
+        sidecars: required(sidecars)?,
+        service_monitors: service_monitors?,
+        pod_monitors: pod_monitors?,
+        prometheuses: prometheuses?,
+    })
+}
+
+/// The local address in kubectl's `Forwarding from 127.0.0.1:40123 -> 15000`.
+pub fn forwarded_from(line: &str) -> Option<String> {
+    let rest = line.trim().strip_prefix("Forwarding from ")?;
+    let (address, _) = rest.split_once(" -> ")?;
+    Some(address.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_forwarded_address_from_kubectls_line() {
+        assert_eq!(forwarded_from("Forwarding from 127.0.0.1:40123 -> 15000\n").as_deref(), Some("127.0.0.1:40123"));
+        assert_eq!(forwarded_from("error: unable to forward"), None);
+    }
+}
