@@ -155,8 +155,10 @@ pub fn rows(
         .collect()
 }
 
-/// The report as an aligned text table.
+/// The report as an aligned text table; its first column is the endpoints' pods when the
+/// apiserver named any (otherwise the addresses lead, as without Kubernetes).
 pub fn table(report: &Report) -> String {
+    let with_pods = report.endpoints.iter().any(|r| r.pod.is_some());
     let header = ["POD", "ENDPOINT", "SHARE", "PICKS", "WEIGHT", "LATENCY", "INFLIGHT", "STATE"];
     let dash = || "-".to_string();
     let mut lines: Vec<[String; 8]> = vec![header.map(String::from)];
@@ -179,8 +181,9 @@ pub fn table(report: &Report) -> String {
         report.view_age_ms.map_or_else(|| "-".to_string(), |ms| format!("{ms}ms")),
         if report.window_s > 0.0 { format!("the last {}s", report.window_s) } else { "the sidecar's life".into() }
     );
+    let skip = usize::from(!with_pods);
     for line in &lines {
-        let cells: Vec<String> = line.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let cells: Vec<String> = line.iter().zip(&widths).skip(skip).map(|(c, w)| format!("{c:<w$}")).collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
@@ -236,7 +239,8 @@ mod tests {
         assert_eq!((rows[0].weight, rows[0].aggregator_ejected, rows[0].state), (Some(0.5), Some(true), "suspended"));
         assert_eq!((rows[0].latency_ms, rows[0].inflight), (Some(2.5), Some(3)));
         assert_eq!((rows[2].state, rows[2].weight, rows[2].share), ("untracked", None, Some(0.0)));
-        let text = table(&Report { cluster: CLUSTER.into(), view_age_ms: Some(420), window_s: 2.0, endpoints: rows });
+        let mut report = Report { cluster: CLUSTER.into(), view_age_ms: Some(420), window_s: 2.0, endpoints: rows };
+        let text = table(&report);
         assert!(
             text.lines()
                 .nth(2)
@@ -244,6 +248,12 @@ mod tests {
                 .starts_with("cart-7d9f  10.0.0.1:8080   25.0%  30     0.500   2.5ms    3         suspended"),
             "{text}"
         );
+        assert!(text.lines().nth(3).unwrap().starts_with("-          [fd00::2]:8080"), "{text}");
+        // No pod named: the addresses lead, as without Kubernetes.
+        report.endpoints.iter_mut().for_each(|r| r.pod = None);
+        let text = table(&report);
+        assert!(text.lines().nth(1).unwrap().starts_with("ENDPOINT  "), "{text}");
+        assert!(text.lines().nth(2).unwrap().starts_with("10.0.0.1:8080   25.0%  30     0.500"), "{text}");
     }
 
     #[test]
