@@ -17,6 +17,14 @@ pub fn parse_ref(text: &str, default_namespace: &str) -> Result<(String, String)
     Ok((ns.to_string(), name.to_string()))
 }
 
+/// Whether the pod has Istio's sidecar: an `istio-proxy` container (or init container, for
+/// Kubernetes' native sidecars).
+pub fn has_sidecar(pod: &Value) -> bool {
+    ["containers", "initContainers"]
+        .iter()
+        .any(|k| pod["spec"][k].as_array().is_some_and(|cs| cs.iter().any(|c| c["name"] == "istio-proxy")))
+}
+
 /// The pod's IP and its sidecar's admin port (`proxyAdminPort` in the `proxy.istio.io/config`
 /// annotation, else 15000). Err: not running, no IP yet, or no istio-proxy container.
 pub fn admin_target(pod: &Value) -> Result<(String, u16), String> {
@@ -25,10 +33,7 @@ pub fn admin_target(pod: &Value) -> Result<(String, u16), String> {
         pod["metadata"]["namespace"].as_str().unwrap_or(""),
         pod["metadata"]["name"].as_str().unwrap_or("")
     );
-    let sidecar = ["containers", "initContainers"]
-        .iter()
-        .any(|k| pod["spec"][k].as_array().is_some_and(|cs| cs.iter().any(|c| c["name"] == "istio-proxy")));
-    if !sidecar {
+    if !has_sidecar(pod) {
         return Err(format!("{name} has no istio-proxy container: it is not in the mesh"));
     }
     let phase = pod["status"]["phase"].as_str().unwrap_or("Unknown");

@@ -5,17 +5,12 @@
 
 use super::{exported_to, host_matches, labels, ns_name, service_of_host, str_at, strings};
 use super::{Finding, Installed, Kind, Mesh, Severity, Snapshot, EXPORT_TO_ANNOTATION};
+use crate::pods::has_sidecar;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
 fn find<'a>(list: &'a [Value], namespace: &str, name: &str) -> Option<&'a Value> {
     list.iter().find(|v| ns_name(v) == (namespace, name))
-}
-
-fn has_sidecar(pod: &Value) -> bool {
-    ["containers", "initContainers"]
-        .iter()
-        .any(|k| pod["spec"][k].as_array().is_some_and(|cs| cs.iter().any(|c| c["name"] == "istio-proxy")))
 }
 
 /// The revisions (`istio.io/rev`) the namespaces are labelled with.
