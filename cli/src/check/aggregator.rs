@@ -18,9 +18,10 @@ fn revisions(snapshot: &Snapshot) -> BTreeSet<String> {
     snapshot.namespaces.iter().filter_map(|n| labels(n).get("istio.io/rev").cloned()).collect()
 }
 
-/// Why the namespace's pods may go without a sidecar, and how to label it; None when it is
+/// Why the namespace's pods may go without a sidecar, and how to label it and restart
+/// `deployment` (the chart names the aggregator's Deployment as its Service); None when it is
 /// labelled for injection.
-fn injection_gap(snapshot: &Snapshot, namespace: &str) -> Option<(Severity, String, String)> {
+fn injection_gap(snapshot: &Snapshot, namespace: &str, deployment: &str) -> Option<(Severity, String, String)> {
     let ns_labels = snapshot.namespaces.iter().find(|n| ns_name(n).1 == namespace).map(labels).unwrap_or_default();
     if ns_labels.contains_key("istio.io/rev") || ns_labels.get("istio-injection").map(String::as_str) == Some("enabled")
     {
@@ -31,7 +32,7 @@ fn injection_gap(snapshot: &Snapshot, namespace: &str) -> Option<(Severity, Stri
         Some(rev) => format!("kubectl label namespace {namespace} istio.io/rev={rev}"),
         None => format!("kubectl label namespace {namespace} istio-injection=enabled --overwrite"),
     };
-    let restart = format!("{label}, then kubectl -n {namespace} rollout restart deployment (the aggregator's)");
+    let restart = format!("{label}, then kubectl -n {namespace} rollout restart deployment {deployment}");
     if let Some(value) = ns_labels.get("istio-injection") {
         return Some((
             Severity::Error,
@@ -92,7 +93,7 @@ pub fn sidecars(snapshot: &Snapshot, installed: &Installed) -> Vec<Finding> {
                 selector.iter().all(|(k, v)| l.get(k) == Some(v))
             })
             .collect();
-        let gap = injection_gap(snapshot, &ns);
+        let gap = injection_gap(snapshot, &ns, &name);
         let bare: Vec<&Value> = pods.iter().copied().filter(|p| !has_sidecar(p)).collect();
         if pods.is_empty() {
             out.push(Finding {

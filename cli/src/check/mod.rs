@@ -390,10 +390,14 @@ fn bootstrap_overrides(snapshot: &Snapshot) -> Vec<Finding> {
                 "annotated {OVERRIDE_ANNOTATION}: {wanted}, and namespace {ns} has no ConfigMap {wanted}: the \
                  injector mounts it as a required volume, so a new pod of this workload cannot start"
             ),
-            fix: format!(
-                "remove the annotation from the workload's pod template, or opt namespace {ns} in again (the chart \
-                 creates {wanted} there with sidecarBootstrap.enabled)"
-            ),
+            fix: if wanted.ends_with("-sidecar-bootstrap") {
+                format!(
+                    "remove the annotation from the workload's pod template, or opt namespace {ns} in again (the \
+                     chart creates {wanted} there with sidecarBootstrap.enabled)"
+                )
+            } else {
+                format!("remove the annotation from the workload's pod template, or create ConfigMap {wanted} in {ns}")
+            },
         });
     }
     out

@@ -95,8 +95,8 @@ pub fn monitors(snapshot: &Snapshot) -> Vec<Finding> {
                     "install a Prometheus (e.g. kube-prometheus-stack), or monitoring.enabled: false".into()
                 } else {
                     format!(
-                        "set the chart's monitoring.labels to the labels it selects, and allow namespace {ns} in its \
-                         namespace selector, then helm upgrade: {}",
+                        "set the chart's monitoring.labels to labels a Prometheus selects (and have its namespace \
+                         selector admit namespace {ns}), then helm upgrade: {}",
                         selectors.join("; ")
                     )
                 },

@@ -59,6 +59,7 @@ fn an_aggregator_pod_without_sidecar_under_a_revisioned_istio() {
     let f =
         only(&findings, Kind::AggregatorWithoutSidecar, Severity::Error, "Pod tailweight/tailweight-aggregator-6c9-b");
     assert!(f.fix.contains("kubectl label namespace tailweight istio.io/rev=1-31"), "{}", f.fix);
+    assert!(f.fix.ends_with("rollout restart deployment tailweight-aggregator"), "{}", f.fix);
 }
 
 #[test]
@@ -267,6 +268,13 @@ fn a_pod_naming_a_missing_bootstrap_config_map() {
         [(Kind::BootstrapOverrideMissing, "Pod legacy/old-1"), (Kind::BootstrapOverrideMissing, "Pod web/web-1"),]
     );
     assert!(findings.iter().all(|f| f.severity == Severity::Error));
+    assert!(findings[1].fix.contains("opt namespace web in again"), "{}", findings[1].fix);
+    let other = findings_with(|items| {
+        object(items, "Pod", "web", "web-1")["metadata"]["annotations"] =
+            json!({"sidecar.istio.io/bootstrapOverride": "my-own-bootstrap"});
+    });
+    let f = only(&other, Kind::BootstrapOverrideMissing, Severity::Error, "Pod web/web-1");
+    assert!(f.fix.ends_with("create ConfigMap my-own-bootstrap in web"), "{}", f.fix);
 }
 
 #[test]
