@@ -150,6 +150,67 @@ pub fn forwarded_from(line: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A stand-in kubectl: a shell script with `body`, in a directory of its own (removed with it).
+    struct Fake(Kubectl, std::path::PathBuf);
+
+    impl Drop for Fake {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.1);
+        }
+    }
+
+    impl std::ops::Deref for Fake {
+        type Target = Kubectl;
+        fn deref(&self) -> &Kubectl {
+            &self.0
+        }
+    }
+
+    fn fake_kubectl(name: &str, body: &str) -> Fake {
+        let dir = std::env::temp_dir().join(format!("tw-cli-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("kubectl");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let kubectl = Kubectl {
+            kubeconfig: Some("/tmp/kc".into()),
+            context: Some("prod".into()),
+            kubectl: path.to_string_lossy().into_owned(),
+        };
+        Fake(kubectl, dir)
+    }
+
+    #[tokio::test]
+    async fn lists_through_kubectl_with_its_kubeconfig_and_context() {
+        // It echoes its arguments as the one item's name.
+        let kubectl = fake_kubectl("list", r#"printf '{"items":[{"name":"%s"}]}' "$*""#);
+        let items = kubectl.list("pods").await.unwrap().unwrap();
+        assert_eq!(items[0]["name"], "--kubeconfig=/tmp/kc --context=prod get pods --all-namespaces -o json");
+        let missing = fake_kubectl(
+            "missing",
+            r#"echo 'error: the server doesn'"'"'t have a resource type "prometheuses"' >&2; exit 1"#,
+        );
+        assert_eq!(missing.list("prometheuses.monitoring.coreos.com").await.unwrap(), None);
+        let denied = fake_kubectl("denied", r#"echo 'Error from server (Forbidden): pods is forbidden' >&2; exit 1"#);
+        assert!(denied.list("pods").await.unwrap_err().ends_with("pods is forbidden"));
+    }
+
+    #[tokio::test]
+    async fn port_forward_gives_kubectls_local_address_or_its_error() {
+        let forwarding = fake_kubectl(
+            "pf",
+            r#"case "$*" in *"port-forward --namespace shop --address 127.0.0.1 pod/web-1 :15100"*)
+                 echo 'Forwarding from 127.0.0.1:40123 -> 15100'; exec sleep 30;; esac; exit 3"#,
+        );
+        let (child, address) = forwarding.port_forward("shop", "web-1", 15100).await.unwrap();
+        assert_eq!(address, "127.0.0.1:40123");
+        drop(child); // killed (kill_on_drop)
+        let failing = fake_kubectl("pf-fail", r#"echo 'error: pods "web-2" not found' >&2; exit 1"#);
+        let err = failing.port_forward("shop", "web-2", 15000).await.unwrap_err();
+        assert!(err.ends_with(r#"error: pods "web-2" not found"#), "{err}");
+    }
 
     #[test]
     fn the_forwarded_address_from_kubectls_line() {
