@@ -37,21 +37,27 @@ impl Kubectl {
         command
     }
 
-    /// `kubectl <args> -o json`, parsed.
-    pub async fn get_json(&self, args: &[&str]) -> Result<Value, String> {
-        let mut all: Vec<&str> = args.to_vec();
-        all.extend(["-o", "json"]);
+    /// `kubectl <args>`: its standard output, or its error.
+    pub async fn output(&self, args: &[&str]) -> Result<String, String> {
         let output =
-            self.command(&all).output().await.map_err(|e| format!("{} {}: {e}", self.kubectl, all.join(" ")))?;
+            self.command(args).output().await.map_err(|e| format!("{} {}: {e}", self.kubectl, args.join(" ")))?;
         if !output.status.success() {
             return Err(format!(
                 "{} {}: {}",
                 self.kubectl,
-                all.join(" "),
+                args.join(" "),
                 String::from_utf8_lossy(&output.stderr).trim()
             ));
         }
-        serde_json::from_slice(&output.stdout).map_err(|e| format!("{} {}: not JSON: {e}", self.kubectl, all.join(" ")))
+        String::from_utf8(output.stdout).map_err(|e| format!("{} {}: {e}", self.kubectl, args.join(" ")))
+    }
+
+    /// `kubectl <args> -o json`, parsed.
+    pub async fn get_json(&self, args: &[&str]) -> Result<Value, String> {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["-o", "json"]);
+        let text = self.output(&all).await?;
+        serde_json::from_str(&text).map_err(|e| format!("{} {}: not JSON: {e}", self.kubectl, all.join(" ")))
     }
 
     /// Every object of `resource` in every namespace; `None` when the apiserver does not serve
@@ -107,16 +113,54 @@ impl Kubectl {
     }
 }
 
-/// What `tailweight check` reads, listed all at once.
+/// Every ConfigMap's namespace and name, as objects with that metadata only: their data can be
+/// large, and `check` needs the names (and the mesh config's, read by `mesh_configs`).
+async fn config_map_names(kubectl: &Kubectl) -> Result<Vec<Value>, String> {
+    let columns = "custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name";
+    let text = kubectl.output(&["get", "configmaps", "--all-namespaces", "--no-headers", "-o", columns]).await?;
+    Ok(text
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let (namespace, name) = (words.next()?, words.next()?);
+            Some(serde_json::json!({"metadata": {"namespace": namespace, "name": name}}))
+        })
+        .collect())
+}
+
+/// The mesh config ConfigMaps, whole: `istio`, and `istio-<revision>` for each revision a
+/// namespace is labelled with (`istio.io/rev`), in any namespace.
+async fn mesh_configs(kubectl: &Kubectl, namespaces: &[Value]) -> Result<Vec<Value>, String> {
+    let mut names = vec!["istio".to_string()];
+    names.extend(
+        namespaces
+            .iter()
+            .filter_map(|n| n["metadata"]["labels"]["istio.io/rev"].as_str())
+            .map(|r| format!("istio-{r}")),
+    );
+    names.sort();
+    names.dedup();
+    let mut out = Vec::new();
+    for name in names {
+        let selector = format!("--field-selector=metadata.name={name}");
+        let list = kubectl.get_json(&["get", "configmaps", "--all-namespaces", &selector]).await?;
+        out.extend(list["items"].as_array().cloned().unwrap_or_default());
+    }
+    Ok(out)
+}
+
+/// What `tailweight check` reads, listed at once (the mesh configs after the namespaces).
 pub async fn snapshot(kubectl: &Kubectl) -> Result<crate::check::Snapshot, String> {
     let required = |r: Result<Option<Vec<Value>>, String>| r.map(Option::unwrap_or_default);
     let (namespaces, pods, services, config_maps) = tokio::join!(
         kubectl.list("namespaces"),
         kubectl.list("pods"),
         kubectl.list("services"),
-        kubectl.list("configmaps"),
+        config_map_names(kubectl),
     );
-    let (wasm_plugins, destination_rules, sidecars) = tokio::join!(
+    let namespaces = required(namespaces)?;
+    let (meshes, wasm_plugins, destination_rules, sidecars) = tokio::join!(
+        mesh_configs(kubectl, &namespaces),
         kubectl.list("wasmplugins.extensions.istio.io"),
         kubectl.list("destinationrules.networking.istio.io"),
         kubectl.list("sidecars.networking.istio.io"),
@@ -126,11 +170,13 @@ pub async fn snapshot(kubectl: &Kubectl) -> Result<crate::check::Snapshot, Strin
         kubectl.list("podmonitors.monitoring.coreos.com"),
         kubectl.list("prometheuses.monitoring.coreos.com"),
     );
+    let mut config_maps = config_maps?;
+    config_maps.extend(meshes?);
     Ok(crate::check::Snapshot {
-        namespaces: required(namespaces)?,
+        namespaces,
         pods: required(pods)?,
         services: required(services)?,
-        config_maps: required(config_maps)?,
+        config_maps,
         wasm_plugins: required(wasm_plugins)?,
         destination_rules: required(destination_rules)?,
         sidecars: required(sidecars)?,

@@ -166,16 +166,17 @@ def test_check_finds_each_silent_failure(installed):
     assert CLUSTER in found[f"locality-lb-conflict DestinationRule {SHOP_NS}/cart"]["problem"]
     assert f"ServiceMonitor {AGG_NS}/{AGGREGATOR}" not in " ".join(found), found  # it is selected
 
-    # Without the annotation, the mesh's default hides it (a mesh config of a revision `twc`).
+    # Without the annotation, the mesh's default hides it (the mesh config of revision `canary`,
+    # which twc-web is labelled with; istiod here reads its own from a file).
     cp.kubectl("annotate", "service", AGGREGATOR, "-n", AGG_NS, "networking.istio.io/exportTo-")
     mesh = "rootNamespace: istio-system\ndefaultServiceExportTo:\n- \".\"\n"
     cp.apply_yaml(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
-                                  "metadata": {"name": "istio-twc", "namespace": "istio-system"},
+                                  "metadata": {"name": "istio-canary", "namespace": "istio-system"},
                                   "data": {"mesh": mesh}}))
     try:
         _, findings = check(cp)
     finally:
-        cp.delete("configmap", "istio-system", "istio-twc")
+        cp.delete("configmap", "istio-system", "istio-canary")
     found = kinds(findings)
     assert f"aggregator-hidden-by-mesh-default Service {AGG_NS}/{AGGREGATOR}" in found, found
     assert f"aggregator-hidden-by-export-to Service {AGG_NS}/{AGGREGATOR}" not in found, found

@@ -20,6 +20,7 @@ pub struct Snapshot {
     pub namespaces: Vec<Value>,
     pub pods: Vec<Value>,
     pub services: Vec<Value>,
+    /// Each ConfigMap's metadata, and the mesh configs' `data` too (`kube::snapshot`).
     pub config_maps: Vec<Value>,
     pub wasm_plugins: Vec<Value>,
     pub destination_rules: Vec<Value>,
