@@ -165,10 +165,11 @@ pub async fn snapshot(kubectl: &Kubectl) -> Result<crate::check::Snapshot, Strin
         kubectl.list("destinationrules.networking.istio.io"),
         kubectl.list("sidecars.networking.istio.io"),
     );
-    let (service_monitors, pod_monitors, prometheuses) = tokio::join!(
+    let (service_monitors, pod_monitors, prometheuses, webhooks) = tokio::join!(
         kubectl.list("servicemonitors.monitoring.coreos.com"),
         kubectl.list("podmonitors.monitoring.coreos.com"),
         kubectl.list("prometheuses.monitoring.coreos.com"),
+        kubectl.list("mutatingwebhookconfigurations.admissionregistration.k8s.io"),
     );
     let mut config_maps = config_maps?;
     config_maps.extend(meshes?);
@@ -183,6 +184,8 @@ pub async fn snapshot(kubectl: &Kubectl) -> Result<crate::check::Snapshot, Strin
         service_monitors: service_monitors?,
         pod_monitors: pod_monitors?,
         prometheuses: prometheuses?,
+        // Cluster-scoped, and not every user may read them: without them the injection checks guess.
+        webhooks: webhooks.ok().flatten(),
     })
 }
 

@@ -161,8 +161,8 @@ def test_check_finds_each_silent_failure(installed):
     }
     assert {k: found[k]["severity"] for k in expected if k in found} == expected, json.dumps(findings, indent=1)
     assert code == 1
-    assert f"kubectl label namespace {AGG_NS} istio.io/rev=" in found[
-        f"aggregator-without-sidecar Pod {AGG_NS}/{AGGREGATOR}-bare"]["fix"]
+    fix = found[f"aggregator-without-sidecar Pod {AGG_NS}/{AGGREGATOR}-bare"]["fix"]
+    assert fix.startswith(f"kubectl label namespace {AGG_NS} istio-injection- istio.io/rev=canary"), fix
     assert CLUSTER in found[f"locality-lb-conflict DestinationRule {SHOP_NS}/cart"]["problem"]
     assert f"ServiceMonitor {AGG_NS}/{AGGREGATOR}" not in " ".join(found), found  # it is selected
 

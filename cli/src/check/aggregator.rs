@@ -13,46 +13,79 @@ fn find<'a>(list: &'a [Value], namespace: &str, name: &str) -> Option<&'a Value>
     list.iter().find(|v| ns_name(v) == (namespace, name))
 }
 
-/// The revisions (`istio.io/rev`) the namespaces are labelled with.
-fn revisions(snapshot: &Snapshot) -> BTreeSet<String> {
-    snapshot.namespaces.iter().filter_map(|n| labels(n).get("istio.io/rev").cloned()).collect()
+/// The revisions: those the namespaces are labelled with (`istio.io/rev`), then those of the
+/// injectors' webhook configurations.
+fn revisions(snapshot: &Snapshot) -> Vec<String> {
+    let mut out: Vec<String> =
+        snapshot.namespaces.iter().filter_map(|n| labels(n).get("istio.io/rev").cloned()).collect();
+    out.extend(snapshot.webhooks.iter().flatten().filter_map(|w| labels(w).get("istio.io/rev").cloned()));
+    let mut seen = BTreeSet::new();
+    out.retain(|r| seen.insert(r.clone()));
+    out
+}
+
+/// Whether a default-revision injector exists: the webhooks that act on `istio-injection=enabled`
+/// and on the pod label `sidecar.istio.io/inject=true` alone. None: no Istio injector webhook
+/// listed (not readable, or an injector this cannot see), so unknown.
+fn default_injector(snapshot: &Snapshot) -> Option<bool> {
+    let names: Vec<&str> = snapshot
+        .webhooks
+        .iter()
+        .flatten()
+        .flat_map(|c| c["webhooks"].as_array().into_iter().flatten())
+        .filter_map(|w| w["name"].as_str())
+        .filter(|n| n.ends_with("sidecar-injector.istio.io"))
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    Some(names.iter().any(|n| matches!(*n, "object.sidecar-injector.istio.io" | "namespace.sidecar-injector.istio.io")))
 }
 
 /// Why the namespace's pods may go without a sidecar, and how to label it and restart
-/// `deployment` (the chart names the aggregator's Deployment as its Service); None when it is
-/// labelled for injection.
+/// `deployment` (the chart names the aggregator's Deployment as its Service); None when its
+/// labels get its pods injected (or nothing says otherwise).
 fn injection_gap(snapshot: &Snapshot, namespace: &str, deployment: &str) -> Option<(Severity, String, String)> {
     let ns_labels = snapshot.namespaces.iter().find(|n| ns_name(n).1 == namespace).map(labels).unwrap_or_default();
-    if ns_labels.contains_key("istio.io/rev") || ns_labels.get("istio-injection").map(String::as_str) == Some("enabled")
-    {
+    if ns_labels.contains_key("istio.io/rev") {
         return None;
     }
     let revisions = revisions(snapshot);
-    let label = match revisions.iter().next() {
-        Some(rev) => format!("kubectl label namespace {namespace} istio.io/rev={rev}"),
+    let default = default_injector(snapshot);
+    let label = match revisions.iter().find(|r| *r != "default") {
+        Some(rev) => format!("kubectl label namespace {namespace} istio-injection- istio.io/rev={rev}"),
         None => format!("kubectl label namespace {namespace} istio-injection=enabled --overwrite"),
     };
-    let restart = format!("{label}, then kubectl -n {namespace} rollout restart deployment {deployment}");
-    if let Some(value) = ns_labels.get("istio-injection") {
-        return Some((
-            Severity::Error,
-            format!("namespace {namespace} is labelled istio-injection={value}: the injector skips its pods, whatever their sidecar.istio.io/inject label"),
-            restart,
-        ));
-    }
-    if revisions.is_empty() {
-        return None;
-    }
-    Some((
-        Severity::Warning,
-        format!(
-            "namespace {namespace} has neither istio.io/rev nor istio-injection, and namespaces use revisions ({}): with \
-             no default revision (istioctl tag set default) the aggregator's pod label sidecar.istio.io/inject=true \
-             injects nothing",
-            revisions.into_iter().collect::<Vec<_>>().join(", ")
+    let fix = format!("{label}, then kubectl -n {namespace} rollout restart deployment {deployment}");
+    let no_default = "and the cluster has no default-revision injector (only revisions: label namespaces istio.io/rev)";
+    let problem = match (ns_labels.get("istio-injection").map(String::as_str), default) {
+        (Some("enabled"), Some(false)) => {
+            format!("namespace {namespace} is labelled istio-injection=enabled, which only the default revision reads, {no_default}")
+        }
+        (Some("enabled"), _) | (None, Some(true)) => return None,
+        (Some(value), _) => format!(
+            "namespace {namespace} is labelled istio-injection={value}: the injector skips its pods, whatever their \
+             sidecar.istio.io/inject label"
         ),
-        restart,
-    ))
+        (None, Some(false)) => format!(
+            "namespace {namespace} has neither istio.io/rev nor istio-injection, {no_default}: the aggregator's pod \
+             label sidecar.istio.io/inject=true injects nothing"
+        ),
+        (None, None) if revisions.is_empty() => return None,
+        (None, None) => {
+            return Some((
+                Severity::Warning,
+                format!(
+                    "namespace {namespace} has neither istio.io/rev nor istio-injection, and namespaces use revisions \
+                     ({}): with no default revision (istioctl tag set default) the aggregator's pod label \
+                     sidecar.istio.io/inject=true injects nothing",
+                    revisions.join(", ")
+                ),
+                fix,
+            ))
+        }
+    };
+    Some((Severity::Error, problem, fix))
 }
 
 /// The aggregator Services the WasmPlugins name: (namespace, name, host).

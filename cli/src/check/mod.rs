@@ -28,6 +28,8 @@ pub struct Snapshot {
     pub service_monitors: Option<Vec<Value>>,
     pub pod_monitors: Option<Vec<Value>>,
     pub prometheuses: Option<Vec<Value>>,
+    /// MutatingWebhookConfigurations (Istio's injectors among them); None when not readable.
+    pub webhooks: Option<Vec<Value>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -447,6 +449,7 @@ impl Snapshot {
             service_monitors: Some(of("ServiceMonitor")),
             pod_monitors: Some(of("PodMonitor")),
             prometheuses: Some(of("Prometheus")),
+            webhooks: Some(of("MutatingWebhookConfiguration")),
         }
     }
 }

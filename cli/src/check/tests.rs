@@ -58,7 +58,7 @@ fn an_aggregator_pod_without_sidecar_under_a_revisioned_istio() {
     });
     let f =
         only(&findings, Kind::AggregatorWithoutSidecar, Severity::Error, "Pod tailweight/tailweight-aggregator-6c9-b");
-    assert!(f.fix.contains("kubectl label namespace tailweight istio.io/rev=1-31"), "{}", f.fix);
+    assert!(f.fix.starts_with("kubectl label namespace tailweight istio-injection- istio.io/rev=1-31"), "{}", f.fix);
     assert!(f.fix.ends_with("rollout restart deployment tailweight-aggregator"), "{}", f.fix);
 }
 
@@ -80,6 +80,44 @@ fn an_aggregator_namespace_not_injected_before_its_pods_exist() {
         object(items, "Namespace", "", "tailweight")["metadata"]["labels"] = json!({"istio-injection": "disabled"});
     });
     assert_eq!((disabled[0].kind, disabled[0].severity), (Kind::AggregatorNamespaceNotInjected, Severity::Error));
+}
+
+/// Istio's injector webhooks of `revision`: the default revision's also act on
+/// `istio-injection=enabled` and on the pod label alone.
+fn injector(revision: &str) -> Value {
+    let mut webhooks = vec![
+        json!({"name": "rev.namespace.sidecar-injector.istio.io"}),
+        json!({"name": "rev.object.sidecar-injector.istio.io"}),
+    ];
+    if revision == "default" {
+        webhooks.extend([
+            json!({"name": "namespace.sidecar-injector.istio.io"}),
+            json!({"name": "object.sidecar-injector.istio.io"}),
+        ]);
+    }
+    json!({"kind": "MutatingWebhookConfiguration", "metadata": {"name": format!("istio-sidecar-injector-{revision}"),
+        "labels": {"istio.io/rev": revision}}, "webhooks": webhooks})
+}
+
+#[test]
+fn the_injector_webhooks_say_whether_the_namespace_labels_inject() {
+    let no_pods = |items: &mut Vec<Value>| items.retain(|i| !(i["kind"] == "Pod" && ns_name(i).0 == "tailweight"));
+    // Only a revision installed: istio-injection=enabled injects nothing.
+    let revision_only = findings_with(|items| {
+        no_pods(items);
+        items.push(injector("1-31"));
+    });
+    let f = revision_only.iter().find(|f| f.kind == Kind::AggregatorNamespaceNotInjected).unwrap();
+    assert_eq!(f.severity, Severity::Error);
+    assert!(f.problem.contains("no default-revision injector"), "{}", f.problem);
+    assert!(f.fix.contains("istio.io/rev=1-31"), "{}", f.fix);
+    // A default revision: an unlabelled namespace's pods are injected by their own label.
+    let with_default = findings_with(|items| {
+        no_pods(items);
+        items.extend([injector("default"), injector("1-31")]);
+        object(items, "Namespace", "", "tailweight")["metadata"]["labels"] = json!({});
+    });
+    assert_eq!(with_default.iter().map(|f| f.kind).collect::<Vec<_>>(), [Kind::AggregatorNoPods]);
 }
 
 #[test]
