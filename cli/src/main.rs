@@ -55,9 +55,10 @@ enum Reach {
 }
 
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("client").required(true).args(["admin", "pod"])))]
 struct EndpointsArgs {
     /// The client sidecar's Envoy admin address (host:port or http://host:port).
-    #[arg(long, required_unless_present = "pod", conflicts_with = "pod")]
+    #[arg(long)]
     admin: Option<String>,
     /// The client pod, <namespace>/<name>: its sidecar's admin port is found through the apiserver
     /// (`proxyAdminPort` of its proxy.istio.io/config annotation, else 15000).
@@ -246,4 +247,32 @@ async fn endpoints_report(args: &EndpointsArgs, kubectl: &kube::Kubectl) -> Resu
         window_s: args.window_s,
         endpoints: endpoints::rows(&hosts, &before, &after, weights.as_ref(), &pods),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from([&["tailweight"], args].concat())
+    }
+
+    #[test]
+    fn the_client_by_admin_address_as_before_or_by_pod() {
+        let Command::Endpoints(old) =
+            parse(&["endpoints", "--admin", "127.0.0.1:15000", "--cluster", "c"]).unwrap().command
+        else {
+            panic!("not endpoints")
+        };
+        assert_eq!((old.admin.as_deref(), old.pod.as_deref()), (Some("127.0.0.1:15000"), None));
+        let cli = parse(&["--context", "prod", "endpoints", "--pod", "shop/web-1", "--cluster", "c"]).unwrap();
+        assert_eq!(cli.kube.context.as_deref(), Some("prod"));
+        let Command::Endpoints(by_pod) = cli.command else { panic!("not endpoints") };
+        assert!(by_pod.pod.as_deref() == Some("shop/web-1") && by_pod.reach == Reach::PortForward);
+        assert!(parse(&["endpoints", "--cluster", "c"]).is_err());
+        assert!(parse(&["endpoints", "--admin", "a", "--pod", "b/c", "--cluster", "c"]).is_err());
+        // The kubectl flags are global: after the subcommand too.
+        let check = parse(&["check", "--kubeconfig", "/tmp/kc", "-o", "json"]).unwrap();
+        assert_eq!(check.kube.kubeconfig.as_deref(), Some("/tmp/kc"));
+    }
 }
