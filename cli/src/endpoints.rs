@@ -96,6 +96,8 @@ pub fn state_name(state: Option<u64>) -> &'static str {
 /// One row of the table.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Row {
+    /// The pod with this address, from the apiserver (None: not asked, or no pod has it).
+    pub pod: Option<String>,
     pub address: String,
     /// Of this sidecar's picks in the window, the endpoint's share (None: no picks at all).
     pub share: Option<f64>,
@@ -119,12 +121,13 @@ pub struct Report {
 
 /// The rows: each endpoint Envoy has in the cluster (`hosts`), with its picks between `before` and
 /// `after` (two /stats readings; `before` empty: since the sidecar started), the picker's gauges as
-/// of `after`, and the aggregator's `weights` when given.
+/// of `after`, the aggregator's `weights` when given, and the pod names (`pods`, by IP).
 pub fn rows(
     hosts: &[String],
     before: &BTreeMap<String, EndpointStats>,
     after: &BTreeMap<String, EndpointStats>,
     weights: Option<&BTreeMap<String, (f64, bool)>>,
+    pods: &BTreeMap<String, String>,
 ) -> Vec<Row> {
     let picks_of = |address: &str| {
         let now = after.get(address).and_then(|s| s.picks).unwrap_or(0);
@@ -138,6 +141,7 @@ pub fn rows(
             let picks = picks_of(address);
             let from_aggregator = weights.and_then(|w| w.get(address)).copied();
             Row {
+                pod: pods.get(crate::pods::ip_of(address)).cloned(),
                 address: address.clone(),
                 share: (total > 0).then(|| picks as f64 / total as f64),
                 picks,
@@ -151,13 +155,16 @@ pub fn rows(
         .collect()
 }
 
-/// The report as an aligned text table.
+/// The report as an aligned text table; its first column is the endpoints' pods when the
+/// apiserver named any (otherwise the addresses lead, as without Kubernetes).
 pub fn table(report: &Report) -> String {
-    let header = ["ENDPOINT", "SHARE", "PICKS", "WEIGHT", "LATENCY", "INFLIGHT", "STATE"];
+    let with_pods = report.endpoints.iter().any(|r| r.pod.is_some());
+    let header = ["POD", "ENDPOINT", "SHARE", "PICKS", "WEIGHT", "LATENCY", "INFLIGHT", "STATE"];
     let dash = || "-".to_string();
-    let mut lines: Vec<[String; 7]> = vec![header.map(String::from)];
+    let mut lines: Vec<[String; 8]> = vec![header.map(String::from)];
     for r in &report.endpoints {
         lines.push([
+            r.pod.clone().unwrap_or_else(dash),
             r.address.clone(),
             r.share.map_or_else(dash, |s| format!("{:.1}%", s * 100.0)),
             r.picks.to_string(),
@@ -167,15 +174,16 @@ pub fn table(report: &Report) -> String {
             r.state.to_string(),
         ]);
     }
-    let widths: Vec<usize> = (0..7).map(|i| lines.iter().map(|l| l[i].len()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..8).map(|i| lines.iter().map(|l| l[i].len()).max().unwrap_or(0)).collect();
     let mut out = format!(
         "cluster {}  view age {}  picks over {}\n",
         report.cluster,
         report.view_age_ms.map_or_else(|| "-".to_string(), |ms| format!("{ms}ms")),
         if report.window_s > 0.0 { format!("the last {}s", report.window_s) } else { "the sidecar's life".into() }
     );
+    let skip = usize::from(!with_pods);
     for line in &lines {
-        let cells: Vec<String> = line.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let cells: Vec<String> = line.iter().zip(&widths).skip(skip).map(|(c, w)| format!("{c:<w$}")).collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
@@ -223,20 +231,29 @@ mod tests {
         let weights =
             parse_weights(r#"{"clusters":[{"endpoints":[{"address":"10.0.0.1:8080","weight":0.5,"ejected":true}]}]}"#)
                 .unwrap();
-        let rows = rows(&hosts, &before, &after, Some(&weights));
+        let pods = BTreeMap::from([("10.0.0.1".to_string(), "cart-7d9f".to_string())]);
+        let rows = rows(&hosts, &before, &after, Some(&weights), &pods);
+        assert_eq!((rows[0].pod.as_deref(), rows[1].pod.as_deref()), (Some("cart-7d9f"), None));
         assert_eq!(rows.iter().map(|r| r.picks).collect::<Vec<_>>(), [30, 90, 0]);
         assert_eq!(rows[0].share, Some(0.25));
         assert_eq!((rows[0].weight, rows[0].aggregator_ejected, rows[0].state), (Some(0.5), Some(true), "suspended"));
         assert_eq!((rows[0].latency_ms, rows[0].inflight), (Some(2.5), Some(3)));
         assert_eq!((rows[2].state, rows[2].weight, rows[2].share), ("untracked", None, Some(0.0)));
-        let text = table(&Report { cluster: CLUSTER.into(), view_age_ms: Some(420), window_s: 2.0, endpoints: rows });
+        let mut report = Report { cluster: CLUSTER.into(), view_age_ms: Some(420), window_s: 2.0, endpoints: rows };
+        let text = table(&report);
         assert!(
             text.lines()
                 .nth(2)
                 .unwrap()
-                .starts_with("10.0.0.1:8080   25.0%  30     0.500   2.5ms    3         suspended"),
+                .starts_with("cart-7d9f  10.0.0.1:8080   25.0%  30     0.500   2.5ms    3         suspended"),
             "{text}"
         );
+        assert!(text.lines().nth(3).unwrap().starts_with("-          [fd00::2]:8080"), "{text}");
+        // No pod named: the addresses lead, as without Kubernetes.
+        report.endpoints.iter_mut().for_each(|r| r.pod = None);
+        let text = table(&report);
+        assert!(text.lines().nth(1).unwrap().starts_with("ENDPOINT  "), "{text}");
+        assert!(text.lines().nth(2).unwrap().starts_with("10.0.0.1:8080   25.0%  30     0.500"), "{text}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 Test modules keep to their own namespaces and host numbers in the control plane's 127.X.Y.0/24
 (test_istio_smoke: .10-.22; test_istio_tailweight: .110-.132; test_istio_wasm_vms: .150-.153;
-test_istio_sidecar_bootstrap: .160-.161), so they share it safely.
+test_istio_sidecar_bootstrap: .160-.161; test_istio_check: .170-.175), so they share it safely.
 """
 
 import pytest
