@@ -159,9 +159,10 @@ pub async fn snapshot(kubectl: &Kubectl) -> Result<crate::check::Snapshot, Strin
         config_map_names(kubectl),
     );
     let namespaces = required(namespaces)?;
-    let (meshes, wasm_plugins, destination_rules, sidecars) = tokio::join!(
+    let (meshes, wasm_plugins, envoy_filters, destination_rules, sidecars) = tokio::join!(
         mesh_configs(kubectl, &namespaces),
         kubectl.list("wasmplugins.extensions.istio.io"),
+        kubectl.list("envoyfilters.networking.istio.io"),
         kubectl.list("destinationrules.networking.istio.io"),
         kubectl.list("sidecars.networking.istio.io"),
     );
@@ -179,6 +180,7 @@ pub async fn snapshot(kubectl: &Kubectl) -> Result<crate::check::Snapshot, Strin
         services: required(services)?,
         config_maps,
         wasm_plugins: required(wasm_plugins)?,
+        envoy_filters: required(envoy_filters)?,
         destination_rules: required(destination_rules)?,
         sidecars: required(sidecars)?,
         service_monitors: service_monitors?,

@@ -23,6 +23,8 @@ pub struct Snapshot {
     /// Each ConfigMap's metadata, and the mesh configs' `data` too (`kube::snapshot`).
     pub config_maps: Vec<Value>,
     pub wasm_plugins: Vec<Value>,
+    /// The chart's EnvoyFilters among them, with `module.kind: native` its client-role filters.
+    pub envoy_filters: Vec<Value>,
     pub destination_rules: Vec<Value>,
     pub sidecars: Vec<Value>,
     pub service_monitors: Option<Vec<Value>>,
@@ -128,23 +130,41 @@ pub fn parse_cluster(name: &str) -> Option<(u32, String, String)> {
     Some((port.parse().ok()?, subset.to_string(), host.to_string()))
 }
 
+/// Each client-role filter configuration of the chart, by namespace: a WasmPlugin's
+/// `pluginConfig`, or (`module.kind: native`) the `filter_config` of the native shell's EnvoyFilter
+/// (`<release>-native`), the same configuration as JSON text.
+fn client_configs(snapshot: &Snapshot) -> Vec<(&str, Value)> {
+    let ours = |object: &Value| {
+        let l = labels(object);
+        l.get("app.kubernetes.io/part-of").map(String::as_str) == Some("tailweight")
+            && l.get("app.kubernetes.io/component").map(String::as_str) == Some("filter")
+    };
+    let mut out: Vec<(&str, Value)> = snapshot
+        .wasm_plugins
+        .iter()
+        .filter(|p| ours(p))
+        .map(|p| (ns_name(p).0, p["spec"]["pluginConfig"].clone()))
+        .collect();
+    for filter in snapshot.envoy_filters.iter().filter(|f| ours(f) && ns_name(f).1.ends_with("-native")) {
+        for patch in filter["spec"]["configPatches"].as_array().into_iter().flatten() {
+            let text = str_at(&patch["patch"]["value"], &["typed_config", "filter_config", "value"]);
+            if let Some(config) = text.and_then(|t| serde_json::from_str(t).ok()) {
+                out.push((ns_name(filter).0, config));
+            }
+        }
+    }
+    out
+}
+
 pub fn installed(snapshot: &Snapshot) -> Installed {
     let mut out = Installed::default();
-    for plugin in &snapshot.wasm_plugins {
-        let l = labels(plugin);
-        let ours = l.get("app.kubernetes.io/part-of").map(String::as_str) == Some("tailweight")
-            && l.get("app.kubernetes.io/component").map(String::as_str) == Some("filter");
-        if !ours {
-            continue;
-        }
-        let (ns, _) = ns_name(plugin);
-        let config = &plugin["spec"]["pluginConfig"];
+    for (ns, config) in client_configs(snapshot) {
         for cluster in strings(&config["clusters"]) {
             if let Some((port, subset, host)) = parse_cluster(&cluster) {
                 out.steered.push(Steered { client_namespace: ns.to_string(), port, subset, host });
             }
         }
-        if let Some(authority) = str_at(config, &["aggregator", "authority"]) {
+        if let Some(authority) = str_at(&config, &["aggregator", "authority"]) {
             out.aggregators.push((ns.to_string(), authority.to_string()));
         }
     }
@@ -238,8 +258,8 @@ pub fn check(snapshot: &Snapshot) -> Vec<Finding> {
             kind: Kind::NotInstalled,
             object: "-".into(),
             problem:
-                "no WasmPlugin of the tailweight chart (app.kubernetes.io/part-of=tailweight, component=filter) in \
-                      any namespace"
+                "no WasmPlugin (nor native-shell EnvoyFilter) of the tailweight chart \
+                      (app.kubernetes.io/part-of=tailweight, component=filter) in any namespace"
                     .into(),
             fix: "install the chart with at least one service in `services` (docs/istio.md), or check --context".into(),
         }];
@@ -444,6 +464,7 @@ impl Snapshot {
             services: of("Service"),
             config_maps: of("ConfigMap"),
             wasm_plugins: of("WasmPlugin"),
+            envoy_filters: of("EnvoyFilter"),
             destination_rules: of("DestinationRule"),
             sidecars: of("Sidecar"),
             service_monitors: Some(of("ServiceMonitor")),

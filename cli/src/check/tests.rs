@@ -44,6 +44,42 @@ fn no_tailweight_is_said() {
     only(&findings, Kind::NotInstalled, Severity::Warning, "-");
 }
 
+/// `module.kind: native`: the client role is an EnvoyFilter carrying the same configuration as
+/// JSON text; the installation is found there, and checked as with WasmPlugins.
+#[test]
+fn the_native_shell_s_envoy_filters_are_an_installation() {
+    let to_native = |items: &mut Vec<Value>| {
+        let mut native = Vec::new();
+        for plugin in items.iter().filter(|i| i["kind"] == "WasmPlugin") {
+            let mut filter = plugin.clone();
+            filter["kind"] = json!("EnvoyFilter");
+            filter["metadata"]["name"] = json!("tailweight-native");
+            let config = plugin["spec"]["pluginConfig"].to_string();
+            filter["spec"] = json!({"configPatches": [{"applyTo": "HTTP_FILTER", "patch": {"operation": "INSERT_BEFORE",
+                "value": {"name": "tailweight.native", "typed_config": {"filter_config": {"value": config}}}}}]});
+            native.push(filter);
+        }
+        items.retain(|i| i["kind"] != "WasmPlugin");
+        items.extend(native);
+    };
+    assert_eq!(findings_with(to_native), []);
+    // Checked as the Wasm shell's: its aggregator without a sidecar is found the same way.
+    let findings = findings_with(|items| {
+        to_native(items);
+        object(items, "Pod", "tailweight", "tailweight-aggregator-6c9-b")["spec"]["containers"] =
+            json!([{"name": "aggregator"}]);
+    });
+    assert!(findings.iter().any(|f| f.kind == Kind::AggregatorWithoutSidecar), "{findings:#?}");
+    // A garbled filter_config is no installation (and no crash).
+    let garbled = findings_with(|items| {
+        to_native(items);
+        for i in items.iter_mut().filter(|i| i["kind"] == "EnvoyFilter") {
+            i["spec"]["configPatches"][0]["patch"]["value"]["typed_config"]["filter_config"]["value"] = json!("{not json");
+        }
+    });
+    only(&garbled, Kind::NotInstalled, Severity::Warning, "-");
+}
+
 #[test]
 fn an_aggregator_pod_without_sidecar_under_a_revisioned_istio() {
     let findings = findings_with(|items| {
