@@ -20,7 +20,9 @@ emulator:
 bench: deps build
 	PYTHONPATH=e2e nice $(PY) -m harness --scenario $(SCENARIO) $(BENCH_ARGS)
 
-# Short seed run: 10 s warm-up + 25 s recorded per policy, six policies (~4 min with start-up).
+# Short seed run: 10 s warm-up + 25 s recorded per policy: the seed's six policies and the native
+# shell (~5 min with start-up).
+DEMO_POLICIES := round_robin,least_request,cswrr_orca,operator,tailweight_local,tailweight,tailweight_native
 demo: deps build
-	PYTHONPATH=e2e nice $(PY) -m harness --scenario e2e/scenarios/seed-fib.yaml \
+	PYTHONPATH=e2e nice $(PY) -m harness --scenario e2e/scenarios/seed-fib.yaml --policies $(DEMO_POLICIES) \
 	  --warmup 10 --duration 25 --out $(DEMO_OUT) --logs bench/runs/demo $(BENCH_ARGS)
