@@ -71,7 +71,10 @@ EMPTY_WASM = paths.REPO / "build" / "empty_filter.wasm"
 FLOOR_WASM = paths.REPO / "build" / "floor_filter.wasm"
 RESULTS = paths.REPO / "bench" / "results"
 QUICK_RESULTS = paths.REPO / "build" / "bench-overhead-quick"  # a smoke run never replaces the results
-VARIANTS = {"no_wasm": None, "empty_wasm": EMPTY_WASM, tables.TAILWEIGHT: paths.WASM}
+# tailweight_native: the native shell (an Envoy dynamic module: overhead_configs.is_native), the same
+# sidecar code as the tailweight Wasm module.
+VARIANTS = {"no_wasm": None, "empty_wasm": EMPTY_WASM, tables.TAILWEIGHT: paths.WASM,
+            "tailweight_native": paths.NATIVE}
 TRACKED = "wasmcustom.tailweight.endpoints_tracked"
 ENVOY_CORE, LOAD_CORE = 1, 0
 # Started once per section; the minimal config's cluster names this endpoint, never contacted.

@@ -21,16 +21,35 @@ _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 SIDECAR_BOOTSTRAP = paths.REPO / "charts" / "tailweight" / "files" / "sidecar-bootstrap.json"
 
 
-def client(wasm: Path | None, backends: Sequence[str], aggregator_port: int | None = None) -> dict:
-    """One sidecar: the filter `wasm` (None: no wasm filter) before the router; local-only, or
-    reporting to the aggregator on `aggregator_port` every second."""
-    policy = "tailweight" if aggregator_port is not None else "tailweight_local"
+def client(module: Path | None, backends: Sequence[str], aggregator_port: int | None = None) -> dict:
+    """One sidecar: the filter `module` before the router: a Wasm module, or the native shell (a
+    `.so`, on the least_request cluster it steers by override host), or None: no filter; local-only,
+    or reporting to the aggregator on `aggregator_port` every second."""
+    reporting = aggregator_port is not None
+    if module is not None and is_native(module):
+        policy = "tailweight_native" if reporting else "tailweight_native_local"
+        return yaml.safe_load(envoy_configs.render_client_envoy(
+            backends, policy, native_path=module, aggregator_port=aggregator_port))
+    policy = "tailweight" if reporting else "tailweight_local"
     cfg = yaml.safe_load(envoy_configs.render_client_envoy(
-        backends, policy, wasm_path=wasm or paths.WASM, aggregator_port=aggregator_port))
-    if wasm is None:
+        backends, policy, wasm_path=module or paths.WASM, aggregator_port=aggregator_port))
+    if module is None:
         hcm = _hcm(_listener(cfg, envoy_configs.LISTENER))
         hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != WASM_FILTER]
     return cfg
+
+
+def is_native(module: Path) -> bool:
+    """Whether a variant's module is the native shell (an Envoy dynamic module), not Wasm."""
+    return Path(module).suffix == ".so"
+
+
+def _http_options(cluster: dict) -> dict:
+    """The cluster's HTTP protocol options, HTTP/1.1 ones made if it has none (the native shell's
+    cluster strips no header, so it has none)."""
+    options = cluster.setdefault("typed_extension_protocol_options", {})
+    return options.setdefault(_HTTP_OPTIONS, {"@type": f"type.googleapis.com/{_HTTP_OPTIONS}",
+                                              "explicit_http_config": {"http_protocol_options": {}}})
 
 
 def sidecar_bootstrap_override() -> dict:
@@ -57,7 +76,7 @@ def with_grpc(cfg: dict, grpc_backends: Sequence[str]) -> dict:
     # The endpoints as the client config lists them: the same cluster rendered over grpc_backends.
     cluster["load_assignment"]["endpoints"] = _cluster(client(None, grpc_backends), envoy_configs.CLUSTER)[
         "load_assignment"]["endpoints"]
-    cluster["typed_extension_protocol_options"][_HTTP_OPTIONS]["explicit_http_config"] = {"http2_protocol_options": {}}
+    _http_options(cluster)["explicit_http_config"] = {"http2_protocol_options": {}}
     resources["clusters"].append(cluster)
     listener = copy.deepcopy(_listener(cfg, envoy_configs.LISTENER))
     listener["name"] = listener["stat_prefix"] = GRPC_LISTENER
@@ -74,16 +93,15 @@ def fleet_cluster_names(count: int) -> list[str]:
     return [f"fleet_{i:02d}" for i in range(count)]
 
 
-def fleet(wasm: Path | None, addresses: Sequence[str], clusters: int, aggregator_port: int,
+def fleet(module: Path | None, addresses: Sequence[str], clusters: int, aggregator_port: int,
           idle_timeout_s: float) -> dict:
     """A sidecar tracking `clusters` clusters that each list every one of `addresses`: the route
     splits requests evenly over them (weighted_clusters). Upstream connections close after
     `idle_timeout_s` without requests: one pool per worker, cluster and endpoint would otherwise
     keep clusters x endpoints x workers connections open (far beyond a process's descriptors)."""
-    cfg = client(wasm, addresses, aggregator_port)
+    cfg = client(module, addresses, aggregator_port)
     template = _cluster(cfg, envoy_configs.CLUSTER)
-    template["typed_extension_protocol_options"][_HTTP_OPTIONS]["common_http_protocol_options"] = {
-        "idle_timeout": f"{idle_timeout_s:g}s"}
+    _http_options(template)["common_http_protocol_options"] = {"idle_timeout": f"{idle_timeout_s:g}s"}
     others = [c for c in cfg["static_resources"]["clusters"] if c["name"] != envoy_configs.CLUSTER]
     names = fleet_cluster_names(clusters)
     copies = []

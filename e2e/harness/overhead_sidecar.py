@@ -8,8 +8,9 @@ fib ratios, so requests stay in flight), the aggregator on, Fortio at 10, 50, 15
   override header stripped by an upstream filter): what the LB setup alone costs;
 - empty_wasm (and every other module variant): that filter with the aggregator configured;
 - tailweight_local: the tailweight module without the aggregator;
-- tailweight_native: the native shell (libtailweight_native.so) with the aggregator, on the
-  least_request cluster (it steers through the stream's upstream override host, no header).
+- tailweight_native: the native shell (libtailweight_native.so, a variant like the modules) with
+  the aggregator, on the least_request cluster (it steers through the stream's upstream override
+  host, no header).
 
 Each round starts fresh Envoys (an Envoy's offset lasts its life: see `section`). Rates up to 150
 rps load every variant at once (the rounds pair them in time, and the Envoys share a core as the
@@ -28,11 +29,11 @@ from harness import fortio
 from harness import overhead_configs as configs
 from harness import overhead_measure as measure
 from harness.overhead_measure import median_interval
-from tailweight_e2e import aggregator, envoy, envoy_configs, paths
+from tailweight_e2e import aggregator, envoy, envoy_configs
 from tailweight_e2e.procs import ProcGroup
 
-LEAST_REQUEST, NO_WASM, EMPTY, TAILWEIGHT, LOCAL, NATIVE = (
-    "least_request", "no_wasm", "empty_wasm", "tailweight", "tailweight_local", "tailweight_native")
+LEAST_REQUEST, NO_WASM, EMPTY, TAILWEIGHT, LOCAL = (
+    "least_request", "no_wasm", "empty_wasm", "tailweight", "tailweight_local")
 # The seed's backends (e2e/scenarios/seed-fib.yaml): service times 10 ms x these, 20% jitter.
 SEED_SPEEDS = (1.0,) * 3 + (1.618,) * 2 + (2.618,) * 9 + (6.854,)
 # Rates at or below this load every variant at once; faster ones one variant at a time.
@@ -71,9 +72,6 @@ def bootstraps(variants: dict, backends: list[str], aggregator_port: int) -> dic
         out[v] = configs.render(configs.client(wasm, backends, None if wasm is None else aggregator_port))
         if v == TAILWEIGHT:
             out[LOCAL] = configs.render(configs.client(wasm, backends))
-    if paths.NATIVE.is_file():
-        out[NATIVE] = envoy_configs.render_client_envoy(backends, NATIVE, native_path=paths.NATIVE,
-                                                        aggregator_port=aggregator_port)
     return out
 
 

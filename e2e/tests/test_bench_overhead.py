@@ -117,6 +117,15 @@ def test_configs_differ_only_in_the_filter_and_envoy_accepts_them(tmp_path):
     assert set(clusters) == {"fleet_00", "fleet_01", "fleet_02", "tailweight_aggregator"}
     assert all(len(clusters[n]["load_assignment"]["endpoints"][0]["lb_endpoints"]) == 2
                for n in overhead_configs.fleet_cluster_names(3))
+    # The native shell as a variant: its filter instead of the Wasm one, on both listeners and every
+    # fleet cluster, and Envoy accepts it.
+    native = overhead_configs.with_grpc(overhead_configs.client(paths.NATIVE, http), grpc)
+    assert envoy.validate(overhead_configs.render(native), tmp_path) is None
+    names = [f["name"] for listener in native["static_resources"]["listeners"]
+             for f in listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]]
+    assert names.count("envoy.filters.http.dynamic_modules") == 2 and overhead_configs.WASM_FILTER not in names
+    fleet = overhead_configs.fleet(paths.NATIVE, http, 3, 18009, idle_timeout_s=1)
+    assert envoy.validate(overhead_configs.render(fleet), tmp_path) is None
 
 
 def test_the_shipped_sidecar_bootstrap_override_makes_envoy_release_free_heap(group):
@@ -201,7 +210,9 @@ def test_quick_run_writes_every_section_with_numbers(tmp_path):
         assert all(c["requests"] > 0 and numbers(c["us_per_request"], c["ms_per_s"]) for c in row["variants"].values())
         assert numbers(row["variants"]["tailweight"]["vs_least_request_us"]["median"])
     assert {t["target"] for t in s["targets"]} == set(overhead.tables.TARGETS)
-    assert all(numbers(t["value"]) for t in s["targets"] if not (no_ratio and t["target"] == "light_ratio"))
+    # Any variant's ratio may be missing for that reason (the native shell's added cost is near zero).
+    assert all(numbers(t["value"]) for t in s["targets"]
+               if not (t["target"] == "light_ratio" and "did not measure above zero" in t["detail"]))
 
     md = (out / "overhead.md").read_text()
     for heading in ("## 1. Start-up", "## 2. Memory", "## 3. CPU per request", "## 4. Light load",
