@@ -286,12 +286,14 @@ def _http_listener(name: str, route: dict, http_filters: list, direction: str = 
 
 
 def render_server_envoy(app: Endpoint, wasm_path: str | Path | None = None, plugin_config: dict | None = None,
-                        node_id: str = "server", protocol: str = "http", aggregator_port: int | None = None) -> str:
+                        node_id: str = "server", protocol: str = "http", aggregator_port: int | None = None,
+                        native_path: str | Path | None = None) -> str:
     """One destination's sidecar: listener LISTENER, marked INBOUND as Istio's inbound listener is, in
     front of the application at `app` (cluster LOCAL_APP_CLUSTER, HTTP/1.1 or h2c for gRPC, Istio's
     unlimited circuit breakers); with `wasm_path`, the filter before the router, configured by
     `plugin_config` (default STAMPING_SERVER_CONFIG: it stamps every response with the endpoint's
-    load), else no filter; with `aggregator_port`, also the AGGREGATOR_CLUSTER its attestations go to."""
+    load), or with `native_path` the native shell so configured, else no filter; with `aggregator_port`,
+    also the AGGREGATOR_CLUSTER its attestations go to."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
     cluster = _static_cluster(LOCAL_APP_CLUSTER, [app])
@@ -299,9 +301,11 @@ def render_server_envoy(app: Endpoint, wasm_path: str | Path | None = None, plug
     if protocol != "http":
         cluster["typed_extension_protocol_options"] = _upstream_protocol_options(protocol, False)
     http_filters = []
-    if wasm_path is not None:
-        http_filters.append(wasm_filter(wasm_path, plugin_config if plugin_config is not None
-                                        else STAMPING_SERVER_CONFIG))
+    config = plugin_config if plugin_config is not None else STAMPING_SERVER_CONFIG
+    if native_path is not None:
+        http_filters.append(native_filter(native_path, config))
+    elif wasm_path is not None:
+        http_filters.append(wasm_filter(wasm_path, config))
     http_filters.append(copy.deepcopy(_ROUTER))
     route = {"cluster": LOCAL_APP_CLUSTER, "timeout": "0s"}  # the caller's sidecar owns the timeout
     return yaml.safe_dump({

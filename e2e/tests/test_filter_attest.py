@@ -24,10 +24,12 @@ def app():
     server.close()
 
 
-def attesting_server(group, app, agg):
+def attesting_server(group, app, agg, shell="wasm"):
+    """A destination's sidecar attesting what it served, with the Wasm shell or the native one."""
     config = {"role": "server", "sync_interval_ms": 50, "attest_clusters": [SHOP], "attest_source_header": "x-source",
               "aggregator": {"cluster": envoy_configs.AGGREGATOR_CLUSTER, "report_interval_ms": 200}}
-    yaml = envoy_configs.render_server_envoy(app, paths.WASM, config, aggregator_port=agg.port)
+    module = {"native_path": paths.NATIVE} if shell == "native" else {"wasm_path": paths.WASM}
+    yaml = envoy_configs.render_server_envoy(app, plugin_config=config, aggregator_port=agg.port, **module)
     return envoy.start(group, f"server-{len(group.procs)}", yaml)
 
 
@@ -52,11 +54,12 @@ def report(reporter, endpoint, round_, errors_per_round):
                 "latency_ewma_us": 10_000, "latency_age_ms": 0}]}]}
 
 
-def test_a_server_role_attests_what_it_served_and_only_callers_count(group, app):
+@pytest.mark.parametrize("shell", ["wasm", "native"])
+def test_a_server_role_attests_what_it_served_and_only_callers_count(group, app, shell):
     # --identity report: a report's principal is its reporter field; --attest-rule any: the harness
     # has no mesh identities, so anyone may attest.
     agg = aggregator.start(group, args=["--identity=report", "--attest-rule", "any", "--recompute-interval-ms", "50"])
-    server = attesting_server(group, app, agg)
+    server = attesting_server(group, app, agg, shell)
     endpoint = server.address()
     serve(server, 20)
     assert wait_for(lambda: server.stat(STAT + "attestations_sent") >= 2), server.stats(STAT)

@@ -23,9 +23,11 @@ STAT = "wasmcustom.tailweight."
 READING = {"load_stamp_max_age_ms": 100, "load_stamp_clusters": [envoy_configs.CLUSTER]}
 
 
-def server_envoy(group, app, plugin_config=None, concurrency=1):
+def server_envoy(group, app, plugin_config=None, concurrency=1, shell="wasm"):
+    """The destination's sidecar, with the Wasm shell or the native one (the same server role)."""
     name = f"server-{len(group.procs)}"
-    return envoy.start(group, name, envoy_configs.render_server_envoy(app, paths.WASM, plugin_config),
+    module = {"native_path": paths.NATIVE} if shell == "native" else {"wasm_path": paths.WASM}
+    return envoy.start(group, name, envoy_configs.render_server_envoy(app, plugin_config=plugin_config, **module),
                        concurrency=concurrency)
 
 
@@ -35,12 +37,12 @@ def rif(response):
     return int(value.removeprefix("1;rif="))
 
 
-@pytest.mark.parametrize("concurrency", [1, 2])
-def test_stamps_count_the_requests_in_flight_at_the_endpoint(group, concurrency):
+@pytest.mark.parametrize("concurrency, shell", [(1, "wasm"), (2, "wasm"), (2, "native")])
+def test_stamps_count_the_requests_in_flight_at_the_endpoint(group, concurrency, shell):
     # 600 ms requests, served all at once (16 workers): 8 sent together are in flight together.
     app = emu.start(group, [emu.BackendSettings(workers=16, base_ms=600.0)])
     server = server_envoy(group, app.addresses[0], {"role": "server", "sync_interval_ms": 20},
-                          concurrency=concurrency)
+                          concurrency=concurrency, shell=shell)
     session = requests.Session()
     alone = [rif(session.get(server.url(), timeout=10)) for _ in range(3)]
     assert alone == [0, 0, 0], "a request alone leaves nothing in flight behind it"
