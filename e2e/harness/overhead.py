@@ -449,7 +449,35 @@ def run(out_dir: Path, variants: dict, s: Settings, quick: bool, sections: Calla
             results["instructions"] = instructions.section(group, with_floor, s, tmp, log)
     header["minutes"] = round((time.monotonic() - started) / 60, 1)
     header["load_average"] = load.stop()
-    return write(out_dir, results)
+    return write(out_dir, keep_earlier_sections(out_dir, results))
+
+
+# The result keys of each section (the summary is recomputed from them).
+SECTION_KEYS = {"startup": ("startup",), "memory": ("memory",), "cpu": ("cpu", "cpu_latency"),
+                "light": ("light", "flat"), "sidecar": ("sidecar",), "instructions": ("instructions",)}
+
+
+def keep_earlier_sections(out_dir: Path, results: dict) -> dict:
+    """A run of some sections (--only) keeps the other sections' results of the run before it in
+    `out_dir` (bench/results keeps the current result of each section; earlier ones are in git),
+    and says in its notes which came from which run."""
+    previous_path = out_dir / "overhead.json"
+    measured = [name for name, keys in SECTION_KEYS.items() if any(k in results for k in keys)]
+    if not previous_path.is_file() or len(measured) == len(SECTION_KEYS):
+        return results
+    previous = json.loads(previous_path.read_text())
+    kept = []
+    for name, keys in SECTION_KEYS.items():
+        if name not in measured and any(k in previous for k in keys):
+            results.update({k: previous[k] for k in keys if k in previous})
+            kept.append(name)
+    if kept:
+        h = previous["header"]
+        results["notes"] = [
+            f"Sections measured in this run: {', '.join(measured)}. Kept from the run of {h['date']} (commit "
+            f"{h['machine']['commit']}, its variants: {', '.join(h['variants'])}): {', '.join(kept)}.", "",
+            *(line for line in previous.get("notes", []) if not line.startswith("Sections measured in this run:"))]
+    return results
 
 
 def write(out_dir: Path, results: dict) -> dict:
