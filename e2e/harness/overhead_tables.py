@@ -201,12 +201,13 @@ def targets(r: dict, s: dict) -> list[dict]:
             add("rss_fleet", v, m["fleet_vs_empty_mib"], detail=f"{tracked} endpoints tracked")
         cpu = s.get("cpu", {})
         if cpu:
-            worst = max((cpu[k][v]["vs_no_wasm"] for k in cpu if "vs_no_wasm" in cpu[k][v]),
-                        key=lambda d: d["median"], default=None)
+            # A section kept from an earlier run (overhead.keep_earlier_sections) may lack a variant.
+            measured = [k for k in cpu if "vs_no_wasm" in cpu[k].get(v, {})]
+            worst = max((cpu[k][v]["vs_no_wasm"] for k in measured), key=lambda d: d["median"], default=None)
             if worst:
                 add("cpu", v, worst["median"], worst["low"], worst["high"], detail="the worst of " + ", ".join(
-                    f"{k} {cpu[k][v]['vs_no_wasm']['median']:+.1f}" for k in cpu))
-            p99s = [(k, cpu[k][v].get("p99_vs_empty")) for k in cpu if cpu[k][v].get("p99_vs_empty")]
+                    f"{k} {cpu[k][v]['vs_no_wasm']['median']:+.1f}" for k in measured))
+            p99s = [(k, cpu[k][v].get("p99_vs_empty")) for k in cpu if cpu[k].get(v, {}).get("p99_vs_empty")]
             if p99s:
                 add("p99", v, max(x for _, x in p99s),
                     detail="the worst of " + ", ".join(f"{k} {x:.2f}" for k, x in p99s))
