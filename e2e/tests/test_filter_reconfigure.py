@@ -8,6 +8,7 @@ import json
 import threading
 import time
 
+import pytest
 import yaml
 
 from harness import emulator as emu
@@ -48,11 +49,17 @@ def plugin_config(k: int, aggregator_port: int) -> dict:
 
 def set_plugin_config(listener: dict, config: dict) -> None:
     manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
-    wasm = next(f for f in manager["http_filters"] if f["name"] == "envoy.filters.http.wasm")
-    wasm["typed_config"]["config"]["configuration"]["value"] = json.dumps(config)
+    for f in manager["http_filters"]:
+        if f["name"] == "envoy.filters.http.wasm":
+            f["typed_config"]["config"]["configuration"]["value"] = json.dumps(config)
+        if f["name"] == "envoy.filters.http.dynamic_modules":
+            f["typed_config"]["filter_config"]["value"] = json.dumps(config)
 
 
-def test_reconfigurations_leave_no_endpoint_of_a_gone_worker_in_the_reports(group, tmp_path):
+# The native shell likewise: each listener update makes a new filter config with a plugin per
+# worker and its own ticker thread; the old one stops its thread when Envoy destroys it.
+@pytest.mark.parametrize("policy", ["tailweight", "tailweight_native"])
+def test_reconfigurations_leave_no_endpoint_of_a_gone_worker_in_the_reports(group, tmp_path, policy):
     backends = emu.start(group, [emu.BackendSettings(workers=4, base_ms=2.0) for _ in range(3)])
     reports = Reports()
     try:
@@ -61,7 +68,8 @@ def test_reconfigurations_leave_no_endpoint_of_a_gone_worker_in_the_reports(grou
         lds.parent.mkdir()
         envoy_configs.write_eds(eds, {a: 1 for a in backends.addresses})
         bootstrap = yaml.safe_load(envoy_configs.render_client_envoy(
-            backends.addresses, "tailweight", wasm_path=paths.WASM, aggregator_port=reports.server.port,
+            backends.addresses, policy, wasm_path=paths.WASM, native_path=paths.NATIVE,
+            aggregator_port=reports.server.port,
             plugin_config=plugin_config(0, reports.server.port), eds_path=eds))
         listener = bootstrap["static_resources"].pop("listeners")[0]
         bootstrap["dynamic_resources"] = {"lds_config": {"resource_api_version": "V3", "path_config_source": {
