@@ -12,13 +12,23 @@ use crate::inflight::Inflight;
 use crate::outcome::ResponseClass;
 use crate::params::PickParams;
 use crate::stamp_record::StampRecord;
-use tailweight_math::ewma::PeakEwma;
+use tailweight_math::ewma::{decay_weight, PeakEwma};
 use tailweight_wire::orca::OrcaLoad;
 
 /// Weight given to an endpoint whose aggregator weight is zero or missing in sampling.
 const MIN_SAMPLING_WEIGHT: f64 = 1e-3;
 /// A good answer within this factor of the endpoint's latency estimate is at normal latency.
 pub const NORMAL_LATENCY_FACTOR: f64 = 1.5;
+
+/// A latency estimate's distance from the cluster's prior fades with time constant `stale_after /
+/// EVIDENCE_FADES` (see `Endpoint::expected_latency_us`): to exp(-5) = 0.7% of it by `stale_after`,
+/// where the prior takes over.
+pub const EVIDENCE_FADES: f64 = 5.0;
+
+/// `estimate` faded toward `prior` after `age` without a sample (see `Endpoint::expected_latency_us`).
+fn faded(estimate_us: f64, age_us: u64, p: &PickParams, prior_us: f64) -> f64 {
+    prior_us + (estimate_us - prior_us) * decay_weight(age_us, p.stale_after_us as f64 / EVIDENCE_FADES)
+}
 
 /// An answer is at normal latency when `latency <= NORMAL_LATENCY_FACTOR x estimate` (or there is no
 /// estimate yet).
@@ -198,10 +208,39 @@ impl Endpoint {
         }
     }
 
-    /// Latency to expect: the freshest of this worker's and its siblings' estimates while fresh,
-    /// else the cluster's prior.
+    /// Latency to expect: the freshest of this worker's and its siblings' estimates, faded toward the
+    /// cluster's prior (its typical latency, see `Cluster::refresh_prior`) with the age of its
+    /// evidence, and the prior alone once that is `stale_after` old:
+    ///
+    /// `expected = prior + (estimate - prior) x exp(-age / (stale_after / EVIDENCE_FADES))`
+    ///
+    /// `age` is the time since the estimate's last sample. The pick compares expected waits, and with
+    /// nothing in flight latencies alone: without the fade an endpoint whose estimate stayed a hair
+    /// above the others' (one that was slow and recovered) would get no picks, so no sample that could
+    /// lower it. With it, an avoided endpoint's distance from the typical latency halves every
+    /// `0.69 x stale_after / EVIDENCE_FADES`: one a hair above is tried again within moments, one 4x
+    /// slower only after about `3 x stale_after / EVIDENCE_FADES` (by default 3 s) without a sample
+    /// (each of its slow answers sets its estimate, and its age, again), so the tail pays one request
+    /// that often. A new sample starts from the faded value (`fade_latency`).
     pub fn expected_latency_us(&self, now_us: u64, p: &PickParams, prior_us: f64) -> f64 {
-        self.fresh_latency_us(now_us, p).unwrap_or(prior_us)
+        match self.freshest_latency(now_us, p) {
+            Some((estimate_us, stamp_us)) => faded(estimate_us, now_us.saturating_sub(stamp_us), p, prior_us),
+            None => prior_us,
+        }
+    }
+
+    /// Before a good answer's sample enters this worker's estimate: the estimate becomes what
+    /// `expected_latency_us` expected of it from its own evidence (faded toward `prior_us`), so a
+    /// sample after a long gap corrects the faded value, not the one before the gap (a slow spell's
+    /// last estimate, that a normal answer would only lower part of the way). Only right before
+    /// `record`'s sample: the sample's time restarts the fade, so it is never applied twice.
+    pub fn fade_latency(&mut self, now_us: u64, p: &PickParams, prior_us: f64) {
+        if let Some(ewma) = &mut self.local.latency {
+            let age_us = now_us.saturating_sub(ewma.stamp_us());
+            let value_us =
+                if age_us < p.stale_after_us { faded(ewma.value_us(), age_us, p, prior_us) } else { prior_us };
+            *ewma = PeakEwma::new(value_us, ewma.stamp_us());
+        }
     }
 
     /// Requests in flight from this proxy: this worker's and its siblings'.
@@ -270,12 +309,17 @@ impl Endpoint {
     /// The freshest of this worker's and its siblings' latency estimates, if sampled within
     /// `stale_after`.
     pub fn fresh_latency_us(&self, now_us: u64, p: &PickParams) -> Option<f64> {
+        self.freshest_latency(now_us, p).map(|(v, _)| v)
+    }
+
+    /// `fresh_latency_us` and the time of its last sample.
+    fn freshest_latency(&self, now_us: u64, p: &PickParams) -> Option<(f64, u64)> {
         let local = self.local.latency.map(|e| (e.value_us(), e.stamp_us()));
         let freshest = match (local, self.siblings.latency) {
             (Some(a), Some(b)) => Some(if b.1 > a.1 { b } else { a }),
             (a, b) => a.or(b),
         };
-        freshest.filter(|(_, stamp)| now_us.saturating_sub(*stamp) < p.stale_after_us).map(|(v, _)| v)
+        freshest.filter(|(_, stamp)| now_us.saturating_sub(*stamp) < p.stale_after_us)
     }
 }
 
@@ -347,7 +391,45 @@ mod tests {
             Some(GlobalStats { weight: 1.0, inflight: 0.0, latency_us: 7_000.0, ejected: false, served_us: None });
         let later = p.stale_after_us + 1;
         assert_eq!(e.expected_latency_us(later, &p, 5_000.0), 5_000.0);
-        assert_eq!(e.expected_latency_us(later - 2, &p, 5_000.0), 1_000.0, "fresh local wins");
+        assert_eq!(e.expected_latency_us(0, &p, 5_000.0), 1_000.0, "fresh local wins");
+        let almost_stale = e.expected_latency_us(later - 2, &p, 5_000.0);
+        assert!((4_970.0..5_000.0).contains(&almost_stale), "faded nearly to the prior: {almost_stale}");
+    }
+
+    #[test]
+    fn an_estimate_fades_toward_the_prior_with_the_age_of_its_evidence() {
+        let p = params();
+        let tau = p.stale_after_us / EVIDENCE_FADES as u64;
+        let mut e = Endpoint::new("10.0.0.1:80", 0);
+        e.record(OK, 41_000, None, 0, &p);
+        let prior = 1_000.0;
+        let at = |age: u64| e.expected_latency_us(age, &p, prior);
+        assert_eq!(at(0), 41_000.0);
+        assert!((at(tau) - (prior + 40_000.0 / std::f64::consts::E)).abs() < 1e-6, "{}", at(tau));
+        assert!(at(2 * tau) < at(tau) && at(tau) < at(tau / 2), "it falls monotonically");
+        // A fast endpoint's estimate rises toward a higher prior alike (evidence of being fast ages too).
+        assert!((e.expected_latency_us(tau, &p, 81_000.0) - (81_000.0 - 40_000.0 / std::f64::consts::E)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_sample_after_a_gap_corrects_the_faded_estimate_not_the_old_one() {
+        let p = PickParams { latency_decay_us: 2_000_000.0, stale_after_us: 5_000_000, ..params() };
+        let prior = 10_000.0;
+        let mut e = Endpoint::new("10.0.0.1:80", 0);
+        e.record(OK, 40_000, None, 0, &p);
+        let gap = 3_000_000;
+        let faded = e.expected_latency_us(gap, &p, prior);
+        e.fade_latency(gap, &p, prior);
+        assert_eq!(e.local.latency.unwrap().value_us(), faded, "the fade alone changes nothing expected");
+        e.record(OK, 10_000, None, gap, &p);
+        let w = (-1.5f64).exp();
+        let expected = faded * w + 10_000.0 * (1.0 - w);
+        assert!((e.expected_latency_us(gap, &p, prior) - expected).abs() < 1e-6);
+        assert!(expected < 10_400.0, "within 4% of the typical latency, not 40_000 x 0.22 + 10_000 x 0.78 = 16_600");
+        let mut stale = Endpoint::new("10.0.0.1:80", 0);
+        stale.record(OK, 40_000, None, 0, &p);
+        stale.fade_latency(p.stale_after_us, &p, prior);
+        assert_eq!(stale.local.latency.unwrap().value_us(), prior, "stale evidence: the prior");
     }
 
     #[test]
@@ -356,8 +438,11 @@ mod tests {
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         e.record(OK, 1_000, None, 0, &p);
         e.siblings.latency = Some((3_000.0, 500));
-        assert_eq!(e.expected_latency_us(600, &p, 0.0), 3_000.0);
+        assert_eq!(e.expected_latency_us(500, &p, 0.0), 3_000.0);
         assert_eq!(e.fresh_latency_us(600, &p), Some(3_000.0));
+        let tau = p.stale_after_us as f64 / EVIDENCE_FADES;
+        let faded = 3_000.0 * (-100.0 / tau).exp();
+        assert!((e.expected_latency_us(600, &p, 0.0) - faded).abs() < 1e-6, "the sibling's sample's age fades it");
     }
 
     #[test]
