@@ -25,8 +25,12 @@ pub const NORMAL_LATENCY_FACTOR: f64 = 1.5;
 /// where the prior takes over.
 pub const EVIDENCE_FADES: f64 = 5.0;
 
-/// `estimate` faded toward `prior` after `age` without a sample (see `Endpoint::expected_latency_us`).
+/// `estimate` faded down toward `prior` after `age` without a sample (see
+/// `Endpoint::expected_latency_us`); one at or below the prior stays.
 fn faded(estimate_us: f64, age_us: u64, p: &PickParams, prior_us: f64) -> f64 {
+    if estimate_us <= prior_us {
+        return estimate_us;
+    }
     prior_us + (estimate_us - prior_us) * decay_weight(age_us, p.stale_after_us as f64 / EVIDENCE_FADES)
 }
 
@@ -208,13 +212,16 @@ impl Endpoint {
         }
     }
 
-    /// Latency to expect: the freshest of this worker's and its siblings' estimates, faded toward the
-    /// cluster's prior (its typical latency, see `Cluster::refresh_prior`) with the age of its
-    /// evidence, and the prior alone once that is `stale_after` old:
+    /// Latency to expect: the freshest of this worker's and its siblings' estimates, if above the
+    /// cluster's prior (its typical latency, see `Cluster::refresh_prior`) faded down toward it with
+    /// the age of its evidence, and the prior alone once that is `stale_after` old:
     ///
-    /// `expected = prior + (estimate - prior) x exp(-age / (stale_after / EVIDENCE_FADES))`
+    /// `expected = prior + (estimate - prior) x exp(-age / (stale_after / EVIDENCE_FADES))` if
+    /// `estimate > prior`, else `estimate`
     ///
-    /// `age` is the time since the estimate's last sample. The pick compares expected waits, and with
+    /// `age` is the time since the estimate's last sample. Evidence of slowness fades, evidence of
+    /// speed stands until stale (an endpoint that looks fast is picked, which refreshes it). The
+    /// pick compares expected waits, and with
     /// nothing in flight latencies alone: without the fade an endpoint whose estimate stayed a hair
     /// above the others' (one that was slow and recovered) would get no picks, so no sample that could
     /// lower it. With it, an avoided endpoint's distance from the typical latency halves every
@@ -312,6 +319,12 @@ impl Endpoint {
         self.freshest_latency(now_us, p).map(|(v, _)| v)
     }
 
+    /// When the latency estimate `expected_latency_us` starts from was last sampled (None: no fresh
+    /// one, the prior stands in).
+    pub fn latency_sampled_us(&self, now_us: u64, p: &PickParams) -> Option<u64> {
+        self.freshest_latency(now_us, p).map(|(_, stamp)| stamp)
+    }
+
     /// `fresh_latency_us` and the time of its last sample.
     fn freshest_latency(&self, now_us: u64, p: &PickParams) -> Option<(f64, u64)> {
         let local = self.local.latency.map(|e| (e.value_us(), e.stamp_us()));
@@ -392,8 +405,9 @@ mod tests {
         let later = p.stale_after_us + 1;
         assert_eq!(e.expected_latency_us(later, &p, 5_000.0), 5_000.0);
         assert_eq!(e.expected_latency_us(0, &p, 5_000.0), 1_000.0, "fresh local wins");
-        let almost_stale = e.expected_latency_us(later - 2, &p, 5_000.0);
-        assert!((4_970.0..5_000.0).contains(&almost_stale), "faded nearly to the prior: {almost_stale}");
+        assert_eq!(e.expected_latency_us(later - 2, &p, 5_000.0), 1_000.0, "below the prior: it stands");
+        let almost_stale = e.expected_latency_us(later - 2, &p, 500.0);
+        assert!((500.0..503.5).contains(&almost_stale), "above it: faded nearly to it: {almost_stale}");
     }
 
     #[test]
@@ -407,8 +421,8 @@ mod tests {
         assert_eq!(at(0), 41_000.0);
         assert!((at(tau) - (prior + 40_000.0 / std::f64::consts::E)).abs() < 1e-6, "{}", at(tau));
         assert!(at(2 * tau) < at(tau) && at(tau) < at(tau / 2), "it falls monotonically");
-        // A fast endpoint's estimate rises toward a higher prior alike (evidence of being fast ages too).
-        assert!((e.expected_latency_us(tau, &p, 81_000.0) - (81_000.0 - 40_000.0 / std::f64::consts::E)).abs() < 1e-6);
+        // An estimate below the prior stands until stale (evidence of speed does not fade).
+        assert_eq!(e.expected_latency_us(tau, &p, 81_000.0), 41_000.0);
     }
 
     #[test]

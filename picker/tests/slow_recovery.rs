@@ -151,8 +151,8 @@ const ONE_AT_A_TIME_GAP_US: u64 = 15 * MS;
 /// About eight requests in flight (1.25 ms apart, 10 ms each).
 const CONCURRENT_GAP_US: u64 = 1_250;
 
-/// The recovered pair's shares (over 2 s) are back at 60% or more of their fair share 2-4 s after
-/// they recover, in 3 runs (3-4 s; the first run took 7 s without the fade of
+/// The recovered pair's shares (over 2 s) are back at 60% or more of their fair share 3-4 s after
+/// they recover, in 3 runs (the first run took 7 s before estimates faded, see
 /// `Endpoint::expected_latency_us`).
 #[test]
 fn recovered_slow_endpoints_are_back_in_their_share_band_within_5_s_one_request_at_a_time() {
@@ -165,7 +165,7 @@ fn recovered_slow_endpoints_are_back_in_their_share_band_within_5_s_one_request_
     }
 }
 
-/// 2-3 s in 3 runs (3 s in each without the fade).
+/// 2 s in 3 runs (3 s in each before estimates faded).
 #[test]
 fn recovered_slow_endpoints_are_back_in_their_share_band_within_3_s_with_requests_in_flight() {
     for seed in 1..=3 {
@@ -177,9 +177,9 @@ fn recovered_slow_endpoints_are_back_in_their_share_band_within_3_s_with_request
     }
 }
 
-/// The pair's fair share is 25%; slow, it gets 3.8-3.9% one request at a time (3.7-4.0% without the
-/// fade) and 5.5% with requests in flight (4.7-4.8% without: an avoided endpoint's estimate fades
-/// between its samples, which at that rate come every ~50 ms).
+/// The pair's fair share is 25%; slow, it gets 3.7-4.1% one request at a time (3.7-4.0% before
+/// estimates faded) and 5.6-5.7% with requests in flight (4.7-4.8% before: an avoided endpoint's
+/// estimate fades between its samples, which at that rate come every ~50 ms).
 #[test]
 fn slow_endpoints_get_little_traffic_while_slow_at_any_concurrency() {
     for (gap, bound) in [(ONE_AT_A_TIME_GAP_US, 0.045), (CONCURRENT_GAP_US, 0.065)] {

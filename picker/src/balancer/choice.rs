@@ -6,6 +6,7 @@
 
 use super::settings::Settings;
 use crate::cluster::{Candidate, Cluster};
+use crate::endpoint::EVIDENCE_FADES;
 use crate::params::PickParams;
 use tailweight_math::rng::Rng;
 
@@ -55,9 +56,19 @@ fn explore(
     }
 }
 
+/// Two known endpoints whose scores are within this factor of each other are a near tie (see
+/// `two_choices`): less than latency estimates' own noise (a peak EWMA sits at recent peaks).
+pub const NEAR_TIE: f64 = 1.1;
+
 /// Step 4: `a` against a second distinct weighted draw; the lower `Endpoint::score` wins (`a` on
-/// ties, or when no second candidate turns up in 8 draws). A suggestion has no requests here and
-/// no samples: the cluster's prior latency is all there is.
+/// ties, or when no second candidate turns up in 8 draws), except in a near tie of two known
+/// endpoints (within `NEAR_TIE`, neither ramping: a ramp sets its own share, see `health`): then
+/// `b` if its latency evidence is older than `a`'s and at least `stale_after / EVIDENCE_FADES` old
+/// (1 s by default), else `a`. With nothing in flight the scores are latencies alone and the lower
+/// one would win every time: an endpoint whose (faded, see `Endpoint::expected_latency_us`)
+/// estimate stays a hair above another's would never be sampled again; this refreshes it about
+/// once a second per worker, and otherwise leaves ties to the weighted draw. A suggestion has no
+/// requests here and no samples: the cluster's prior latency is all there is.
 fn two_choices(cluster: &mut Cluster, rng: &mut Rng, now_us: u64, p: &PickParams, a: Candidate) -> Candidate {
     let b = (0..8).filter_map(|_| cluster.sample_candidate(rng, now_us, true)).find(|c| *c != a);
     let prior = cluster.prior_latency_us();
@@ -65,9 +76,20 @@ fn two_choices(cluster: &mut Cluster, rng: &mut Rng, now_us: u64, p: &PickParams
         Candidate::Known(slot) => cluster.endpoints()[slot].score(now_us, p, prior),
         Candidate::Suggested(_) => prior,
     };
-    match b {
-        Some(b) if score(b) < score(a) => b,
-        _ => a,
+    let Some(b) = b else { return a };
+    let (sa, sb) = (score(a), score(b));
+    if let (Candidate::Known(x), Candidate::Known(y)) = (a, b) {
+        let (ex, ey) = (&cluster.endpoints()[x], &cluster.endpoints()[y]);
+        if sa.max(sb) <= NEAR_TIE * sa.min(sb) && ex.health.ramp().is_none() && ey.health.ramp().is_none() {
+            let sampled = |e: &crate::endpoint::Endpoint| e.latency_sampled_us(now_us, p).unwrap_or(0);
+            let old_enough = now_us.saturating_sub(sampled(ey)) as f64 >= p.stale_after_us as f64 / EVIDENCE_FADES;
+            return if sampled(ey) < sampled(ex) && old_enough { b } else { a };
+        }
+    }
+    if sb < sa {
+        b
+    } else {
+        a
     }
 }
 
