@@ -20,13 +20,25 @@ const MIN_SAMPLING_WEIGHT: f64 = 1e-3;
 /// A good answer within this factor of the endpoint's latency estimate is at normal latency.
 pub const NORMAL_LATENCY_FACTOR: f64 = 1.5;
 
-/// A latency estimate's distance from the cluster's prior fades with time constant `stale_after /
-/// EVIDENCE_FADES` (see `Endpoint::expected_latency_us`): to exp(-5) = 0.7% of it by `stale_after`,
-/// where the prior takes over.
+/// The time constant of the fade (`faded`) is `stale_after / EVIDENCE_FADES`: by `stale_after`, where
+/// the prior takes over, an estimate's excess is down to exp(-5) = 0.7% of it.
 pub const EVIDENCE_FADES: f64 = 5.0;
 
-/// `estimate` faded down toward `prior` after `age` without a sample (see
-/// `Endpoint::expected_latency_us`); one at or below the prior stays.
+/// What a latency estimate last sampled `age` ago says now, given the cluster's prior (its typical
+/// latency, see `Cluster::refresh_prior`):
+///
+/// `faded = prior + (estimate - prior) x exp(-age / (stale_after / EVIDENCE_FADES))` if
+/// `estimate > prior`, else `estimate`
+///
+/// Evidence of slowness fades, evidence of speed stands (an endpoint that looks fast is picked,
+/// which refreshes it). The pick compares expected waits, and with nothing in flight latencies
+/// alone: without the fade an endpoint whose estimate stayed above the others' (one that was slow
+/// and recovered, its first normal answers only pulling the slow estimate part of the way down) got
+/// no picks, so no sample that could lower it. With it an avoided endpoint's excess halves every
+/// `0.69 x stale_after / EVIDENCE_FADES` (0.7 s by default): one 4x slower than the typical latency
+/// comes within 10% of it, a near tie (see `balancer::choice::two_choices`), after about `3.4 x
+/// stale_after / EVIDENCE_FADES` without a sample (each of its slow answers sets its estimate, and
+/// its age, again), so the tail pays about one request that often per worker.
 fn faded(estimate_us: f64, age_us: u64, p: &PickParams, prior_us: f64) -> f64 {
     if estimate_us <= prior_us {
         return estimate_us;
@@ -212,23 +224,9 @@ impl Endpoint {
         }
     }
 
-    /// Latency to expect: the freshest of this worker's and its siblings' estimates, if above the
-    /// cluster's prior (its typical latency, see `Cluster::refresh_prior`) faded down toward it with
-    /// the age of its evidence, and the prior alone once that is `stale_after` old:
-    ///
-    /// `expected = prior + (estimate - prior) x exp(-age / (stale_after / EVIDENCE_FADES))` if
-    /// `estimate > prior`, else `estimate`
-    ///
-    /// `age` is the time since the estimate's last sample. Evidence of slowness fades, evidence of
-    /// speed stands until stale (an endpoint that looks fast is picked, which refreshes it). The
-    /// pick compares expected waits, and with
-    /// nothing in flight latencies alone: without the fade an endpoint whose estimate stayed a hair
-    /// above the others' (one that was slow and recovered) would get no picks, so no sample that could
-    /// lower it. With it, an avoided endpoint's distance from the typical latency halves every
-    /// `0.69 x stale_after / EVIDENCE_FADES`: one a hair above is tried again within moments, one 4x
-    /// slower only after about `3 x stale_after / EVIDENCE_FADES` (by default 3 s) without a sample
-    /// (each of its slow answers sets its estimate, and its age, again), so the tail pays one request
-    /// that often. A new sample starts from the faded value (`fade_latency`).
+    /// Latency to expect: the freshest of this worker's and its siblings' estimates, `faded` with the
+    /// age of its last sample, and the cluster's prior alone once that is `stale_after` old (or
+    /// there is none). A new sample starts from the faded value (`fade_latency`).
     pub fn expected_latency_us(&self, now_us: u64, p: &PickParams, prior_us: f64) -> f64 {
         match self.freshest_latency(now_us, p) {
             Some((estimate_us, stamp_us)) => faded(estimate_us, now_us.saturating_sub(stamp_us), p, prior_us),
