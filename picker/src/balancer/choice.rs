@@ -64,11 +64,12 @@ pub const NEAR_TIE: f64 = 1.1;
 /// ties, or when no second candidate turns up in 8 draws), except in a near tie of two known
 /// endpoints (within `NEAR_TIE`, neither ramping: a ramp sets its own share, see `health`): then
 /// `b` if its latency evidence is older than `a`'s and at least `stale_after / EVIDENCE_FADES` old
-/// (2 s by default), else `a`. With nothing in flight the scores are latencies alone and the lower
-/// one would win every time: an endpoint whose (faded, see `Endpoint::expected_latency_us`)
-/// estimate stays a hair above another's would never be sampled again; this refreshes it about
-/// every 2 s per worker, and otherwise leaves ties to the weighted draw. A suggestion has no
-/// requests here and no samples: the cluster's prior latency is all there is.
+/// (2 s by default), else `a`: near ties are the weighted draw's, and evidence that old is
+/// refreshed. With nothing in flight the scores are latencies alone and the lower one would win
+/// every time: an endpoint whose (faded, see `Endpoint::expected_latency_us`) estimate stayed a
+/// hair above another's, less than estimates' own noise, got no picks and no sample that could
+/// lower it. A suggestion has no requests here and no samples: the cluster's prior latency is all
+/// there is.
 fn two_choices(cluster: &mut Cluster, rng: &mut Rng, now_us: u64, p: &PickParams, a: Candidate) -> Candidate {
     let b = (0..8).filter_map(|_| cluster.sample_candidate(rng, now_us, true)).find(|c| *c != a);
     let prior = cluster.prior_latency_us();
