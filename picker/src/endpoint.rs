@@ -22,12 +22,13 @@ pub const NORMAL_LATENCY_FACTOR: f64 = 1.5;
 
 /// The time constant of the fade (`faded`) is `stale_after / EVIDENCE_FADES` (2 s by default): by
 /// `stale_after`, where the prior takes over, an estimate's excess is down to exp(-2.5) = 8% of it.
-/// Faster (5: 1 s) brought slowed endpoints back no sooner in the harness, whose aggregator weights
-/// took 4-5 s to follow them back, and doubled what they got while slow (0.5% to 1.2% of requests;
-/// bench/results/slow-recover).
+/// Faster (5: 1 s, and faded scores with requests in flight too) brought slowed endpoints back no
+/// sooner in the harness, whose aggregator weights took 4-5 s to follow them back, and doubled what
+/// they got while slow (0.5% to 1.2% of requests; bench/results/slow-recover).
 pub const EVIDENCE_FADES: f64 = 2.5;
 
-/// What a latency estimate last sampled `age` ago says now, given the cluster's prior (its typical
+/// What a latency estimate last sampled `age` ago says now (to a pick with nothing in flight, and
+/// as the start of its next sample), given the cluster's prior (its typical
 /// latency, see `Cluster::refresh_prior`):
 ///
 /// `faded = prior + (estimate - prior) x exp(-age / (stale_after / EVIDENCE_FADES))` if
@@ -230,10 +231,15 @@ impl Endpoint {
         }
     }
 
-    /// Latency to expect: the freshest of this worker's and its siblings' estimates, `faded` with the
-    /// age of its last sample, and the cluster's prior alone once that is `stale_after` old (or
-    /// there is none). A new sample starts from the faded value (`fade_latency`).
+    /// Latency to expect: the freshest of this worker's and its siblings' estimates while fresh,
+    /// else the cluster's prior.
     pub fn expected_latency_us(&self, now_us: u64, p: &PickParams, prior_us: f64) -> f64 {
+        self.fresh_latency_us(now_us, p).unwrap_or(prior_us)
+    }
+
+    /// `expected_latency_us` with the freshest estimate `faded` by the age of its last sample: what
+    /// a pick with nothing in flight compares (see `idle_score`).
+    pub fn faded_latency_us(&self, now_us: u64, p: &PickParams, prior_us: f64) -> f64 {
         match self.freshest_latency(now_us, p) {
             Some((estimate_us, stamp_us)) => faded(estimate_us, now_us.saturating_sub(stamp_us), p, prior_us),
             None => prior_us,
@@ -241,7 +247,7 @@ impl Endpoint {
     }
 
     /// Before a good answer's sample enters this worker's estimate: the estimate becomes what
-    /// `expected_latency_us` expected of it from its own evidence (faded toward `prior_us`), so a
+    /// `faded_latency_us` expects of it from its own evidence (faded toward `prior_us`), so a
     /// sample after a long gap corrects the faded value, not the one before the gap (a slow spell's
     /// last estimate, that a normal answer would only lower part of the way). Only right before
     /// `record`'s sample: the sample's time restarts the fade, so it is never applied twice.
@@ -264,10 +270,21 @@ impl Endpoint {
     /// recent failure ratio (see `health`). A failure costs at least `failure_latency` of expected
     /// wait, so failing fast never looks fast, and the cost fades as the failures do.
     pub fn score(&self, now_us: u64, p: &PickParams, prior_us: f64) -> f64 {
+        (self.load() + 1.0) * self.cost_of(self.expected_latency_us(now_us, p, prior_us), now_us, p)
+    }
+
+    /// `score` with nothing in flight here, from the `faded_latency_us` (see `two_choices`): with
+    /// nothing in flight the scores are latencies alone, and evidence of slowness must fade there;
+    /// with requests in flight an avoided endpoint's faded latency would beat busy fast ones
+    /// (measured: twice the traffic to slowed endpoints while slow), so `score` keeps its own.
+    pub fn idle_score(&self, now_us: u64, p: &PickParams, prior_us: f64) -> f64 {
+        self.cost_of(self.faded_latency_us(now_us, p, prior_us), now_us, p)
+    }
+
+    /// `(latency + failure_latency x f) x (1 + error_penalty x f)`, `f` the recent failure ratio.
+    fn cost_of(&self, latency_us: f64, now_us: u64, p: &PickParams) -> f64 {
         let f = self.health.failure_ratio(now_us, &p.health_times());
-        (self.load() + 1.0)
-            * (self.expected_latency_us(now_us, p, prior_us) + p.failure_latency_us * f)
-            * (1.0 + p.error_penalty * f)
+        (latency_us + p.failure_latency_us * f) * (1.0 + p.error_penalty * f)
     }
 
     /// With load stamps, the expected cost of one more request here, lower is better:
@@ -409,8 +426,10 @@ mod tests {
         let later = p.stale_after_us + 1;
         assert_eq!(e.expected_latency_us(later, &p, 5_000.0), 5_000.0);
         assert_eq!(e.expected_latency_us(0, &p, 5_000.0), 1_000.0, "fresh local wins");
-        assert_eq!(e.expected_latency_us(later - 2, &p, 5_000.0), 1_000.0, "below the prior: it stands");
-        let almost_stale = e.expected_latency_us(later - 2, &p, 500.0);
+        assert_eq!(e.faded_latency_us(later - 2, &p, 5_000.0), 1_000.0, "below the prior: it stands");
+        assert_eq!(e.faded_latency_us(later, &p, 5_000.0), 5_000.0);
+        assert_eq!(e.expected_latency_us(later - 2, &p, 500.0), 1_000.0, "the score's does not fade");
+        let almost_stale = e.faded_latency_us(later - 2, &p, 500.0);
         let w = (-EVIDENCE_FADES).exp();
         assert!((almost_stale - (500.0 + 500.0 * w)).abs() < 0.1, "above it: faded toward it: {almost_stale}");
     }
@@ -422,12 +441,12 @@ mod tests {
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         e.record(OK, 41_000, None, 0, &p);
         let prior = 1_000.0;
-        let at = |age: u64| e.expected_latency_us(age, &p, prior);
+        let at = |age: u64| e.faded_latency_us(age, &p, prior);
         assert_eq!(at(0), 41_000.0);
         assert!((at(tau) - (prior + 40_000.0 / std::f64::consts::E)).abs() < 1e-6, "{}", at(tau));
         assert!(at(2 * tau) < at(tau) && at(tau) < at(tau / 2), "it falls monotonically");
         // An estimate below the prior stands until stale (evidence of speed does not fade).
-        assert_eq!(e.expected_latency_us(tau, &p, 81_000.0), 41_000.0);
+        assert_eq!(e.faded_latency_us(tau, &p, 81_000.0), 41_000.0);
     }
 
     #[test]
@@ -437,13 +456,13 @@ mod tests {
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         e.record(OK, 40_000, None, 0, &p);
         let gap = 3_000_000;
-        let faded = e.expected_latency_us(gap, &p, prior);
+        let faded = e.faded_latency_us(gap, &p, prior);
         e.fade_latency(gap, &p, prior);
         assert_eq!(e.local.latency.unwrap().value_us(), faded, "the fade alone changes nothing expected");
         e.record(OK, 10_000, None, gap, &p);
         let w = (-1.5f64).exp();
         let expected = faded * w + 10_000.0 * (1.0 - w);
-        assert!((e.expected_latency_us(gap, &p, prior) - expected).abs() < 1e-6);
+        assert!((e.faded_latency_us(gap, &p, prior) - expected).abs() < 1e-6);
         assert!(expected < 11_500.0, "within 15% of the typical latency, not 40_000 x 0.22 + 10_000 x 0.78 = 16_600");
         let mut stale = Endpoint::new("10.0.0.1:80", 0);
         stale.record(OK, 40_000, None, 0, &p);
@@ -457,11 +476,11 @@ mod tests {
         let mut e = Endpoint::new("10.0.0.1:80", 0);
         e.record(OK, 1_000, None, 0, &p);
         e.siblings.latency = Some((3_000.0, 500));
-        assert_eq!(e.expected_latency_us(500, &p, 0.0), 3_000.0);
+        assert_eq!(e.expected_latency_us(600, &p, 0.0), 3_000.0);
         assert_eq!(e.fresh_latency_us(600, &p), Some(3_000.0));
         let tau = p.stale_after_us as f64 / EVIDENCE_FADES;
         let faded = 3_000.0 * (-100.0 / tau).exp();
-        assert!((e.expected_latency_us(600, &p, 0.0) - faded).abs() < 1e-6, "the sibling's sample's age fades it");
+        assert!((e.faded_latency_us(600, &p, 0.0) - faded).abs() < 1e-6, "the sibling's sample's age fades it");
     }
 
     #[test]

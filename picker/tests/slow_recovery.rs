@@ -165,7 +165,7 @@ fn recovered_slow_endpoints_are_back_in_their_share_band_within_6_s_one_request_
     }
 }
 
-/// 3 s in 3 runs, as before (with requests in flight the scores differ by more than latency).
+/// 2-3 s in 3 runs (3 s in each before).
 #[test]
 fn recovered_slow_endpoints_are_back_in_their_share_band_within_3_s_with_requests_in_flight() {
     for seed in 1..=3 {
@@ -177,12 +177,11 @@ fn recovered_slow_endpoints_are_back_in_their_share_band_within_3_s_with_request
     }
 }
 
-/// The pair's fair share is 25%; slow, it gets 3.7-3.9% one request at a time (3.7-4.0% before) and
-/// 5.3-5.4% with requests in flight (4.7-4.8% before: an avoided endpoint's estimate fades between
-/// its samples, which at that rate come every ~50 ms).
+/// The pair's fair share is 25%; slow, it gets 3.6-3.9% one request at a time (3.7-4.0% before) and
+/// 5.1-5.3% with requests in flight (4.7-4.8% before).
 #[test]
 fn slow_endpoints_get_little_traffic_while_slow_at_any_concurrency() {
-    for (gap, bound) in [(ONE_AT_A_TIME_GAP_US, 0.045), (CONCURRENT_GAP_US, 0.06)] {
+    for (gap, bound) in [(ONE_AT_A_TIME_GAP_US, 0.045), (CONCURRENT_GAP_US, 0.057)] {
         for seed in 1..=2 {
             // Slow to the end: from 5 s after the slowdown on, little traffic the whole time.
             let windows = served_per_window(gap, 4.0, END_US, seed);
