@@ -52,13 +52,16 @@ fn served_per_window(gap_us: u64, slow_factor: f64, slow_until_us: u64, seed: u6
     fleet
 }
 
+/// A request in flight: (completion time, endpoint, latency, the first choice and its epoch).
+type InFlight = (u64, usize, u64, Option<(String, u64)>);
+
 /// `served_per_window` of one worker.
 fn one_worker(gap_us: u64, slow_factor: f64, slow_until_us: u64, seed: u64) -> Vec<[u32; N]> {
     let addresses: Vec<String> = (0..N).map(address).collect();
     let mut b = Balancer::new(Settings::default(), seed);
     let mut rng = Rng::new(seed ^ 0x5eed);
-    // Requests in flight: (completion time, endpoint, latency, first choice, epoch), soonest first.
-    let mut inflight: BinaryHeap<std::cmp::Reverse<(u64, usize, u64, Option<(String, u64)>)>> = BinaryHeap::new();
+    // Requests in flight, soonest first.
+    let mut inflight: BinaryHeap<std::cmp::Reverse<InFlight>> = BinaryHeap::new();
     let mut windows = vec![[0u32; N]; (END_US / WINDOW_US) as usize];
     let mut next_tick = 0;
     let mut now = 0;
