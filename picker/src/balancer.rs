@@ -12,8 +12,9 @@
 //!    (the aggregator's weight while the view is fresh, times its health's factor: suspended and
 //!    absent endpoints never, ramping ones less; a fresh view's suggestions by their view weight),
 //!    and keep the one with the lower score (in flight + 1) x (latency + failure cost) x (1 + penalty
-//!    x failures), from this proxy's own counts and samples only (see `endpoint`; a suggestion has
-//!    none: the cluster's prior latency). Retry choices are drawn among the known endpoints.
+//!    x failures), from this proxy's own counts and samples only (see `endpoint`: the latency fades
+//!    toward the cluster's prior with the age of its last sample; a suggestion has none: the
+//!    cluster's prior latency). Retry choices are drawn among the known endpoints.
 //!
 //! Accounting: a request counts as in flight to the chosen endpoint until its first response
 //! headers (`release`, see `inflight`); when it ends (`complete`) the endpoint that served it is
@@ -228,8 +229,12 @@ impl Balancer {
             let learned = cluster.learn(served, now_us, max_endpoints, p.slow_start_us);
             done.learned = learned.is_some_and(|(_, new)| new) && outcome.class.is_success();
             if let Some((slot, _)) = learned {
-                changes[0] =
-                    cluster.endpoint_mut(slot).record(outcome.class, outcome.latency_us, outcome.load, now_us, p);
+                let prior_us = cluster.prior_latency_us();
+                let endpoint = cluster.endpoint_mut(slot);
+                if outcome.class.is_success() {
+                    endpoint.fade_latency(now_us, p, prior_us);
+                }
+                changes[0] = endpoint.record(outcome.class, outcome.latency_us, outcome.load, now_us, p);
             }
         }
         done.honoured = match (chosen, outcome.served) {

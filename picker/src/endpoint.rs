@@ -12,13 +12,46 @@ use crate::inflight::Inflight;
 use crate::outcome::ResponseClass;
 use crate::params::PickParams;
 use crate::stamp_record::StampRecord;
-use tailweight_math::ewma::PeakEwma;
+use tailweight_math::ewma::{decay_weight, PeakEwma};
 use tailweight_wire::orca::OrcaLoad;
 
 /// Weight given to an endpoint whose aggregator weight is zero or missing in sampling.
 const MIN_SAMPLING_WEIGHT: f64 = 1e-3;
 /// A good answer within this factor of the endpoint's latency estimate is at normal latency.
 pub const NORMAL_LATENCY_FACTOR: f64 = 1.5;
+
+/// The time constant of the fade (`faded`) is `stale_after / EVIDENCE_FADES` (2 s by default): by
+/// `stale_after`, where the prior takes over, an estimate's excess is down to exp(-2.5) = 8% of it.
+/// Faster (5: 1 s, and faded scores with requests in flight too) brought slowed endpoints back no
+/// sooner in the harness, whose aggregator weights took 4-5 s to follow them back, and doubled what
+/// they got while slow (0.5% to 1.2% of requests; bench/results/slow-recover).
+pub const EVIDENCE_FADES: f64 = 2.5;
+
+/// What a latency estimate last sampled `age` ago says now (to a pick with nothing in flight, and
+/// as the start of its next sample), given the cluster's prior (its typical
+/// latency, see `Cluster::refresh_prior`):
+///
+/// `faded = prior + (estimate - prior) x exp(-age / (stale_after / EVIDENCE_FADES))` if
+/// `estimate > prior`, else `estimate`
+///
+/// Evidence of slowness fades, evidence of speed stands (an endpoint that looks fast is picked,
+/// which refreshes it). The pick compares expected waits, and with nothing in flight latencies
+/// alone: without the fade an endpoint whose estimate stayed above the others' (one that was slow
+/// and recovered, its first normal answers only pulling the slow estimate part of the way down) got
+/// no picks, so no sample that could lower it. With it an avoided endpoint's excess halves every
+/// `0.69 x stale_after / EVIDENCE_FADES` (1.4 s by default): one 1.5x slower than the typical latency
+/// comes within 10% of it, a near tie (see `balancer::choice::two_choices`), after about `1.6 x
+/// stale_after / EVIDENCE_FADES` (3.2 s) without a sample; one 4x slower only at `stale_after`,
+/// as without the fade (each of its slow answers sets its estimate, and its age, again): the tail
+/// pays about one request per `stale_after` per worker for it. A sample after a gap starts from
+/// the faded value (`Endpoint::fade_latency`), so a recovered endpoint's first normal answer makes
+/// it competitive at once.
+fn faded(estimate_us: f64, age_us: u64, p: &PickParams, prior_us: f64) -> f64 {
+    if estimate_us <= prior_us {
+        return estimate_us;
+    }
+    prior_us + (estimate_us - prior_us) * decay_weight(age_us, p.stale_after_us as f64 / EVIDENCE_FADES)
+}
 
 /// An answer is at normal latency when `latency <= NORMAL_LATENCY_FACTOR x estimate` (or there is no
 /// estimate yet).
@@ -204,6 +237,29 @@ impl Endpoint {
         self.fresh_latency_us(now_us, p).unwrap_or(prior_us)
     }
 
+    /// `expected_latency_us` with the freshest estimate `faded` by the age of its last sample: what
+    /// a pick with nothing in flight compares (see `idle_score`).
+    pub fn faded_latency_us(&self, now_us: u64, p: &PickParams, prior_us: f64) -> f64 {
+        match self.freshest_latency(now_us, p) {
+            Some((estimate_us, stamp_us)) => faded(estimate_us, now_us.saturating_sub(stamp_us), p, prior_us),
+            None => prior_us,
+        }
+    }
+
+    /// Before a good answer's sample enters this worker's estimate: the estimate becomes what
+    /// `faded_latency_us` expects of it from its own evidence (faded toward `prior_us`), so a
+    /// sample after a long gap corrects the faded value, not the one before the gap (a slow spell's
+    /// last estimate, that a normal answer would only lower part of the way). Only right before
+    /// `record`'s sample: the sample's time restarts the fade, so it is never applied twice.
+    pub fn fade_latency(&mut self, now_us: u64, p: &PickParams, prior_us: f64) {
+        if let Some(ewma) = &mut self.local.latency {
+            let age_us = now_us.saturating_sub(ewma.stamp_us());
+            let value_us =
+                if age_us < p.stale_after_us { faded(ewma.value_us(), age_us, p, prior_us) } else { prior_us };
+            *ewma = PeakEwma::new(value_us, ewma.stamp_us());
+        }
+    }
+
     /// Requests in flight from this proxy: this worker's and its siblings'.
     pub fn load(&self) -> f64 {
         f64::from(self.local.inflight.count()) + f64::from(self.siblings.inflight)
@@ -214,10 +270,21 @@ impl Endpoint {
     /// recent failure ratio (see `health`). A failure costs at least `failure_latency` of expected
     /// wait, so failing fast never looks fast, and the cost fades as the failures do.
     pub fn score(&self, now_us: u64, p: &PickParams, prior_us: f64) -> f64 {
+        (self.load() + 1.0) * self.cost_of(self.expected_latency_us(now_us, p, prior_us), now_us, p)
+    }
+
+    /// `score` with nothing in flight here, from the `faded_latency_us` (see `two_choices`): with
+    /// nothing in flight the scores are latencies alone, and evidence of slowness must fade there;
+    /// with requests in flight an avoided endpoint's faded latency would beat busy fast ones
+    /// (measured: twice the traffic to slowed endpoints while slow), so `score` keeps its own.
+    pub fn idle_score(&self, now_us: u64, p: &PickParams, prior_us: f64) -> f64 {
+        self.cost_of(self.faded_latency_us(now_us, p, prior_us), now_us, p)
+    }
+
+    /// `(latency + failure_latency x f) x (1 + error_penalty x f)`, `f` the recent failure ratio.
+    fn cost_of(&self, latency_us: f64, now_us: u64, p: &PickParams) -> f64 {
         let f = self.health.failure_ratio(now_us, &p.health_times());
-        (self.load() + 1.0)
-            * (self.expected_latency_us(now_us, p, prior_us) + p.failure_latency_us * f)
-            * (1.0 + p.error_penalty * f)
+        (latency_us + p.failure_latency_us * f) * (1.0 + p.error_penalty * f)
     }
 
     /// With load stamps, the expected cost of one more request here, lower is better:
@@ -270,12 +337,23 @@ impl Endpoint {
     /// The freshest of this worker's and its siblings' latency estimates, if sampled within
     /// `stale_after`.
     pub fn fresh_latency_us(&self, now_us: u64, p: &PickParams) -> Option<f64> {
+        self.freshest_latency(now_us, p).map(|(v, _)| v)
+    }
+
+    /// When the latency estimate `expected_latency_us` starts from was last sampled (None: no fresh
+    /// one, the prior stands in).
+    pub fn latency_sampled_us(&self, now_us: u64, p: &PickParams) -> Option<u64> {
+        self.freshest_latency(now_us, p).map(|(_, stamp)| stamp)
+    }
+
+    /// `fresh_latency_us` and the time of its last sample.
+    fn freshest_latency(&self, now_us: u64, p: &PickParams) -> Option<(f64, u64)> {
         let local = self.local.latency.map(|e| (e.value_us(), e.stamp_us()));
         let freshest = match (local, self.siblings.latency) {
             (Some(a), Some(b)) => Some(if b.1 > a.1 { b } else { a }),
             (a, b) => a.or(b),
         };
-        freshest.filter(|(_, stamp)| now_us.saturating_sub(*stamp) < p.stale_after_us).map(|(v, _)| v)
+        freshest.filter(|(_, stamp)| now_us.saturating_sub(*stamp) < p.stale_after_us)
     }
 }
 
@@ -347,7 +425,49 @@ mod tests {
             Some(GlobalStats { weight: 1.0, inflight: 0.0, latency_us: 7_000.0, ejected: false, served_us: None });
         let later = p.stale_after_us + 1;
         assert_eq!(e.expected_latency_us(later, &p, 5_000.0), 5_000.0);
-        assert_eq!(e.expected_latency_us(later - 2, &p, 5_000.0), 1_000.0, "fresh local wins");
+        assert_eq!(e.expected_latency_us(0, &p, 5_000.0), 1_000.0, "fresh local wins");
+        assert_eq!(e.faded_latency_us(later - 2, &p, 5_000.0), 1_000.0, "below the prior: it stands");
+        assert_eq!(e.faded_latency_us(later, &p, 5_000.0), 5_000.0);
+        assert_eq!(e.expected_latency_us(later - 2, &p, 500.0), 1_000.0, "the score's does not fade");
+        let almost_stale = e.faded_latency_us(later - 2, &p, 500.0);
+        let w = (-EVIDENCE_FADES).exp();
+        assert!((almost_stale - (500.0 + 500.0 * w)).abs() < 0.1, "above it: faded toward it: {almost_stale}");
+    }
+
+    #[test]
+    fn an_estimate_fades_toward_the_prior_with_the_age_of_its_evidence() {
+        let p = params();
+        let tau = (p.stale_after_us as f64 / EVIDENCE_FADES) as u64;
+        let mut e = Endpoint::new("10.0.0.1:80", 0);
+        e.record(OK, 41_000, None, 0, &p);
+        let prior = 1_000.0;
+        let at = |age: u64| e.faded_latency_us(age, &p, prior);
+        assert_eq!(at(0), 41_000.0);
+        assert!((at(tau) - (prior + 40_000.0 / std::f64::consts::E)).abs() < 1e-6, "{}", at(tau));
+        assert!(at(2 * tau) < at(tau) && at(tau) < at(tau / 2), "it falls monotonically");
+        // An estimate below the prior stands until stale (evidence of speed does not fade).
+        assert_eq!(e.faded_latency_us(tau, &p, 81_000.0), 41_000.0);
+    }
+
+    #[test]
+    fn a_sample_after_a_gap_corrects_the_faded_estimate_not_the_old_one() {
+        let p = PickParams { latency_decay_us: 2_000_000.0, stale_after_us: 5_000_000, ..params() };
+        let prior = 10_000.0;
+        let mut e = Endpoint::new("10.0.0.1:80", 0);
+        e.record(OK, 40_000, None, 0, &p);
+        let gap = 3_000_000;
+        let faded = e.faded_latency_us(gap, &p, prior);
+        e.fade_latency(gap, &p, prior);
+        assert_eq!(e.local.latency.unwrap().value_us(), faded, "the fade alone changes nothing expected");
+        e.record(OK, 10_000, None, gap, &p);
+        let w = (-1.5f64).exp();
+        let expected = faded * w + 10_000.0 * (1.0 - w);
+        assert!((e.faded_latency_us(gap, &p, prior) - expected).abs() < 1e-6);
+        assert!(expected < 11_500.0, "within 15% of the typical latency, not 40_000 x 0.22 + 10_000 x 0.78 = 16_600");
+        let mut stale = Endpoint::new("10.0.0.1:80", 0);
+        stale.record(OK, 40_000, None, 0, &p);
+        stale.fade_latency(p.stale_after_us, &p, prior);
+        assert_eq!(stale.local.latency.unwrap().value_us(), prior, "stale evidence: the prior");
     }
 
     #[test]
@@ -358,6 +478,9 @@ mod tests {
         e.siblings.latency = Some((3_000.0, 500));
         assert_eq!(e.expected_latency_us(600, &p, 0.0), 3_000.0);
         assert_eq!(e.fresh_latency_us(600, &p), Some(3_000.0));
+        let tau = p.stale_after_us as f64 / EVIDENCE_FADES;
+        let faded = 3_000.0 * (-100.0 / tau).exp();
+        assert!((e.faded_latency_us(600, &p, 0.0) - faded).abs() < 1e-6, "the sibling's sample's age fades it");
     }
 
     #[test]

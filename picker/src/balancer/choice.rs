@@ -6,6 +6,7 @@
 
 use super::settings::Settings;
 use crate::cluster::{Candidate, Cluster};
+use crate::endpoint::{Endpoint, EVIDENCE_FADES};
 use crate::params::PickParams;
 use tailweight_math::rng::Rng;
 
@@ -55,19 +56,45 @@ fn explore(
     }
 }
 
+/// Two known endpoints whose scores are within this factor of each other are a near tie (see
+/// `two_choices`): less than latency estimates' own noise (a peak EWMA sits at recent peaks).
+pub const NEAR_TIE: f64 = 1.1;
+
 /// Step 4: `a` against a second distinct weighted draw; the lower `Endpoint::score` wins (`a` on
-/// ties, or when no second candidate turns up in 8 draws). A suggestion has no requests here and
-/// no samples: the cluster's prior latency is all there is.
+/// ties, or when no second candidate turns up in 8 draws). When neither of two known endpoints has
+/// a request in flight from this proxy the scores are latencies alone, and the lower would win
+/// every time: an endpoint whose estimate stayed a hair above another's, less than estimates' own
+/// noise, got no picks and no sample that could lower it (one that was slow and recovered). Then
+/// they are compared by `Endpoint::idle_score` (evidence of slowness fades with its age), and a
+/// near tie (within `NEAR_TIE`, neither ramping: a ramp sets its own share, see `health`) is the
+/// weighted draw's, `a`, unless `b`'s latency evidence is older than `a`'s and at least
+/// `stale_after / EVIDENCE_FADES` old (2 s by default): then `b`, which refreshes it. A suggestion
+/// has no requests here and no samples: the cluster's prior latency is all there is.
 fn two_choices(cluster: &mut Cluster, rng: &mut Rng, now_us: u64, p: &PickParams, a: Candidate) -> Candidate {
     let b = (0..8).filter_map(|_| cluster.sample_candidate(rng, now_us, true)).find(|c| *c != a);
     let prior = cluster.prior_latency_us();
+    let Some(b) = b else { return a };
+    if let (Candidate::Known(x), Candidate::Known(y)) = (a, b) {
+        let (ex, ey) = (&cluster.endpoints()[x], &cluster.endpoints()[y]);
+        if ex.load() == 0.0 && ey.load() == 0.0 {
+            let (sa, sb) = (ex.idle_score(now_us, p, prior), ey.idle_score(now_us, p, prior));
+            if sa.max(sb) <= NEAR_TIE * sa.min(sb) && ex.health.ramp().is_none() && ey.health.ramp().is_none() {
+                let sampled = |e: &Endpoint| e.latency_sampled_us(now_us, p).unwrap_or(0);
+                let age_us = now_us.saturating_sub(sampled(ey)) as f64;
+                let old = sampled(ey) < sampled(ex) && age_us >= p.stale_after_us as f64 / EVIDENCE_FADES;
+                return if old { b } else { a };
+            }
+            return if sb < sa { b } else { a };
+        }
+    }
     let score = |c: Candidate| match c {
         Candidate::Known(slot) => cluster.endpoints()[slot].score(now_us, p, prior),
         Candidate::Suggested(_) => prior,
     };
-    match b {
-        Some(b) if score(b) < score(a) => b,
-        _ => a,
+    if score(b) < score(a) {
+        b
+    } else {
+        a
     }
 }
 
