@@ -8,7 +8,7 @@
 //! at most `Limits::max_clusters` clusters of at most `max_endpoints_per_cluster` endpoints each
 //! (those beyond are counted, not kept, and refused by the validation as before); everything
 //! else is checked and passed over. tests/reply_memory.rs measures it: replies of 4 MiB built to
-//! cost the most take at most 1.6x their size (a tree of the whole text took up to ~40x).
+//! cost the most take at most 1.6x their size (a tree of the whole text took up to 56x).
 //!
 //! A bad reply gets the error reading a whole tree gave: a text that is not JSON anywhere is
 //! `NotJson`; else the first bad field, an object's own fields before the objects inside it, and
