@@ -8,8 +8,9 @@ answering 200 (polled every 5 ms), the variants' starts interleaved, in three se
   its CPU time. Comparing the two explains most of the spread between measures of "start to ready"
   taken at different times on a shared machine.
 
-Per start: wall ms, Envoy's CPU ms at /ready (utime + stime), and the phases from Envoy's log at
-wasm:debug (module compile: "Base Wasm created" to the first "Thread-Local Wasm created")."""
+Per start: wall ms, Envoy's CPU ms and RSS at /ready (utime + stime; VmRSS: the memory the
+issue's "RSS at ready" target counts), and the phases from Envoy's log at wasm:debug (module
+compile: "Base Wasm created" to the first "Thread-Local Wasm created")."""
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,9 +44,10 @@ def start_once(group: ProcGroup, name: str, wasm: Path | None, concurrency: int,
                     command_prefix=prefix)
     wall_ms = (time.monotonic() - started) * 1e3
     cpu_ms = (cpu_seconds(e.proc.pid) or 0.0) * 1e3
+    rss_mib = (measure.rss_bytes(e.proc.pid) or 0) / measure.MIB
     phases = measure.start_phases(e.log())
     e.proc.stop()
-    return {"wall_ms": round(wall_ms, 1), "cpu_ms": round(cpu_ms, 1),
+    return {"wall_ms": round(wall_ms, 1), "cpu_ms": round(cpu_ms, 1), "rss_mib": round(rss_mib, 2),
             **{k: (round(v, 1) if v is not None else None) for k, v in phases.items()}}
 
 

@@ -53,11 +53,12 @@ def summarise(r: dict) -> dict:
         for c, by_v in r["startup"].items():
             rows = {}
             for v, samples in by_v.items():
-                rows[v] = {k: _median(samples, k) for k in ("wall_ms", "cpu_ms", "to_wasm_ms", "compile_ms",
-                                                            "after_compile_ms")}
+                rows[v] = {k: _median(samples, k) for k in ("wall_ms", "cpu_ms", "rss_mib", "to_wasm_ms",
+                                                            "compile_ms", "after_compile_ms")}
                 if v != EMPTY and EMPTY in by_v:
-                    rows[v]["wall_vs_empty"] = paired(_column(samples, "wall_ms"), _column(by_v[EMPTY], "wall_ms"))
-                    rows[v]["cpu_vs_empty"] = paired(_column(samples, "cpu_ms"), _column(by_v[EMPTY], "cpu_ms"))
+                    for k in ("wall", "cpu", "rss"):
+                        key = "rss_mib" if k == "rss" else f"{k}_ms"
+                        rows[v][f"{k}_vs_empty"] = paired(_column(samples, key), _column(by_v[EMPTY], key))
             out["startup"][c] = rows
     if "memory" in r:
         idle, fleet = r["memory"]["idle"], r["memory"]["fleet"]
@@ -296,14 +297,15 @@ def _startup_table(r: dict, s: dict) -> list[str]:
         f"Envoy with one listener and one cluster (filter local-only), median of {n} starts per variant and "
         "setting, the variants' starts interleaved; \"on one core\": confined to one core (taskset), as on a busy "
         "node, where V8's compile cannot use a second core. Wall: from spawning Envoy to /ready answering 200 "
-        "(polled every 5 ms). CPU: Envoy's utime + stime at /ready. Compile: from Envoy's log at wasm:debug, "
+        "(polled every 5 ms). CPU: Envoy's utime + stime at /ready; RSS: its VmRSS then. Compile: from Envoy's log "
+        "at wasm:debug, "
         "\"Base Wasm created\" to the first \"Thread-Local Wasm created\" (V8 compiles the module and runs "
         "`_initialize`); before wasm: first log line to \"Base Wasm created\"; after compile: to the main "
         "dispatch loop.",
         "",
         "| concurrency | variant | module bytes | wall ms | wall over empty, ms | CPU ms | CPU over empty, ms "
-        "| before wasm ms | compile ms | after compile ms |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| RSS at ready MiB | RSS over empty, MiB | before wasm ms | compile ms | after compile ms |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     sizes = {v: x["bytes"] for v, x in r["header"]["variants"].items()}
     for c, rows in s["startup"].items():
@@ -311,7 +313,8 @@ def _startup_table(r: dict, s: dict) -> list[str]:
             size = "–" if sizes.get(v) is None else f"{sizes[v]:,}"
             setting = c.removeprefix("c").replace("_one_core", ", on one core")
             cells = [setting, v, size, _f(x["wall_ms"], 0), _ci(x.get("wall_vs_empty"), 0),
-                     _f(x["cpu_ms"], 0), _ci(x.get("cpu_vs_empty"), 0), _f(x["to_wasm_ms"], 0),
+                     _f(x["cpu_ms"], 0), _ci(x.get("cpu_vs_empty"), 0), _f(x.get("rss_mib"), 1),
+                     _ci(x.get("rss_vs_empty"), 1), _f(x["to_wasm_ms"], 0),
                      _f(x["compile_ms"], 0), _f(x["after_compile_ms"], 0)]
             lines.append("| " + " | ".join(cells) + " |")
     cov = next((x["wall_vs_empty"]["coverage"] for rows in s["startup"].values() for x in rows.values()

@@ -123,20 +123,30 @@ impl<'a> Fields<'a> {
 
     /// The string, or an empty one when it is missing or bad.
     pub fn required_string(&mut self, key: &'static str, max_len: usize) -> String {
-        let value = self.optional_string(key, max_len);
+        self.checked_required_string(key, max_len).unwrap_or_default().to_string()
+    }
+
+    /// `required_string`, not copied (None: missing or bad, the error noted).
+    pub fn checked_required_string(&mut self, key: &'static str, max_len: usize) -> Option<&'a str> {
+        let value = self.checked_string(key, max_len);
         if value.is_none() {
             // Present but bad: that error was noted first and stays.
             self.fail(self.error(key, "required".into()));
         }
-        value.unwrap_or_default()
+        value
     }
 
     /// A non-empty string of at most `max_len` bytes without control characters.
     pub fn optional_string(&mut self, key: &'static str, max_len: usize) -> Option<String> {
+        self.checked_string(key, max_len).map(str::to_string)
+    }
+
+    /// `optional_string`, not copied.
+    pub fn checked_string(&mut self, key: &'static str, max_len: usize) -> Option<&'a str> {
         match self.get(key) {
             None => None,
             Some(Value::String(s)) if !s.is_empty() && s.len() <= max_len && !s.chars().any(char::is_control) => {
-                Some(s.clone())
+                Some(s)
             }
             Some(other) => {
                 self.fail(self.unexpected(key, &format!("a non-empty string of at most {max_len} bytes"), other));

@@ -8,23 +8,26 @@ pub const MAX_DEPTH: usize = 64;
 
 /// Parse one JSON value (with optional whitespace around it).
 pub fn parse(text: &str) -> Result<Value, JsonError> {
-    let mut p = Parser { bytes: text.as_bytes(), text, at: 0 };
-    p.whitespace();
+    let mut p = Parser::new(text);
     let value = p.value(0)?;
-    p.whitespace();
-    if p.at != p.bytes.len() {
-        return Err(p.error("trailing characters"));
-    }
+    p.end()?;
     Ok(value)
 }
 
-struct Parser<'a> {
+pub(super) struct Parser<'a> {
     bytes: &'a [u8],
     text: &'a str,
     at: usize,
 }
 
 impl<'a> Parser<'a> {
+    /// At the first value of `text` (past any whitespace).
+    pub(super) fn new(text: &'a str) -> Self {
+        let mut p = Parser { bytes: text.as_bytes(), text, at: 0 };
+        p.whitespace();
+        p
+    }
+
     fn error(&self, what: &'static str) -> JsonError {
         let before = &self.bytes[..self.at.min(self.bytes.len())];
         let line = 1 + before.iter().filter(|b| **b == b'\n').count();
@@ -36,7 +39,16 @@ impl<'a> Parser<'a> {
         Parser { bytes: self.bytes, text: self.text, at }.error(what)
     }
 
-    fn peek(&self) -> Option<u8> {
+    /// Nothing but whitespace is left.
+    pub(super) fn end(&mut self) -> Result<(), JsonError> {
+        self.whitespace();
+        if self.at != self.bytes.len() {
+            return Err(self.error("trailing characters"));
+        }
+        Ok(())
+    }
+
+    pub(super) fn peek(&self) -> Option<u8> {
         self.bytes.get(self.at).copied()
     }
 
@@ -61,95 +73,157 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn value(&mut self, depth: usize) -> Result<Value, JsonError> {
+    pub(super) fn value(&mut self, depth: usize) -> Result<Value, JsonError> {
         match self.peek() {
             None => Err(self.error("unexpected end")),
             Some(b'n') => self.literal(b"null", Value::Null),
             Some(b't') => self.literal(b"true", Value::Bool(true)),
             Some(b'f') => self.literal(b"false", Value::Bool(false)),
             Some(b'"') => self.string().map(Value::String),
-            Some(b'[' | b'{') if depth >= MAX_DEPTH => Err(self.error("nested too deeply")),
-            Some(b'[') => self.array(depth),
-            Some(b'{') => self.object(depth),
+            Some(b'[') => {
+                self.enter(depth)?;
+                let (mut items, mut first) = (Vec::new(), true);
+                while self.next_item(&mut first)? {
+                    items.push(self.value(depth + 1)?);
+                }
+                Ok(Value::Array(items))
+            }
+            Some(b'{') => {
+                self.enter(depth)?;
+                let (mut members, mut first) = (Vec::new(), true);
+                let mut key = String::new();
+                while self.next_key(&mut first, &mut key)? {
+                    members.push((std::mem::take(&mut key), self.value(depth + 1)?));
+                }
+                Ok(Value::Object(members))
+            }
             Some(b'-' | b'0'..=b'9') => self.number(),
             Some(_) => Err(self.error("expected a value")),
         }
     }
 
-    fn array(&mut self, depth: usize) -> Result<Value, JsonError> {
-        self.at += 1;
-        let mut items = Vec::new();
-        self.whitespace();
-        if self.peek() == Some(b']') {
-            self.at += 1;
-            return Ok(Value::Array(items));
-        }
-        loop {
-            self.whitespace();
-            items.push(self.value(depth + 1)?);
-            self.whitespace();
-            match self.peek() {
-                Some(b',') => self.at += 1,
-                Some(b']') => {
-                    self.at += 1;
-                    return Ok(Value::Array(items));
+    /// The text of the value here, checked (see `skip`).
+    pub(super) fn skipped(&mut self, depth: usize) -> Result<&'a str, JsonError> {
+        let from = self.at;
+        self.skip(depth)?;
+        Ok(self.text_between(from, self.at))
+    }
+
+    /// Check the value here without keeping it (no tree; strings not copied).
+    pub(super) fn skip(&mut self, depth: usize) -> Result<(), JsonError> {
+        match self.peek() {
+            Some(b'"') => self.string_into(None),
+            Some(b'[') => {
+                self.enter(depth)?;
+                let mut first = true;
+                while self.next_item(&mut first)? {
+                    self.skip(depth + 1)?;
                 }
-                None => return Err(self.error("unexpected end")),
-                _ => return Err(self.error("expected ',' or ']'")),
+                Ok(())
             }
+            Some(b'{') => {
+                self.enter(depth)?;
+                let mut first = true;
+                while self.next_key_into(&mut first, None)? {
+                    self.skip(depth + 1)?;
+                }
+                Ok(())
+            }
+            Some(b'-' | b'0'..=b'9') => self.number_checked().map(drop),
+            _ => self.value(depth).map(drop),
         }
     }
 
-    fn object(&mut self, depth: usize) -> Result<Value, JsonError> {
+    /// Into the array or object that starts here (at depth `depth`), past its bracket.
+    pub(super) fn enter(&mut self, depth: usize) -> Result<(), JsonError> {
+        if depth >= MAX_DEPTH {
+            return Err(self.error("nested too deeply"));
+        }
         self.at += 1;
-        let mut members = Vec::new();
         self.whitespace();
-        if self.peek() == Some(b'}') {
-            self.at += 1;
-            return Ok(Value::Object(members));
+        Ok(())
+    }
+
+    /// Whether the array entered has another item (then the parser is at it); `first` starts true.
+    pub(super) fn next_item(&mut self, first: &mut bool) -> Result<bool, JsonError> {
+        self.next(first, b']')
+    }
+
+    fn next(&mut self, first: &mut bool, close: u8) -> Result<bool, JsonError> {
+        if std::mem::take(first) {
+            if self.peek() == Some(close) {
+                self.at += 1;
+                return Ok(false);
+            }
+            return Ok(true);
         }
-        loop {
-            self.whitespace();
-            match self.peek() {
-                Some(b'"') => {}
-                None => return Err(self.error("unexpected end")),
-                Some(_) => return Err(self.error("expected a key")),
+        self.whitespace();
+        match self.peek() {
+            Some(b',') => {
+                self.at += 1;
+                self.whitespace();
+                Ok(true)
             }
-            let key = self.string()?;
-            self.whitespace();
-            if self.peek() != Some(b':') {
-                return Err(self.error("expected ':'"));
+            Some(c) if c == close => {
+                self.at += 1;
+                Ok(false)
             }
-            self.at += 1;
-            self.whitespace();
-            members.push((key, self.value(depth + 1)?));
-            self.whitespace();
-            match self.peek() {
-                Some(b',') => self.at += 1,
-                Some(b'}') => {
-                    self.at += 1;
-                    return Ok(Value::Object(members));
-                }
-                None => return Err(self.error("unexpected end")),
-                _ => return Err(self.error("expected ',' or '}'")),
-            }
+            None => Err(self.error("unexpected end")),
+            _ if close == b']' => Err(self.error("expected ',' or ']'")),
+            _ => Err(self.error("expected ',' or '}'")),
         }
+    }
+
+    /// Whether the object entered has another member: then its key is in `key` and the parser at
+    /// its value.
+    pub(super) fn next_key(&mut self, first: &mut bool, key: &mut String) -> Result<bool, JsonError> {
+        key.clear();
+        self.next_key_into(first, Some(key))
+    }
+
+    fn next_key_into(&mut self, first: &mut bool, key: Option<&mut String>) -> Result<bool, JsonError> {
+        if !self.next(first, b'}')? {
+            return Ok(false);
+        }
+        match self.peek() {
+            Some(b'"') => {}
+            None => return Err(self.error("unexpected end")),
+            Some(_) => return Err(self.error("expected a key")),
+        }
+        self.string_into(key)?;
+        self.whitespace();
+        if self.peek() != Some(b':') {
+            return Err(self.error("expected ':'"));
+        }
+        self.at += 1;
+        self.whitespace();
+        Ok(true)
     }
 
     fn string(&mut self) -> Result<String, JsonError> {
-        self.at += 1;
         let mut out = String::new();
+        self.string_into(Some(&mut out))?;
+        Ok(out)
+    }
+
+    /// The string here, appended to `out` (or only checked).
+    fn string_into(&mut self, mut out: Option<&mut String>) -> Result<(), JsonError> {
+        self.at += 1;
         let mut run = self.at;
         loop {
             match self.peek() {
                 None => return Err(self.error("unterminated string")),
                 Some(b'"') => {
-                    out.push_str(self.text_between(run, self.at));
+                    if let Some(out) = out.as_deref_mut() {
+                        out.push_str(self.text_between(run, self.at));
+                    }
                     self.at += 1;
-                    return Ok(out);
+                    return Ok(());
                 }
                 Some(b'\\') => {
-                    out.push_str(self.text_between(run, self.at));
+                    if let Some(out) = out.as_deref_mut() {
+                        out.push_str(self.text_between(run, self.at));
+                    }
                     let escape = self.bytes.get(self.at + 1).copied();
                     // Past the backslash and the escape's letter.
                     self.at += 2;
@@ -168,7 +242,9 @@ impl<'a> Parser<'a> {
                             return Err(self.error("bad escape"));
                         }
                     };
-                    out.push(c);
+                    if let Some(out) = out.as_deref_mut() {
+                        out.push(c);
+                    }
                     run = self.at;
                 }
                 Some(0..=0x1f) => return Err(self.error("control character in a string")),
@@ -207,6 +283,13 @@ impl<'a> Parser<'a> {
     }
 
     fn number(&mut self) -> Result<Value, JsonError> {
+        let (text, value, integer) = self.number_checked()?;
+        let integer = if integer { text.parse::<u64>().ok() } else { None };
+        Ok(Value::Number(Number { text: text.to_string(), value, integer }))
+    }
+
+    /// The number here: its text, its value, and whether it is written as a non-negative integer.
+    fn number_checked(&mut self) -> Result<(&'a str, f64, bool), JsonError> {
         let start = self.at;
         let digits = |p: &mut Self| {
             let from = p.at;
@@ -245,8 +328,7 @@ impl<'a> Parser<'a> {
         if !value.is_finite() {
             return Err(self.error_at(start, "number out of range"));
         }
-        let integer = if integer { text.parse::<u64>().ok() } else { None };
-        Ok(Value::Number(Number { text: text.to_string(), value, integer }))
+        Ok((text, value, integer))
     }
 }
 

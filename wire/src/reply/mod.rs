@@ -12,7 +12,9 @@ pub mod write;
 mod tests;
 
 use crate::protocol::{Limits, MAX_CPU, MAX_INFLIGHT, MAX_WEIGHT};
-use crate::validate::{check_clusters, check_range, check_unique_addresses, check_version, in_range, Invalid};
+use crate::validate::{
+    check_clusters, check_range, check_unique_addresses, check_version, in_range, over_limit, Invalid,
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reply {
@@ -53,8 +55,23 @@ pub struct EndpointView {
 impl Reply {
     /// Everything a reply's fields must be before the filter uses it.
     pub fn validate(&self, limits: &Limits) -> Result<(), Invalid> {
+        let endpoints: Vec<usize> = self.clusters.iter().map(|c| c.endpoints.len()).collect();
+        self.validate_counted(limits, self.clusters.len(), &endpoints)
+    }
+
+    /// `validate` for a reply as the reader keeps it: up to the caps, with how many clusters the
+    /// text had and how many endpoints each kept cluster had.
+    pub(crate) fn validate_counted(
+        &self,
+        limits: &Limits,
+        clusters: usize,
+        endpoints: &[usize],
+    ) -> Result<(), Invalid> {
         check_version(self.version)?;
-        check_clusters(self.clusters.iter().map(|c| (&c.name, c.endpoints.len())), limits)?;
+        if clusters > limits.max_clusters {
+            return Err(over_limit("clusters", clusters, limits.max_clusters));
+        }
+        check_clusters(self.clusters.iter().zip(endpoints).map(|(c, n)| (&c.name, *n)), limits)?;
         for (ci, cluster) in self.clusters.iter().enumerate() {
             check_unique_addresses(ci, cluster.endpoints.iter().map(|e| &e.address))?;
             for (ei, e) in cluster.endpoints.iter().enumerate() {
