@@ -127,12 +127,14 @@ impl Worker {
 
     /// How long a worker's beat counts as live (its in-flight requests count): `LIVE_TICKS`
     /// slowest ticks.
+    #[inline(never)]
     fn live_ms(&self) -> u64 {
         LIVE_TICKS * tick::slowest_tick_ms(self.config.sync_interval_ms)
     }
 
     /// Pauses are each worker's own: each adds the change of its count (the gauge is the sum over
     /// workers).
+    #[inline(never)]
     fn count_paused(&mut self, host: &impl Host, now_us: u64) {
         let paused = self.balancer.clusters_paused(now_us) as i64;
         self.metrics.clusters_paused.add(host, paused - self.paused_counted);
@@ -143,6 +145,7 @@ impl Worker {
     /// siblings in, so one sets those, each when it changes: the live worker of the lowest slot (a
     /// worker that claimed a slot and went away, e.g. one made while loading the configuration, or
     /// one gone idle, hands over once its heartbeat is stale). A worker without a slot ranks last.
+    #[inline(never)]
     fn record_gauges(&mut self, host: &impl Host, own: Option<u64>, now_us: u64) {
         if self.siblings.a_live_one_below(own.unwrap_or(u64::MAX)) {
             self.gauges = [None; 3];
@@ -160,6 +163,7 @@ impl Worker {
     }
 
     /// The tick period for this worker's request rate since its last tick, if it changed.
+    #[inline(never)]
     fn next_period(&mut self) -> Option<u64> {
         // Each request moves the revision about three times (pick, release, completion).
         let requests = self.balancer.revision().wrapping_sub(self.last_revision) / 3;
@@ -176,6 +180,7 @@ impl Worker {
     /// `tailweight endpoints`. Health is each worker's own and a gauge is process-wide: each worker
     /// records a gauge when its own value changes, so a gauge shows what the worker that last saw
     /// a change saw (the main thread's VM, which picks nothing, records none).
+    #[inline(never)]
     fn record_endpoint_gauges(&mut self, host: &impl Host, now_us: u64) {
         if !self.metrics.per_endpoint() {
             return;
@@ -187,6 +192,7 @@ impl Worker {
         });
     }
 
+    #[inline(never)]
     fn apply_views(&mut self, shared: &SharedData<impl Host>) {
         let version = shared.views_version();
         if self.views_version == Some(version) {
@@ -212,6 +218,7 @@ impl Worker {
 
     /// Send this proxy's report if this worker wins the period (see `report_election`), all
     /// snapshots merged.
+    #[inline(never)]
     fn maybe_report(&mut self, host: &impl Host, now_us: u64) {
         let Some(aggregator) = &self.config.aggregator else { return };
         let Worker { siblings, lease, election, .. } = self;

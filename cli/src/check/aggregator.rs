@@ -3,8 +3,8 @@
 //! `Sidecar` egress hosts). Without either, every report fails and the sidecars steer on what each
 //! sees alone, with nothing in the application's traffic to show it.
 
-use super::{exported_to, host_matches, labels, ns_name, service_of_host, str_at, strings};
-use super::{Finding, Installed, Kind, Mesh, Severity, Snapshot, EXPORT_TO_ANNOTATION};
+use super::objects::{exported_to, host_matches, labels, ns_name, service_of_host, str_at, strings};
+use super::objects::{Finding, Installed, Kind, Mesh, Severity, Snapshot, EXPORT_TO_ANNOTATION};
 use crate::pods::has_sidecar;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};

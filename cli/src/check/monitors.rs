@@ -4,7 +4,7 @@
 //! (`...NamespaceSelector`; unset: the Prometheus's own namespace only). Otherwise the dashboard
 //! and the alerts have no series, and nothing says so.
 
-use super::{labels, ns_name, Finding, Kind, Severity, Snapshot};
+use super::objects::{labels, ns_name, Finding, Kind, Severity, Snapshot};
 use serde_json::Value;
 use std::collections::BTreeMap;
 

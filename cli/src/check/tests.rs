@@ -1,6 +1,7 @@
 //! `check` on fixtures: testdata/healthy.json (an installation as the chart makes it, with nothing
 //! wrong), then one failure at a time, each found once, with its kind, severity and object.
 
+use super::objects::yaml_top_level;
 use super::*;
 use serde_json::json;
 
@@ -74,7 +75,8 @@ fn the_native_shell_s_envoy_filters_are_an_installation() {
     let garbled = findings_with(|items| {
         to_native(items);
         for i in items.iter_mut().filter(|i| i["kind"] == "EnvoyFilter") {
-            i["spec"]["configPatches"][0]["patch"]["value"]["typed_config"]["filter_config"]["value"] = json!("{not json");
+            i["spec"]["configPatches"][0]["patch"]["value"]["typed_config"]["filter_config"]["value"] =
+                json!("{not json");
         }
     });
     only(&garbled, Kind::NotInstalled, Severity::Warning, "-");

@@ -22,6 +22,7 @@ impl ReportElection {
     /// The period of the report this worker sends now, if it wins the period and there is news.
     /// `interval_ms` is the aggregator's report interval; `versions` the (slot, version) of every
     /// snapshot the report is made of (this worker's included), `endpoints` every endpoint in them.
+    #[inline(never)]
     pub fn elect<'a, E>(
         &mut self,
         shared: &SharedData<impl Host>,

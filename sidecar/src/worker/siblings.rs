@@ -37,6 +37,7 @@ impl Siblings {
 
     /// Read the other workers' heartbeats, and the slots whose version moved. True if anything the
     /// siblings' stats come from changed (a new snapshot, or a worker that came or went).
+    #[inline(never)]
     pub fn read(
         &mut self,
         shared: &SharedData<impl Host>,

@@ -64,6 +64,7 @@ impl SlotLease {
 
     /// Going idle: one last beat at 0 marks this worker gone (another may take the slot over), and
     /// the slot is given up.
+    #[inline(never)]
     pub fn leave(&mut self, shared: &SharedData<impl Host>) {
         if let (Some(slot), false) = (self.number(), self.left) {
             shared.write_beat(slot, Beat { version: self.own_version, at_us: 0, holder: self.holder });
@@ -75,6 +76,7 @@ impl SlotLease {
     /// The slot held, or one claimed now; `live_ms` is the live window, `ttl_ms` the endpoint ttl
     /// (see `Beat::gone`). A newly claimed slot drops the published snapshot's revision, so the
     /// next `publish` writes it as the slot's next version.
+    #[inline(never)]
     pub fn claim(&mut self, shared: &SharedData<impl Host>, now_us: u64, live_ms: u64, ttl_ms: u64) -> SlotHold {
         self.left = false;
         let silent = now_us.saturating_sub(self.last_beat_us) > live_ms.saturating_mul(1_000);
@@ -97,6 +99,7 @@ impl SlotLease {
     }
 
     /// Publish the balancer's snapshot if it changed since the last one, then beat.
+    #[inline(never)]
     pub fn publish(&mut self, shared: &SharedData<impl Host>, balancer: &Balancer, now_us: u64) {
         if self.own_revision != Some(balancer.revision()) {
             self.own = Slot { written_us: now_us, clusters: balancer.snapshot(now_us) };
