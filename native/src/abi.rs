@@ -82,6 +82,10 @@ pub mod attribute {
     pub const XDS_LISTENER_DIRECTION: u32 = 59;
 }
 
+/// The shape every config metric update shares (increment a counter, increment, decrement or set
+/// a gauge): config, metric id, label values and their count, the value; returns a metrics result.
+pub type MetricUpdate = unsafe extern "C" fn(*mut c_void, usize, *mut ModuleBuffer, usize, u64) -> u32;
+
 extern "C" {
     pub fn envoy_dynamic_module_callback_log(level: u32, message: ModuleBuffer);
     pub fn envoy_dynamic_module_callback_get_concurrency() -> u32;

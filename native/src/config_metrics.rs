@@ -93,57 +93,27 @@ impl ConfigMetrics {
 
     /// Add `by` (a gauge may go down).
     pub fn increment(&self, metric: MetricId, by: i64) {
-        let id = (metric & !GAUGE) as usize;
-        let amount = by.unsigned_abs();
-        // SAFETY: no memory is passed but the config pointer, valid while the config lives.
-        unsafe {
-            match (metric & GAUGE != 0, by >= 0) {
-                (false, true) => {
-                    abi::envoy_dynamic_module_callback_http_filter_config_increment_counter(
-                        self.envoy(),
-                        id,
-                        std::ptr::null_mut(),
-                        0,
-                        amount,
-                    );
-                }
-                (false, false) => {}
-                (true, true) => {
-                    abi::envoy_dynamic_module_callback_http_filter_config_increment_gauge(
-                        self.envoy(),
-                        id,
-                        std::ptr::null_mut(),
-                        0,
-                        amount,
-                    );
-                }
-                (true, false) => {
-                    abi::envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
-                        self.envoy(),
-                        id,
-                        std::ptr::null_mut(),
-                        0,
-                        amount,
-                    );
-                }
-            }
-        }
+        let update: abi::MetricUpdate = match (metric & GAUGE != 0, by >= 0) {
+            (false, true) => abi::envoy_dynamic_module_callback_http_filter_config_increment_counter,
+            (false, false) => return,
+            (true, true) => abi::envoy_dynamic_module_callback_http_filter_config_increment_gauge,
+            (true, false) => abi::envoy_dynamic_module_callback_http_filter_config_decrement_gauge,
+        };
+        self.update(update, metric, by.unsigned_abs());
     }
 
     /// Set a gauge (a counter is not set).
     pub fn record(&self, metric: MetricId, value: u64) {
-        if metric & GAUGE == 0 {
-            return;
+        if metric & GAUGE != 0 {
+            self.update(abi::envoy_dynamic_module_callback_http_filter_config_set_gauge, metric, value);
         }
-        // SAFETY: as for `increment`.
+    }
+
+    /// One update of an unlabelled metric by Envoy's id.
+    fn update(&self, update: abi::MetricUpdate, metric: MetricId, value: u64) {
+        // SAFETY: no memory is passed but the config pointer, valid while the config lives.
         unsafe {
-            abi::envoy_dynamic_module_callback_http_filter_config_set_gauge(
-                self.envoy(),
-                (metric & !GAUGE) as usize,
-                std::ptr::null_mut(),
-                0,
-                value,
-            );
+            update(self.envoy(), (metric & !GAUGE) as usize, std::ptr::null_mut(), 0, value);
         }
     }
 }
