@@ -46,14 +46,12 @@ pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
 /// A root context (`root_id` 0: one per plugin) or a request context of root `root_id`.
 #[no_mangle]
 pub extern "C" fn proxy_on_context_create(context_id: u32, root_id: u32) {
-    let _probe = crate::probe::span(crate::probe::Site::ContextCreate);
     with_contexts(|c| c.create(context_id, root_id, Plugin::default, Plugin::new_stream))
 }
 
 /// Always accepted (see `Plugin::configure`): an unknown root has nothing to configure.
 #[no_mangle]
 pub extern "C" fn proxy_on_configure(root_id: u32, configuration_size: usize) -> u32 {
-    let _probe = crate::probe::span(crate::probe::Site::Configure);
     with_contexts(|c| {
         if let Some(plugin) = c.root(root_id) {
             plugin.configure(&WasmHost, &plugin_configuration(configuration_size));
@@ -64,11 +62,7 @@ pub extern "C" fn proxy_on_configure(root_id: u32, configuration_size: usize) ->
 
 #[no_mangle]
 pub extern "C" fn proxy_on_tick(root_id: u32) {
-    {
-        let _probe = crate::probe::span(crate::probe::Site::Tick);
-        with_contexts(|c| c.root(root_id).map(|plugin| plugin.tick(&WasmHost)));
-    }
-    crate::probe::flush();
+    with_contexts(|c| c.root(root_id).map(|plugin| plugin.tick(&WasmHost)));
 }
 
 /// Calls are dispatched from a root context (the tick), and their answers come back to it.
@@ -80,14 +74,12 @@ pub extern "C" fn proxy_on_http_call_response(
     body_size: usize,
     _trailers: usize,
 ) {
-    let _probe = crate::probe::span(crate::probe::Site::HttpCallResponse);
     let answer = WasmAnswer { body_size };
     with_contexts(|c| c.root(root_id).map(|plugin| plugin.on_call_answer(&WasmHost, token, &answer)));
 }
 
 #[no_mangle]
 pub extern "C" fn proxy_on_request_headers(context_id: u32, _headers: usize, _end_of_stream: u32) -> u32 {
-    let _probe = crate::probe::span(crate::probe::Site::RequestHeaders);
     with_contexts(|c| {
         c.stream(context_id).map(|(plugin, s)| plugin.on_request_headers(s, &WasmHost, &mut WasmExchange))
     });
@@ -96,7 +88,6 @@ pub extern "C" fn proxy_on_request_headers(context_id: u32, _headers: usize, _en
 
 #[no_mangle]
 pub extern "C" fn proxy_on_response_headers(context_id: u32, _headers: usize, _end_of_stream: u32) -> u32 {
-    let _probe = crate::probe::span(crate::probe::Site::ResponseHeaders);
     with_contexts(|c| {
         c.stream(context_id).map(|(plugin, s)| plugin.on_response_headers(s, &WasmHost, &mut WasmExchange))
     });
@@ -106,12 +97,10 @@ pub extern "C" fn proxy_on_response_headers(context_id: u32, _headers: usize, _e
 /// Once per stream, after its last other callback (also on resets).
 #[no_mangle]
 pub extern "C" fn proxy_on_log(context_id: u32) {
-    let _probe = crate::probe::span(crate::probe::Site::Log);
     with_contexts(|c| c.stream(context_id).map(|(plugin, s)| plugin.on_stream_done(s, &WasmHost, &WasmExchange)));
 }
 
 #[no_mangle]
 pub extern "C" fn proxy_on_delete(context_id: u32) {
-    let _probe = crate::probe::span(crate::probe::Site::Delete);
     with_contexts(|c| c.delete(context_id))
 }

@@ -21,8 +21,6 @@ mod abi;
 mod dispatch;
 #[cfg(target_arch = "wasm32")]
 mod host;
-#[cfg(target_arch = "wasm32")]
-mod probe;
 
 // No logger and no panic hook: the sidecar logs through `Host::log`, and a panic's message already
 // reaches Envoy's log (std's hook writes it to stderr, which Envoy logs at error level as
