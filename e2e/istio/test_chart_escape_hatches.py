@@ -7,11 +7,10 @@ dry run of the same file: test_manifests.py and test_istio_tailweight.py (every 
 
 import pytest
 import yaml
+from test_manifests import CHART, find, one, render
 
 from helm import template
 from versions import HELM
-
-from test_manifests import CHART, find, one, render
 
 HATCHES = CHART / "ci" / "escape-hatches-values.yaml"
 SERVICES = [{"name": "cart", "namespace": "shop", "port": 8080, "clients": ["shop", "web"]}]
