@@ -2,7 +2,7 @@
 
 Prometheus cannot report a port-0 bind, so it listens on a reserved port (procs.reserve_port),
 started again on a fresh one should that port be taken after all."""
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import requests
@@ -14,9 +14,11 @@ from .procs import ProcGroup, retry_port_clash, wait_http
 class Prometheus:
     def __init__(self, group: ProcGroup, scrape_targets: Sequence[str], workdir: Path,
                  scrape_interval_s: float = 1.0, job: str = "targets",
-                 more_jobs: Sequence[tuple[str, str, Sequence[str]]] = ()):
+                 more_jobs: Sequence[tuple[str, str, Sequence[str]]] = (),
+                 target_labels: Mapping[str, Mapping[str, str]] | None = None):
         """`scrape_targets` ("host:port") at /metrics as job `job`; `more_jobs`: (job, metrics path,
-        targets) each, e.g. Envoys' /stats/prometheus."""
+        targets) each, e.g. Envoys' /stats/prometheus; `target_labels`: per target, labels its series
+        get (e.g. the namespace and pod the Prometheus Operator's monitors add)."""
         binary = paths.prometheus()
         if not binary.exists():
             raise FileNotFoundError(f"{binary} is missing: run `make deps`")
@@ -24,11 +26,16 @@ class Prometheus:
         workdir.mkdir(parents=True, exist_ok=True)
         config = workdir / "prometheus.yml"
         jobs = [(job, "/metrics", scrape_targets), *more_jobs]
+        target_labels = target_labels or {}
+
+        def static_config(target: str) -> str:
+            labels = ", ".join(f"{k}: {v!r}" for k, v in target_labels.get(target, {}).items())
+            return f"{{targets: [{target!r}], labels: {{{labels}}}}}"
         config.write_text(
             f"global: {{scrape_interval: {scrape_interval_s:g}s, evaluation_interval: {scrape_interval_s:g}s}}\n"
             "scrape_configs:\n" + "".join(
                 f"  - job_name: {name}\n    metrics_path: {path}\n"
-                f"    static_configs: [{{targets: [{', '.join(repr(t) for t in targets)}]}}]\n"
+                f"    static_configs: [{', '.join(static_config(t) for t in targets)}]\n"
                 for name, path, targets in jobs))
 
         def start():

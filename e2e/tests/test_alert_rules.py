@@ -13,8 +13,8 @@ from tailweight_e2e import paths
 PROMTOOL = Path("/usr/bin/promtool")
 RULES = paths.REPO / "charts" / "tailweight" / "files" / "alerts.yaml"
 RULE_TESTS = paths.REPO / "e2e" / "alerts" / "alerts_test.yaml"
-ALERTS = {"TailweightAggregatorUnreachable", "TailweightStaleViews", "TailweightReportsRefused",
-          "TailweightBookNearBudget"}
+ALERTS = {"TailweightAggregatorUnreachable", "TailweightStaleViews", "TailweightNoViewReceived",
+          "TailweightReportsRefused", "TailweightBookNearBudget"}
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess:
