@@ -283,7 +283,10 @@ node_ready() {
   api "$SERVER/api/v1/nodes/$NODE" | python3 -c '
 import json,sys; c={x["type"]: x["status"] for x in json.load(sys.stdin)["status"]["conditions"]}; sys.exit(c.get("Ready") != "True")'
 }
-if wait_until 60 api -f "$SERVER/api/v1/nodes/$NODE"; then result kubelet "PASS registered Node $NODE"
+KUBELET_PID=${PIDS[-1]}
+registered_or_exited() { api -f "$SERVER/api/v1/nodes/$NODE" || ! kill -0 "$KUBELET_PID"; }
+wait_until 60 registered_or_exited
+if api -f "$SERVER/api/v1/nodes/$NODE" >/dev/null 2>&1; then result kubelet "PASS registered Node $NODE"
 else result kubelet "FAIL $(grep -m1 -E '^E[0-9]|[Ff]ailed to|command failed' "$WORK/kubelet.log" | cut -c1-300)"; exit 1; fi
 if wait_until 60 node_ready; then result node-ready PASS
 else result node-ready "FAIL $(api "$SERVER/api/v1/nodes/$NODE" | python3 -c '

@@ -3,7 +3,7 @@ etcd + kube-apiserver and the kubelet built from the pinned k8s.io/kubernetes mo
 to that node runs the project's aggregator image (imported with `ctr`, never pulled) until its
 /healthz answers on the pod IP. Every piece must PASS, and nothing the probe made may outlive it.
 
-Opt-in (`make test-node`, ~25 s warm; not part of `make test`): needs root, the Debian packages
+Opt-in (`make test-node`, 17-24 s warm; not part of `make test`): needs root, the Debian packages
 scripts/install-deps.sh installs, `make node-bins` and the two image archives `make node-probe`
 builds. See docs/real-node.md for what each piece needs and what blocks it elsewhere.
 """
