@@ -53,6 +53,7 @@ start() {
   "$@" > "$WORK/$name.log" 2>&1 &
   PIDS+=("$!")
   say "started $name (pid $!)"
+  disown "$!"   # stopped by its process group in cleanup; no job-control notices
 }
 
 # wait_until SECONDS CMD...: polls CMD once a second until it succeeds (bounded).
