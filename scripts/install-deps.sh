@@ -18,10 +18,15 @@ if ! rustup target list --installed | grep -qx wasm32-wasip1; then
 fi
 
 # Debian packages: wasm-opt (binaryen), and the Prometheus server used as the CPU metrics store with
-# promtool, which tests the chart's alerting rules (the same package).
+# promtool, which tests the chart's alerting rules (the same package); the real node's runtime
+# (e2e/node/probe.sh, docs/real-node.md): containerd, runc, the CNI plugins and iptables.
 need_apt=()
 command -v wasm-opt >/dev/null || need_apt+=(binaryen)
 { command -v prometheus && command -v promtool; } >/dev/null || need_apt+=(prometheus)
+command -v containerd >/dev/null || need_apt+=(containerd)
+command -v runc >/dev/null || need_apt+=(runc)
+[ -x /usr/lib/cni/bridge ] || need_apt+=(containernetworking-plugins)
+command -v iptables >/dev/null || need_apt+=(iptables)
 if ((${#need_apt[@]})); then
   log "apt-get install ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -78,6 +78,9 @@ for t in $targets; do
     kube-apiserver)
       require_version kube-apiserver k8s.io/kubernetes "$K8S_VERSION"
       build kube-apiserver "$K8S_VERSION" kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver ;;
+    kubelet)  # the real node (e2e/node, docs/real-node.md); opt-in, not in ALL: `build.sh kubelet`
+      require_version kubelet k8s.io/kubernetes "$K8S_VERSION"
+      build kubelet "$K8S_VERSION" kubelet k8s.io/kubernetes/cmd/kubelet ;;
     pilot-discovery)
       require_version istio istio.io/istio "$ISTIO_VERSION"
       build pilot-discovery "$ISTIO_VERSION" istio istio.io/istio/pilot/cmd/pilot-discovery ;;
@@ -107,7 +110,7 @@ for t in $targets; do
         "$PROMETHEUS_OPERATOR_VERSION" "$TW_CACHE/istio/monitoring-crds-$PROMETHEUS_OPERATOR_VERSION.yaml" \
         example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml \
         example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml ;;
-    *) log "unknown target $t ($ALL)"; exit 2 ;;
+    *) log "unknown target $t ($ALL kubelet)"; exit 2 ;;
   esac
 done
 log "done in $((SECONDS - total)) s: $BIN"

@@ -1,0 +1,117 @@
+"""A real node on this machine: e2e/node/probe.sh starts Debian's containerd (runc, CNI bridge),
+etcd + kube-apiserver and the kubelet built from the pinned k8s.io/kubernetes module, and a pod bound
+to that node runs the project's aggregator image (imported with `ctr`, never pulled) until its
+/healthz answers on the pod IP. Every piece must PASS, and nothing the probe made may outlive it.
+
+Opt-in (`make test-node`, 17-24 s warm; not part of `make test`): needs root, the Debian packages
+scripts/install-deps.sh installs, `make node-bins` and the two image archives `make node-probe`
+builds. See docs/real-node.md for what each piece needs and what blocks it elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = ROOT / "e2e" / "node" / "probe.sh"
+PAUSE_IMAGE = ROOT / "build" / "node" / "pause-image.tar"
+PIECES = ["kernel", "containerd", "image", "ctr-run", "cni", "apiserver", "kubelet", "node-ready", "pod"]
+
+
+def versions_env() -> dict[str, str]:
+    text = (ROOT / "e2e" / "istio" / "build" / "versions.env").read_text()
+    return dict(re.findall(r"^([A-Z0-9_]+)=(\S+)$", text, re.M))
+
+
+def aggregator_image() -> Path:
+    version = re.search(r'^version = "(.*)"', (ROOT / "Cargo.toml").read_text(), re.M).group(1)
+    return ROOT / "build" / "oci" / f"tailweight-aggregator-{version}.tar"
+
+
+def missing_prerequisites() -> list[str]:
+    """What this machine lacks for the probe, each with how to get it."""
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root (containerd, network namespaces and cgroups)")
+    for tool in ("containerd", "runc", "ctr", "iptables", "ip"):
+        if shutil.which(tool) is None:
+            missing.append(f"{tool} (scripts/install-deps.sh installs the Debian packages)")
+    if not Path("/usr/lib/cni/bridge").exists():
+        missing.append("/usr/lib/cni/bridge (Debian's containernetworking-plugins)")
+    bin_dir = Path(os.environ.get("TW_CACHE", Path.home() / ".cache" / "tailweight")) / "istio" / "bin"
+    v = versions_env()
+    for name in (f"etcd-{v['ETCD_VERSION']}", f"kube-apiserver-{v['K8S_VERSION']}", f"kubelet-{v['K8S_VERSION']}"):
+        if not (bin_dir / name).exists():
+            missing.append(f"{bin_dir / name} (make node-bins)")
+    for image in (aggregator_image(), PAUSE_IMAGE):
+        if not image.exists():
+            missing.append(f"{image} (make node-probe builds it)")
+    return missing
+
+
+def results(stdout: str) -> dict[str, list[str]]:
+    """The probe's closing table: piece -> its result lines (ctr-run has one per snapshotter)."""
+    table = stdout.split("== real node on this machine", 1)[1].splitlines()[1:]
+    out: dict[str, list[str]] = {}
+    for line in table:
+        piece, _, rest = line.partition(" ")
+        out.setdefault(piece, []).append(rest.strip())
+    return out
+
+
+def test_a_pod_runs_the_aggregator_image_under_the_kubelet():
+    missing = missing_prerequisites()
+    if missing:
+        pytest.skip("real node prerequisites missing: " + "; ".join(missing))
+    rules_before = set(iptables_rules())
+    run = subprocess.run(["bash", str(PROBE), str(aggregator_image()), str(PAUSE_IMAGE)],
+                         capture_output=True, text=True, timeout=600)
+    table = results(run.stdout)
+    assert list(table) == PIECES, run.stdout + run.stderr[-4000:]
+    for piece, lines in table.items():
+        for line in lines:
+            assert line.startswith("PASS"), f"{piece}: {line}\n{run.stderr[-4000:]}"
+    assert len(table["ctr-run"]) == 2  # overlayfs and native snapshotters
+    assert re.match(r"PASS Running, IP 10\.\d+\.\d+\.\d+, /healthz answered", table["pod"][0])
+    assert run.returncode == 0
+
+    # Nothing outlives the probe: its work dir, processes, bridge and netns are gone.
+    work, bridge, netns = re.search(r"work dir (\S+), bridge (\S+), netns (\S+)", run.stderr).groups()
+    assert not Path(work).exists()
+    leftover = [p for p in Path("/proc").iterdir() if p.name.isdigit() and work.encode() in _cmdline(p)]
+    assert leftover == []
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    assert bridge not in links
+    spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert netns not in spaces
+    # The kubelet's KUBE-* chains (it makes them in the host's tables) are removed again.
+    assert [rule for rule in iptables_rules() if rule not in rules_before] == []
+
+
+def iptables_rules() -> list[str]:
+    """The host's IPv4 and IPv6 rules and chains (no counters), one a line."""
+    out = []
+    for save in ("iptables-save", "ip6tables-save"):
+        text = subprocess.run([save], capture_output=True, text=True, check=True).stdout
+        table = ""
+        for line in text.splitlines():
+            if line.startswith("*"):
+                table = line
+            elif line.startswith(":"):  # a chain: its name (the policy's packet counters change)
+                out.append(f"{save} {table} {line.split()[0]}")
+            elif line.startswith("-A"):
+                out.append(f"{save} {table} {line}")
+    return out
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:  # the process ended while we looked
+        return b""
