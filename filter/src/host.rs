@@ -34,26 +34,30 @@ fn text_lossy(bytes: Vec<u8>) -> String {
     String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-/// A buffer the host allocated through proxy_on_memory_allocate (a boxed slice of exactly `size`
-/// bytes, or null), taken after a call that returned `status`. None on any error.
+/// What a host call that hands back a buffer wrote: `call` gets the two out-parameters (data and
+/// size), and its status. The buffer is one the host allocated through proxy_on_memory_allocate
+/// (a boxed slice of exactly `size` bytes), taken back as a `Vec`. `Err(status)` on any error;
+/// `Ok(None)` for a present value the host gave as null (an empty one).
 ///
-/// SAFETY: `data` and `size` must be what the host wrote for that call.
-unsafe fn host_buffer(status: u32, data: *mut u8, size: usize) -> Option<Vec<u8>> {
-    if status != STATUS_OK || data.is_null() {
-        return None;
+/// SAFETY: `call` is one host call that, when it returns `STATUS_OK`, has written into the
+/// out-parameters null or a buffer of `proxy_on_memory_allocate` and its size.
+unsafe fn host_bytes(call: impl FnOnce(*mut *mut u8, *mut usize) -> u32) -> Result<Option<Vec<u8>>, u32> {
+    let (mut data, mut size) = (null_mut::<u8>(), 0usize);
+    let status = call(&mut data, &mut size);
+    if status != STATUS_OK {
+        return Err(status);
     }
-    Some(Vec::from_raw_parts(data, size, size))
+    Ok((!data.is_null()).then(|| Vec::from_raw_parts(data, size, size)))
 }
 
 /// A property by its serialized path (parts joined by NUL, e.g. `b"upstream\0address"`). None if
 /// absent or on any error.
 fn property_at(serialized_path: &[u8]) -> Option<Vec<u8>> {
-    let (mut data, mut size) = (null_mut::<u8>(), 0usize);
-    // SAFETY: `host_buffer` takes what the host wrote for this call.
+    // SAFETY: one host call, reading the path and writing the out-parameters as `host_bytes` needs.
     unsafe {
-        let status = abi::proxy_get_property(serialized_path.as_ptr(), serialized_path.len(), &mut data, &mut size);
-        host_buffer(status, data, size)
+        host_bytes(|data, size| abi::proxy_get_property(serialized_path.as_ptr(), serialized_path.len(), data, size))
     }
+    .ok()?
 }
 
 /// A non-empty UTF-8 property.
@@ -70,27 +74,22 @@ fn property_u64(serialized_path: &[u8]) -> Option<u64> {
 
 /// A header (or trailer) value, read lossily (see `text_lossy`); None if absent or on any host error.
 fn map_value(map: MapType, name: &str) -> Option<String> {
-    let (mut data, mut size) = (null_mut::<u8>(), 0usize);
-    // SAFETY: `host_buffer` takes what the host wrote for this call. A present but empty value may
-    // come back as null: that is the empty string.
+    // SAFETY: one host call, reading the name and writing the out-parameters as `host_bytes` needs.
+    // A present but empty value may come back as null: that is the empty string.
     let bytes = unsafe {
-        let status = abi::proxy_get_header_map_value(map as u32, name.as_ptr(), name.len(), &mut data, &mut size);
-        if status == STATUS_OK && data.is_null() {
-            return Some(String::new());
-        }
-        host_buffer(status, data, size)?
-    };
-    Some(text_lossy(bytes))
+        host_bytes(|data, size| abi::proxy_get_header_map_value(map as u32, name.as_ptr(), name.len(), data, size))
+    }
+    .ok()?;
+    Some(text_lossy(bytes.unwrap_or_default()))
 }
 
 /// A body-like buffer of the host, at most `max` bytes; empty if absent or on any error.
 fn buffer(kind: BufferType, max: usize) -> Vec<u8> {
-    let (mut data, mut size) = (null_mut::<u8>(), 0usize);
-    // SAFETY: `host_buffer` takes what the host wrote for this call.
-    unsafe {
-        let status = abi::proxy_get_buffer_bytes(kind as u32, 0, max, &mut data, &mut size);
-        host_buffer(status, data, size).unwrap_or_default()
-    }
+    // SAFETY: one host call, writing the out-parameters as `host_bytes` needs.
+    unsafe { host_bytes(|data, size| abi::proxy_get_buffer_bytes(kind as u32, 0, max, data, size)) }
+        .ok()
+        .flatten()
+        .unwrap_or_default()
 }
 
 /// The plugin's configuration (`size` as the host announced it in `proxy_on_configure`).
@@ -174,14 +173,15 @@ impl Host for WasmHost {
     }
 
     fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
-        let (mut data, mut size, mut cas) = (null_mut::<u8>(), 0usize, 0u32);
-        // SAFETY: `host_buffer` takes what the host wrote for this call.
-        unsafe {
-            let status = abi::proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas);
-            if status != STATUS_OK {
-                return (None, None);
-            }
-            (host_buffer(status, data, size), (cas != 0).then_some(cas))
+        let mut cas = 0u32;
+        // SAFETY: one host call, reading the key and writing the out-parameters as `host_bytes`
+        // needs, and one u32 into `cas`.
+        let value = unsafe {
+            host_bytes(|data, size| abi::proxy_get_shared_data(key.as_ptr(), key.len(), data, size, &mut cas))
+        };
+        match value {
+            Ok(value) => (value, (cas != 0).then_some(cas)),
+            Err(_) => (None, None),
         }
     }
 
