@@ -66,7 +66,9 @@ impl AttestAddress {
         if claimed.ip().to_canonical() == sender.to_canonical() {
             Ok(())
         } else {
-            Err(format!("endpoint: {endpoint:?} is not the attesting sender's address {sender} (--attest-address {self})"))
+            Err(format!(
+                "endpoint: {endpoint:?} is not the attesting sender's address {sender} (--attest-address {self})"
+            ))
         }
     }
 }

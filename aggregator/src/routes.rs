@@ -267,9 +267,11 @@ async fn attest(
         let attestation =
             crate::attest::accept(state.limits.attest_rule, admitted.vouched.as_deref(), &admitted.bytes)?;
         let sender = peer.map(|Peer(addr)| *addr);
-        state.limits.attest_address.allows(&headers, sender, &attestation.endpoint).map_err(|line| {
-            (RejectReason::NotSendersAddress, StatusCode::FORBIDDEN, line)
-        })?;
+        state
+            .limits
+            .attest_address
+            .allows(&headers, sender, &attestation.endpoint)
+            .map_err(|line| (RejectReason::NotSendersAddress, StatusCode::FORBIDDEN, line))?;
         let now = state.now_us();
         // Charged to the attesting sidecar's principal (the trusted one without `--identity`
         // naming principals).

@@ -117,7 +117,10 @@ async fn a_pod_cannot_attest_for_another_pods_address() {
     assert_eq!(status, 403, "{body}");
     assert!(body.starts_with("endpoint: \"10.0.0.1:8080\" is not the attesting sender's address 127.0.0.1"), "{body}");
     let metrics = reqwest::get(format!("{}/metrics", s.url)).await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("tailweight_reports_rejected_total{reason=\"attest_not_senders_address\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("tailweight_reports_rejected_total{reason=\"attest_not_senders_address\"} 1"),
+        "{metrics}"
+    );
     s.stop().await;
 }
 

@@ -11,7 +11,10 @@ use std::process::Command;
 const PARSER_SOURCES: &[(&str, &[&str])] = &[
     ("report", &["wire/src/report/read.rs", "wire/src/report/mod.rs", "wire/src/validate.rs"]),
     ("reply", &["wire/src/reply/read.rs", "wire/src/reply/mod.rs", "wire/src/json", "wire/src/fields.rs"]),
-    ("filter_config", &["sidecar/src/config.rs", "sidecar/src/config/health_checks.rs", "wire/src/json", "wire/src/fields.rs"]),
+    (
+        "filter_config",
+        &["sidecar/src/config.rs", "sidecar/src/config/health_checks.rs", "wire/src/json", "wire/src/fields.rs"],
+    ),
     ("orca_text", &["wire/src/orca.rs"]),
     ("orca_bin", &["wire/src/orca.rs", "wire/src/protobuf.rs"]),
     ("shared_data", &["sidecar/src/slot.rs"]),

@@ -88,7 +88,8 @@ impl Attester {
         }
         let interval_ms = u32::try_from(self.aggregator.report_interval_ms).unwrap_or(u32::MAX);
         let mut refused = None;
-        let attestations = self.clusters.iter().flat_map(|c| self.served.attestations(c, self.incarnation, interval_ms));
+        let attestations =
+            self.clusters.iter().flat_map(|c| self.served.attestations(c, self.incarnation, interval_ms));
         for attestation in attestations {
             let cluster = &attestation.cluster;
             let body = write_attestation(&attestation);

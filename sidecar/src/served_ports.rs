@@ -30,7 +30,13 @@ pub struct ServedPorts {
 impl ServedPorts {
     /// Count one finished request that arrived on `local` (the host's local address of its
     /// connection) from `principal`, at `now_us`.
-    pub fn count(&mut self, local: Option<&str>, principal: Option<&str>, failed: bool, now_us: u64) -> Result<(), Uncounted> {
+    pub fn count(
+        &mut self,
+        local: Option<&str>,
+        principal: Option<&str>,
+        failed: bool,
+        now_us: u64,
+    ) -> Result<(), Uncounted> {
         let local = local.filter(|a| is_endpoint_address(a)).ok_or(Uncounted::NoAddress)?;
         let at = match self.ports.iter().position(|p| p.endpoint == local) {
             Some(at) => at,

@@ -54,7 +54,8 @@ fn one_principals_served_evidence_does_not_keep_a_made_up_or_dead_endpoint_prove
     assert_eq!(w.decision(MADE_UP).served_age_ms, None, "not proven for the other callers");
     assert_eq!(w.decision(A).served_age_ms, Some(0), "the real ones are");
     let reply = w.book.reply("r", [CLUSTER], w.now);
-    let listed = |address: &str| reply.clusters[0].endpoints.iter().find(|e| e.address == address).unwrap().served_age_ms;
+    let listed =
+        |address: &str| reply.clusters[0].endpoints.iter().find(|e| e.address == address).unwrap().served_age_ms;
     assert_eq!((listed(MADE_UP), listed(B)), (None, Some(0)));
 }
 
@@ -62,8 +63,7 @@ fn one_principals_served_evidence_does_not_keep_a_made_up_or_dead_endpoint_prove
 fn one_principals_reporter_ids_do_not_inflate_the_reporter_count() {
     let params = WeightParams::default();
     for (honest, expected) in [(3usize, 3 * 2 + 2 * 2), (1, 2 + 2 * 2)] {
-        let mut reporters: Vec<String> =
-            (0..honest).flat_map(|p| [format!("p{p}/a"), format!("p{p}/b")]).collect();
+        let mut reporters: Vec<String> = (0..honest).flat_map(|p| [format!("p{p}/a"), format!("p{p}/b")]).collect();
         reporters.extend((0..50).map(|i| format!("mallory/m{i}")));
         let reporters: Vec<&str> = reporters.iter().map(String::as_str).collect();
         let mut w = World::new(params.clone());
