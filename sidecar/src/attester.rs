@@ -83,7 +83,7 @@ impl Attester {
         let interval_us = self.aggregator.report_interval_ms.saturating_mul(1_000);
         self.next_send_us = now_us.saturating_add(interval_us);
         self.served.expire(now_us, interval_us.saturating_mul(CALLER_WINDOW_INTERVALS));
-        if self.pending.len() > 4 * self.clusters.len() * self.served.len() {
+        if self.pending.len() > 4 * self.clusters.len() * self.served.len().max(1) {
             self.pending.clear();
         }
         let interval_ms = u32::try_from(self.aggregator.report_interval_ms).unwrap_or(u32::MAX);
