@@ -5,7 +5,8 @@
 # fuzz/libfuzzer holds one libFuzzer binary per target. `make fuzz` runs each target for FUZZ_RUNS
 # executions (niced, one job) from the kept corpus, then minimises what it found back into
 # fuzz/corpus/<target>, and records the run in bench/results/fuzz.md; `make test` replays that
-# corpus with plain cargo test (no nightly).
+# corpus with plain cargo test (no nightly), and fails while a target's record predates the last
+# change to its parser (fuzz/tests/records.rs, which lists each target's parser source files).
 #   make fuzz                    every target, 10^6 executions each
 #   make fuzz-report FUZZ_RUNS=N one target
 # A finding stops the run (its row says so) and leaves its input in fuzz/libfuzzer/artifacts/<target>/: fix it, and

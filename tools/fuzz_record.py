@@ -21,7 +21,9 @@ the target's dictionary; the corpus is then minimised by edge coverage into fuzz
 which `make test` replays with fuzz/findings/TARGET (inputs that once failed, fixed since). `at`:
 the commit the run was made on (uncommitted changes aside). Time is wall-clock on a shared 2-core
 machine (other jobs ran beside it): a rough figure, not a benchmark. What each kept finding
-found: its file name in fuzz/findings/TARGET, and the commit that fixed it.
+found: its file name in fuzz/findings/TARGET, and the commit that fixed it. `cargo test -p
+tailweight-fuzz` (fuzz/tests/records.rs) fails while a target has no row or its parser's source
+files changed in a commit that `at` does not include: run `make fuzz-TARGET` again.
 """
 COLUMNS = "target | executions | wall s | exec/s | finding | corpus | corpus bytes | findings kept | RSS MiB | UTC | at"
 ALIGN = "--- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---"

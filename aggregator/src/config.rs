@@ -47,6 +47,12 @@ pub struct ServiceConfig {
     /// name's service. `any`: every caller (the meshless harness only: anyone can then attest).
     #[arg(long, env = "TAILWEIGHT_ATTEST_RULE", default_value = "namespace", verbatim_doc_comment)]
     pub attest_rule: crate::attest::AttestRule,
+    /// Where an attesting sender's IP address comes from: an attestation whose endpoint is not at
+    /// that IP gets 403. `peer`: the TCP peer (sidecars call the aggregator directly). `header:<name>`:
+    /// a header a trusted proxy in front overwrites with the caller's address. `unbound`: not known
+    /// (behind an Istio sidecar the TCP peer is the sidecar).
+    #[arg(long, env = "TAILWEIGHT_ATTEST_ADDRESS", default_value = "unbound", verbatim_doc_comment)]
+    pub attest_address: crate::attest_address::AttestAddress,
     /// A second address, `ip:port`, serving only GET /v1/weights, /metrics, /healthz and /readyz
     /// (never a report, and no header there names a principal): where to inspect the weights from
     /// outside the mesh, e.g. through kubectl port-forward, which bypasses the sidecar.

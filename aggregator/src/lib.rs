@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod answer;
 pub mod attest;
+pub mod attest_address;
 pub mod body;
 pub mod budget;
 pub mod config;
@@ -52,6 +53,7 @@ pub fn state_from(config: &ServiceConfig) -> Result<Arc<AppState>, String> {
         max_requests_per_principal: config.max_requests_per_principal as usize,
         body_timeout: config.body_timeout(),
         attest_rule: config.attest_rule,
+        attest_address: config.attest_address.clone(),
         min_body_rate: config.min_body_rate,
         budget: config.service_limits(),
     };

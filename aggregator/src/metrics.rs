@@ -21,6 +21,8 @@ pub enum RejectReason {
     Timeout,
     /// An attestation from a principal `--attest-rule` does not let speak for its cluster (403).
     NotAllowed,
+    /// An attestation for an address not the sender's (`--attest-address`, 403).
+    NotSendersAddress,
     /// Every request slot is taken (503).
     Overloaded,
     /// What it may cost does not fit the requests' memory budget now (503).
@@ -39,6 +41,7 @@ impl RejectReason {
             RejectReason::PrincipalBusy => "principal_busy",
             RejectReason::Timeout => "timeout",
             RejectReason::NotAllowed => "attest_not_allowed",
+            RejectReason::NotSendersAddress => "attest_not_senders_address",
             RejectReason::Memory => "memory",
             RejectReason::Overloaded => "overloaded",
             RejectReason::Cap(r) => r.as_str(),
@@ -55,6 +58,7 @@ impl RejectReason {
             RejectReason::PrincipalBusy,
             RejectReason::Timeout,
             RejectReason::NotAllowed,
+            RejectReason::NotSendersAddress,
             RejectReason::Memory,
             RejectReason::Overloaded,
         ]

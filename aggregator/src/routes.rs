@@ -253,7 +253,7 @@ fn over_cap(rejection: Rejection) -> Refusal {
 }
 
 /// `POST /v1/attest`: admitted as a report is (`admit`; the body at most `MAX_ATTESTATION_BYTES`),
-/// held to `--attest-rule` (`attest::accept`), into the book. 204 when taken.
+/// held to `--attest-rule` (`attest::accept`) and `--attest-address` (`attest_address`), into the book. 204 when taken.
 async fn attest(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -266,6 +266,12 @@ async fn attest(
         let admitted = admit(&state, &headers, peer, body, limit, "an attestation").await?;
         let attestation =
             crate::attest::accept(state.limits.attest_rule, admitted.vouched.as_deref(), &admitted.bytes)?;
+        let sender = peer.map(|Peer(addr)| *addr);
+        state
+            .limits
+            .attest_address
+            .allows(&headers, sender, &attestation.endpoint)
+            .map_err(|line| (RejectReason::NotSendersAddress, StatusCode::FORBIDDEN, line))?;
         let now = state.now_us();
         // Charged to the attesting sidecar's principal (the trusted one without `--identity`
         // naming principals).

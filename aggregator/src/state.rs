@@ -26,6 +26,8 @@ pub struct RequestLimits {
     pub body_timeout: std::time::Duration,
     /// Who may attest for a cluster (`--attest-rule`).
     pub attest_rule: crate::attest::AttestRule,
+    /// Where an attesting sender's address comes from (`--attest-address`).
+    pub attest_address: crate::attest_address::AttestAddress,
     /// Slowest body accepted, in bytes per second after `body::BODY_RATE_GRACE` (0: any).
     pub min_body_rate: usize,
     /// What the memory budget sets aside for requests (`budget.rs`).

@@ -30,11 +30,17 @@ struct Aggregator {
 }
 
 async fn start() -> Aggregator {
+    start_with("unbound").await
+}
+
+/// The same with `--attest-address attest_address`.
+async fn start_with(attest_address: &str) -> Aggregator {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
     let mut config = ServiceConfig::for_tests(addr);
     config.recompute_interval_ms = 20;
     config.identity = Some("xfcc".parse().unwrap());
+    config.attest_address = attest_address.parse().unwrap();
     let state = tailweight_aggregator::state_from(&config).unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(tailweight_aggregator::serve(config, state, listener, async {
@@ -97,6 +103,24 @@ async fn only_principals_of_the_services_namespace_may_attest() {
     assert_eq!(status, 400, "{body}");
     let metrics = reqwest::get(format!("{}/metrics", s.url)).await.unwrap().text().await.unwrap();
     assert!(metrics.contains("tailweight_reports_rejected_total{reason=\"attest_not_allowed\"} 1"), "{metrics}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_pod_cannot_attest_for_another_pods_address() {
+    let s = start_with("peer").await;
+    // The test's connections come from 127.0.0.1: its own addresses, on any port, are its to attest.
+    for own in ["127.0.0.1:8080", "127.0.0.1:9090"] {
+        assert_eq!(s.post("/v1/attest", &xfcc("prod", "shop"), attestation(own, 1)).await.0, 204, "{own}");
+    }
+    let (status, body) = s.post("/v1/attest", &xfcc("prod", "shop"), attestation(ENDPOINTS[0], 1)).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.starts_with("endpoint: \"10.0.0.1:8080\" is not the attesting sender's address 127.0.0.1"), "{body}");
+    let metrics = reqwest::get(format!("{}/metrics", s.url)).await.unwrap().text().await.unwrap();
+    assert!(
+        metrics.contains("tailweight_reports_rejected_total{reason=\"attest_not_senders_address\"} 1"),
+        "{metrics}"
+    );
     s.stop().await;
 }
 

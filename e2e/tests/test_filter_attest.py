@@ -57,8 +57,10 @@ def report(reporter, endpoint, round_, errors_per_round):
 @pytest.mark.parametrize("shell", ["wasm", "native"])
 def test_a_server_role_attests_what_it_served_and_only_callers_count(group, app, shell):
     # --identity report: a report's principal is its reporter field; --attest-rule any: the harness
-    # has no mesh identities, so anyone may attest.
-    agg = aggregator.start(group, args=["--identity=report", "--attest-rule", "any", "--recompute-interval-ms", "50"])
+    # has no mesh identities, so anyone may attest; --attest-address peer: the filter calls the
+    # aggregator directly, so each attestation must name the sending Envoy's own IP (127.0.0.1).
+    agg = aggregator.start(group, args=["--identity=report", "--attest-rule", "any", "--attest-address", "peer",
+                                        "--recompute-interval-ms", "50"])
     server = attesting_server(group, app, agg, shell)
     endpoint = server.address()
     serve(server, 20)
@@ -78,6 +80,8 @@ def test_a_server_role_attests_what_it_served_and_only_callers_count(group, app,
     assert decision["address"] == endpoint and not decision["ejected"], decision
     assert decision["eps"] == 0, decision
     assert server.stat(STAT + "attestations_failed") == 0
+    metrics = requests.get(f"{agg.url}/metrics", timeout=5).text
+    assert 'tailweight_reports_rejected_total{reason="attest_not_senders_address"} 0' in metrics
 
 
 def test_the_aggregator_refuses_attestations_its_rule_does_not_allow(group, app):

@@ -1,14 +1,15 @@
 //! A server-role worker's attestations (with `aggregator` and `attest_clusters` configured): what
-//! this endpoint served each source principal (`served`), sent every report interval to the
-//! aggregator, one call per cluster it serves, under that cluster's shard authority (like reports,
-//! so the replica that owns the cluster gets it). The aggregator's answer is counted and otherwise
-//! ignored: attesting can never fail or slow a request.
+//! each port of this endpoint served each recent source principal (`served_ports`), sent every
+//! report interval to the aggregator, one call per port and cluster it serves, under that
+//! cluster's shard authority (like reports, so the replica that owns the cluster gets it). A port
+//! attests under its own local address as the host reports it, never another. The aggregator's
+//! answer is counted and otherwise ignored: attesting can never fail or slow a request.
 
 use crate::config::{AggregatorConfig, FilterConfig};
 use crate::host::{Attribute, CallAnswer, CallToken, Exchange, HeaderMap, Host, LogLevel, OutgoingCall};
 use crate::metrics::Counter;
-use crate::served::ServedCounts;
-use tailweight_wire::address::is_endpoint_address;
+use crate::served::Uncounted;
+use crate::served_ports::{ServedPorts, CALLER_WINDOW_INTERVALS};
 use tailweight_wire::attest::write::write_attestation;
 use tailweight_wire::protocol::{self, ATTEST_PATH};
 
@@ -17,15 +18,23 @@ pub struct Attester {
     clusters: Vec<String>,
     source_header: Option<String>,
     pub grpc_failure_codes: Vec<u32>,
-    pub counts: ServedCounts,
-    endpoint: Option<String>,
+    served: ServedPorts,
     incarnation: u64,
     next_send_us: u64,
     /// Calls under way (their answers are only counted).
     pending: Vec<CallToken>,
     sent: Counter,
     failed: Counter,
+    /// Requests not counted because a port's callers or the ports were full.
+    overflow: Counter,
     failures: u64,
+}
+
+/// Who made a request, and on which local address (`ip:port`) it arrived.
+#[derive(Debug, Default)]
+pub struct ServedRequest {
+    pub local: Option<String>,
+    pub source: Option<String>,
 }
 
 impl Attester {
@@ -37,25 +46,32 @@ impl Attester {
             clusters: config.attest_clusters.clone(),
             source_header: config.attest_source_header.clone(),
             grpc_failure_codes: config.grpc_failure_codes.clone(),
-            counts: ServedCounts::default(),
-            endpoint: None,
+            served: ServedPorts::default(),
             incarnation: host.random_u64(),
             next_send_us: 0,
             pending: Vec::new(),
             sent: Counter::define(host, "tailweight.attestations_sent"),
             failed: Counter::define(host, "tailweight.attestations_failed"),
+            overflow: Counter::define(host, "tailweight.attest_overflow"),
             failures: 0,
         })
     }
 
-    /// At a request's headers: its source principal, and (once) this endpoint's address.
-    pub fn source_of_request(&mut self, exchange: &impl Exchange) -> Option<String> {
-        if self.endpoint.is_none() {
-            self.endpoint = exchange.text_attribute(Attribute::LocalAddress).filter(|a| is_endpoint_address(a));
-        }
-        match &self.source_header {
+    /// At a request's headers: its source principal and the local address it arrived on.
+    pub fn served_request(&self, exchange: &impl Exchange) -> ServedRequest {
+        let source = match &self.source_header {
             Some(header) => exchange.header(HeaderMap::Request, header),
             None => exchange.text_attribute(Attribute::PeerPrincipal),
+        };
+        ServedRequest { local: exchange.text_attribute(Attribute::LocalAddress), source }
+    }
+
+    /// Count a finished request (`failed` or not) at `now_us`; one that overflows the bounds is
+    /// counted in `tailweight.attest_overflow`.
+    pub fn count(&mut self, host: &impl Host, request: &ServedRequest, failed: bool, now_us: u64) {
+        let counted = self.served.count(request.local.as_deref(), request.source.as_deref(), failed, now_us);
+        if let Err(Uncounted::CallersFull | Uncounted::PortsFull) = counted {
+            self.overflow.inc(host);
         }
     }
 
@@ -64,15 +80,19 @@ impl Attester {
         if now_us < self.next_send_us {
             return;
         }
-        self.next_send_us = now_us + self.aggregator.report_interval_ms * 1_000;
-        let Some(endpoint) = self.endpoint.as_deref().filter(|_| !self.counts.is_empty()) else { return };
-        if self.pending.len() > 4 * self.clusters.len() {
+        let interval_us = self.aggregator.report_interval_ms.saturating_mul(1_000);
+        self.next_send_us = now_us.saturating_add(interval_us);
+        self.served.expire(now_us, interval_us.saturating_mul(CALLER_WINDOW_INTERVALS));
+        if self.pending.len() > 4 * self.clusters.len() * self.served.len().max(1) {
             self.pending.clear();
         }
         let interval_ms = u32::try_from(self.aggregator.report_interval_ms).unwrap_or(u32::MAX);
         let mut refused = None;
-        for cluster in &self.clusters {
-            let body = write_attestation(&self.counts.attestation(cluster, endpoint, self.incarnation, interval_ms));
+        let attestations =
+            self.clusters.iter().flat_map(|c| self.served.attestations(c, self.incarnation, interval_ms));
+        for attestation in attestations {
+            let cluster = &attestation.cluster;
+            let body = write_attestation(&attestation);
             let authority = protocol::shard_authority(cluster, &self.aggregator.authority);
             let headers = [
                 (":method", "POST"),

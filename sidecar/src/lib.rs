@@ -3,7 +3,7 @@
 //! (`shared`, `shared_layout`, `slot`); the worker's tick (`worker`: publish, fold in siblings and
 //! views, elect the reporter); the request life cycle of both roles (`client_request`,
 //! `server_request`); reports and the aggregator's replies (`reporter`); out-of-band health checks
-//! (`health_checker`); attestations (`attester`, `served`); the server role's in-flight count
+//! (`health_checker`); attestations (`attester`, `served_ports`, `served`); the server role's in-flight count
 //! (`stamper`, `server_inflight`); metrics.
 //!
 //! Written against the host traits of `host` and holding no host calls itself: a shell (the
@@ -28,6 +28,7 @@ mod health_checker;
 mod metrics;
 mod reporter;
 mod served;
+mod served_ports;
 mod server_inflight;
 mod server_request;
 mod shared;

@@ -7,6 +7,7 @@
 //! and never reports; a stamp header the application wrote itself is replaced, so only this
 //! sidecar speaks for the endpoint.
 
+use crate::attester::ServedRequest;
 use crate::config::FilterRole;
 use crate::direction::check_direction_once;
 use crate::host::{Attribute, Exchange, HeaderMap, Host};
@@ -19,8 +20,8 @@ use tailweight_wire::stamp::{LoadStamp, LOAD_STAMP_HEADER};
 pub struct ServerRequest {
     /// The in-flight epoch of the request while it counts.
     entered: Option<u64>,
-    /// Its source principal, when attesting (None: none known).
-    source: Option<String>,
+    /// Its source principal and local address, when attesting.
+    served: ServedRequest,
 }
 
 impl ServerRequest {
@@ -33,7 +34,9 @@ impl ServerRequest {
     pub fn on_request_headers(&mut self, s: &mut Stamper, host: &impl Host, exchange: &impl Exchange) {
         check_direction_once(&mut s.direction_checked, FilterRole::Server, host, exchange);
         self.entered = Some(s.load.enter(host.now_us()));
-        self.source = s.attester.as_mut().and_then(|a| a.source_of_request(exchange));
+        if let Some(attester) = &s.attester {
+            self.served = attester.served_request(exchange);
+        }
     }
 
     pub fn on_response_headers(&mut self, s: &mut Stamper, host: &impl Host, exchange: &mut impl Exchange) {
@@ -55,7 +58,7 @@ impl ServerRequest {
             let status = exchange.number_attribute(Attribute::ResponseCode).map_or(0, |c| c.min(999) as u16);
             let grpc = exchange.number_attribute(Attribute::GrpcStatus).and_then(|c| u32::try_from(c).ok());
             let failed = !classify(status, grpc, &attester.grpc_failure_codes).is_success();
-            attester.counts.count(self.source.as_deref(), failed);
+            attester.count(host, &self.served, failed, host.now_us());
         }
     }
 }

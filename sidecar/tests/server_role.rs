@@ -71,6 +71,55 @@ fn what_the_endpoint_served_each_principal_is_attested_per_cluster() {
 }
 
 #[test]
+fn each_port_attests_under_its_own_address_only_what_it_served_and_callers_expire() {
+    let proxy = TestProxy::new(START_US, 35);
+    let config = format!(r#"{{"role": "server", "attest_clusters": ["{CLUSTER}"], {AGGREGATOR}}}"#);
+    let mut worker = TestWorker::configured(&proxy, 0, &config);
+    let serve = |worker: &mut TestWorker, principal: &str, local: &str| {
+        let mut exchange = inbound(principal);
+        exchange.set_text(Attribute::LocalAddress, local);
+        let stream = worker.start(&proxy, &mut exchange);
+        worker.finish(&proxy, stream, &mut exchange, Served { by: None, status: 200, latency_us: 0 });
+    };
+    serve(&mut worker, "spiffe://a", "10.0.9.9:8080");
+    serve(&mut worker, "spiffe://b", "10.0.9.9:9090");
+    serve(&mut worker, "spiffe://b", "10.0.9.9:9090");
+    // A request the host reports no usable local address for is attested under no address.
+    serve(&mut worker, "spiffe://c", "somewhere");
+    worker.tick(&proxy);
+    let sent = |proxy: &TestProxy| {
+        let mut all: Vec<_> = proxy
+            .take_calls()
+            .iter()
+            .map(|c| parse_attestation(&c.body).expect("the aggregator reads it"))
+            .map(|a| (a.endpoint, a.sources.into_iter().map(|s| (s.principal, s.requests)).collect::<Vec<_>>()))
+            .collect();
+        all.sort();
+        all
+    };
+    assert_eq!(
+        sent(&proxy),
+        [
+            ("10.0.9.9:8080".to_string(), vec![("spiffe://a".to_string(), 1)]),
+            ("10.0.9.9:9090".to_string(), vec![("spiffe://b".to_string(), 2)]),
+        ]
+    );
+    // Caller a keeps calling on 8080; b was last seen 5 report intervals (1 s each) ago: forgotten,
+    // and with it port 9090.
+    for _ in 0..5 {
+        proxy.advance_us(1_000 * MS);
+        serve(&mut worker, "spiffe://a", "10.0.9.9:8080");
+        worker.tick(&proxy);
+    }
+    let last = sent(&proxy).into_iter().filter(|(endpoint, _)| endpoint.ends_with(":9090")).count();
+    assert_eq!(last, 4, "9090 attested until its caller expired");
+    proxy.advance_us(1_000 * MS);
+    worker.tick(&proxy);
+    assert_eq!(sent(&proxy), [("10.0.9.9:8080".to_string(), vec![("spiffe://a".to_string(), 6)])]);
+    assert_eq!(proxy.metric("tailweight.attest_overflow"), 0);
+}
+
+#[test]
 fn a_bad_configuration_passes_traffic_untouched_and_says_why() {
     let proxy = TestProxy::new(START_US, 33);
     let mut worker = TestWorker::configured(&proxy, 0, r#"{"retry_choices": 9}"#);

@@ -20,6 +20,12 @@
 //!   the lower end): so it cannot concentrate traffic on an endpoint or withhold it from one by
 //!   more than that ratio, and all it can do beyond is scale its volume, which the weights do not
 //!   depend on (they are relative). docs/weights.md states what this guarantees.
+//! - **Served evidence and reporter counts** are weighed the same way: an endpoint's
+//!   `served_age_ms` (how long ago callers' users were answered well) is the `SERVED_QUORUM`-th
+//!   most recent over its principals once the cluster has two or more (one principal cannot
+//!   readmit or prove an endpoint for all; two of any number can, so a recovered endpoint is
+//!   readmitted when a minority has seen it again), and each principal's reporter count is
+//!   clipped at `sum_clip` x the median principal's (with two: the other's), as volumes are.
 
 use crate::merge::{capped_median, clip_contributions, CpuOrigin, Merged, MergedCpu, Vote};
 use crate::params::WeightParams;
@@ -62,6 +68,9 @@ struct Totals {
     /// Its requests and in-flight count on endpoints that have a consensus split.
     qps_on_consensus: f64,
     inflight_on_consensus: f64,
+    /// The most reporters it has on one endpoint, and what its reporters count for at most.
+    reporters: f64,
+    reporters_cap: f64,
 }
 
 /// The principals of a cluster and their totals.
@@ -84,6 +93,7 @@ struct Buffers {
     sums: Vec<f64>,
     active: Vec<bool>,
     votes: Vec<Vote>,
+    ages: Vec<u64>,
 }
 
 /// Reused buffers: combining allocates nothing in steady state.
@@ -172,7 +182,29 @@ pub(crate) fn combine(
         let requests = (spread, share[e]);
         let in_flight = (inflight_spread, inflight_share[e]);
         out[e] = combine_endpoint(run, table, buffers, requests, in_flight, p, window_s);
+        out[e].served_age_ms = served_quorum(run, table.totals.len(), &mut buffers.ages);
+        out[e].reporters = run.iter().map(|v| counted_reporters(v, table)).sum();
     }
+}
+
+/// Principals whose users' good answers an endpoint's `served_age_ms` needs once its cluster has
+/// two or more principals: one voice never decides for all, and two of any number do.
+pub(crate) const SERVED_QUORUM: usize = 2;
+
+/// The age of the good answers an endpoint's principals' (`run`) users had: the
+/// `SERVED_QUORUM`-th most recent of theirs (the most recent when the cluster has one principal of
+/// `principals`); None when fewer show one.
+fn served_quorum(run: &[PrincipalView], principals: usize, ages: &mut Vec<u64>) -> Option<u64> {
+    ages.clear();
+    ages.extend(run.iter().filter_map(|v| v.merged.served_age_ms));
+    ages.sort_unstable();
+    ages.get(SERVED_QUORUM.min(principals).max(1) - 1).copied()
+}
+
+/// What `v`'s reporters count for in its endpoint's `reporters`: at most its principal's cap.
+fn counted_reporters(v: &PrincipalView, table: &Table) -> usize {
+    let cap = table.of(v.principal).reporters_cap;
+    (v.merged.reporters as f64).min(cap.floor().max(1.0)) as usize
 }
 
 /// Each principal's totals over the cluster.
@@ -188,12 +220,13 @@ fn tally(views: &[PrincipalView], table: &mut Table) {
         t.qps += v.merged.qps;
         t.inflight += v.merged.inflight;
         t.endpoints += 1;
+        t.reporters = t.reporters.max(v.merged.reporters as f64);
     }
 }
 
 /// Volume: whole principals clipped against the others' (their totals, and their views'
-/// requests, errors and in-flight counts, by the same factors); which principals qualify to vote
-/// on the split.
+/// requests, errors and in-flight counts, by the same factors; their reporter counts' caps);
+/// which principals qualify to vote on the split.
 fn clip_volumes(
     views: &mut [PrincipalView],
     table: &mut Table,
@@ -206,8 +239,11 @@ fn clip_volumes(
     let inflight: Vec<f64> = table.totals.iter().map(|t| t.inflight).collect();
     let qps_reference = volume_reference(&qps, values);
     let inflight_reference = volume_reference(&inflight, values);
+    let reporters: Vec<f64> = table.totals.iter().map(|t| t.reporters).collect();
+    let reporters_reference = volume_reference(&reporters, values);
     factors.clear();
     for t in table.totals.iter_mut() {
+        t.reporters_cap = t.reporters * reporters_reference.factor(t.reporters, p.sum_clip);
         let f = qps_reference.factor(t.qps, p.sum_clip);
         let g = inflight_reference.factor(t.inflight, p.sum_clip);
         factors.push((f, g));
@@ -338,7 +374,6 @@ fn combine_endpoint(
     if run.len() == 1 {
         return run[0].merged;
     }
-    let reporters = run.iter().map(|v| v.merged.reporters).sum();
     let latency_votes = run.iter().map(|v| v.merged.latency_votes).sum();
     let cpu_votes = run.iter().map(|v| v.merged.cpu_votes).sum();
     let majority = run.len() >= 3;
@@ -385,10 +420,8 @@ fn combine_endpoint(
         b,
     )
     .map(|utilization| MergedCpu { utilization, source: CpuOrigin::Orca, at_us: cpu_at });
-    // The most recent good answer any principal's users had: one principal's evidence readmits an
-    // endpoint the others suspended (see docs/security.md for what a lying one can do with it).
-    let served_age_ms = run.iter().filter_map(|v| v.merged.served_age_ms).min();
-    Merged { qps, eps, inflight, latency_us, cpu, reporters, latency_votes, cpu_votes, served_age_ms }
+    // `reporters` and `served_age_ms` are set by `combine` (`counted_reporters`, `served_quorum`).
+    Merged { qps, eps, inflight, latency_us, cpu, reporters: 0, latency_votes, cpu_votes, served_age_ms: None }
 }
 
 /// With two principals sending requests to an endpoint, the errors they count for together: at

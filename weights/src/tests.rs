@@ -1365,6 +1365,7 @@ fn reports_land_on_their_endpoints_when_indices_move_and_orders_change() {
 
 mod evidence;
 mod truncation;
+mod voices;
 
 #[test]
 fn decided_counts_are_what_decisions_of_would_copy_in_name_order() {
@@ -1564,16 +1565,4 @@ fn the_view_says_how_long_ago_any_callers_users_were_answered_well_and_by_how_ma
     assert_eq!(observation::served_at(5 * SEC, Some(300), 6 * SEC), 5_700_000);
     assert_eq!(observation::served_at(5 * SEC, Some(3_000), 6 * SEC), 5 * SEC, "not before the window");
     assert_eq!(observation::served_at(5 * SEC, None, 6 * SEC), 5 * SEC);
-}
-
-#[test]
-fn one_principals_good_answers_are_every_principals_evidence() {
-    let mut w = World::new(WeightParams::default());
-    let callers = ["p1/a", "p2/b", "p3/c"];
-    let quiet = Traffic { inflight: 0, ..ok(0, 10_000) };
-    w.steps(5, &callers, |_| vec![(A, ok(50, 10_000)), (B, ok(50, 10_000))]);
-    w.steps(4, &callers, |_| vec![(A, ok(50, 10_000)), (B, quiet)]);
-    assert_eq!(w.decision(B).served_age_ms, Some(4_000));
-    w.step(&callers, |i| vec![(A, ok(50, 10_000)), (B, if i == 2 { ok(10, 10_000) } else { quiet })]);
-    assert_eq!(w.decision(B).served_age_ms, Some(0));
 }
