@@ -201,7 +201,6 @@ pub fn forwarded_from(line: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     /// A stand-in kubectl: a shell script with `body`, in a directory of its own (removed with it).
     struct Fake(Kubectl, std::path::PathBuf);
@@ -219,12 +218,29 @@ mod tests {
         }
     }
 
+    /// Written by a child `sh`, never through a descriptor of this process: a test thread that
+    /// forks while this process holds the script open for writing would leave the descriptor in
+    /// its child until that child execs, and running the script meanwhile fails with "Text file
+    /// busy" (ETXTBSY).
+    fn write_executable(path: &std::path::Path, text: &str) {
+        use std::io::Write;
+        let mut sh = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"cat > "$1" && chmod 755 "$1""#)
+            .arg("sh")
+            .arg(path)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        sh.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        assert!(sh.wait().unwrap().success(), "writing {}", path.display());
+    }
+
     fn fake_kubectl(name: &str, body: &str) -> Fake {
         let dir = std::env::temp_dir().join(format!("tw-cli-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("kubectl");
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        write_executable(&path, &format!("#!/bin/sh\n{body}\n"));
         let kubectl = Kubectl {
             kubeconfig: Some("/tmp/kc".into()),
             context: Some("prod".into()),
