@@ -30,11 +30,17 @@ pub struct ModuleBuffer {
 /// A header, module-owned (`..._module_http_header`) or Envoy-owned (`..._envoy_http_header`):
 /// one layout.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct HeaderPair {
     pub key: *const u8,
     pub key_len: usize,
     pub value: *const u8,
     pub value_len: usize,
+}
+
+impl HeaderPair {
+    pub const EMPTY: HeaderPair =
+        HeaderPair { key: std::ptr::null(), key_len: 0, value: std::ptr::null(), value_len: 0 };
 }
 
 impl EnvoyBuffer {
@@ -89,13 +95,13 @@ pub type MetricUpdate = unsafe extern "C" fn(*mut c_void, usize, *mut ModuleBuff
 extern "C" {
     pub fn envoy_dynamic_module_callback_log(level: u32, message: ModuleBuffer);
     pub fn envoy_dynamic_module_callback_get_concurrency() -> u32;
-    pub fn envoy_dynamic_module_callback_http_get_header(
+    /// The number of headers in a map (0 for a map the stream does not have).
+    pub fn envoy_dynamic_module_callback_http_get_headers_size(filter: *mut c_void, header_type: u32) -> usize;
+    /// Every header of a map, in its order, into `result` (room for `get_headers_size` entries).
+    pub fn envoy_dynamic_module_callback_http_get_headers(
         filter: *mut c_void,
         header_type: u32,
-        key: ModuleBuffer,
-        result: *mut EnvoyBuffer,
-        index: usize,
-        optional_size: *mut usize,
+        result: *mut HeaderPair,
     ) -> bool;
     pub fn envoy_dynamic_module_callback_http_set_header(
         filter: *mut c_void,

@@ -112,7 +112,7 @@ unsafe fn on_stream(
 ) {
     let Some(s) = (filter as *mut FilterStream).as_mut() else { return };
     let (Some(worker), Some(state)) = (s.worker, s.state.as_ref()) else { return };
-    let mut exchange = NativeExchange { filter: filter_envoy };
+    let mut exchange = NativeExchange::new(filter_envoy);
     state.with_plugin(worker, false, |plugin, host| f(plugin, &mut s.stream, host, &mut exchange));
 }
 

@@ -4,7 +4,8 @@
 //!   randomness are the module's own, shared state is the process's (`process_store`), metrics are
 //!   the filter config's, calls out go through the filter config (main thread only: a call from a
 //!   worker thread is refused), the tick period is recorded for the ticker.
-//! - `NativeExchange`: one stream, through its `filter_envoy` pointer.
+//! - `NativeExchange`: one stream in one hook, through its `filter_envoy` pointer; its header
+//!   lookups search a listing of the map (`header_snapshot`).
 //! - `NativeAnswer`: a callout's answer, copied out of the hook's arguments (valid only during it).
 //!
 //! None panics on what Envoy hands over; a failed or refused call reads as absent.
@@ -12,6 +13,7 @@
 use crate::abi::{self, attribute, EnvoyBuffer, ModuleBuffer};
 use crate::callouts::Callouts;
 use crate::config_metrics::ConfigMetrics;
+use crate::header_snapshot::HeaderSnapshots;
 use crate::process_store;
 use crate::tick_schedule::Ticks;
 use std::ffi::c_void;
@@ -32,9 +34,13 @@ pub struct NativeHost<'a> {
 }
 
 /// Bytes from Envoy as text: bytes that are not UTF-8 read as U+FFFD (present, and malformed
-/// wherever they are parsed).
+/// wherever they are parsed). Valid text (all Envoy hands over in practice) takes the validator's
+/// fast path and one copy.
 fn text_lossy(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    }
 }
 
 pub fn log(level: LogLevel, message: &str) {
@@ -122,8 +128,10 @@ impl Host for NativeHost<'_> {
     }
 }
 
+/// Made for one hook and dropped when it returns (its header snapshots are valid only during it).
 pub struct NativeExchange {
-    pub filter: *mut c_void,
+    filter: *mut c_void,
+    headers: HeaderSnapshots,
 }
 
 fn header_type(map: HeaderMap) -> u32 {
@@ -135,6 +143,10 @@ fn header_type(map: HeaderMap) -> u32 {
 }
 
 impl NativeExchange {
+    pub fn new(filter: *mut c_void) -> NativeExchange {
+        NativeExchange { filter, headers: HeaderSnapshots::default() }
+    }
+
     fn string_attribute(&self, id: u32) -> Option<String> {
         let mut out = EnvoyBuffer::EMPTY;
         // SAFETY: Envoy writes one buffer, valid until this hook returns; copied at once.
@@ -162,20 +174,8 @@ impl NativeExchange {
 
 impl Exchange for NativeExchange {
     fn header(&self, map: HeaderMap, name: &str) -> Option<String> {
-        let mut out = EnvoyBuffer::EMPTY;
-        let mut count = 0usize;
-        // SAFETY: Envoy writes one buffer (the first value), valid until this hook returns.
-        let found = unsafe {
-            abi::envoy_dynamic_module_callback_http_get_header(
-                self.filter,
-                header_type(map),
-                ModuleBuffer::of(name.as_bytes()),
-                &mut out,
-                0,
-                &mut count,
-            )
-        };
-        (found && count > 0).then(|| text_lossy(unsafe { out.bytes() }))
+        // SAFETY: `filter` is this hook's stream; the value is copied at once.
+        unsafe { self.headers.first(self.filter, header_type(map), name) }.map(text_lossy)
     }
 
     fn set_header(&mut self, map: HeaderMap, name: &str, value: &str) {
@@ -188,6 +188,7 @@ impl Exchange for NativeExchange {
                 ModuleBuffer::of(value.as_bytes()),
             );
         }
+        self.headers.forget(header_type(map));
     }
 
     /// A null value removes the header (the ABI's rule for `set_header`).
@@ -201,6 +202,7 @@ impl Exchange for NativeExchange {
                 ModuleBuffer { ptr: std::ptr::null(), len: 0 },
             );
         }
+        self.headers.forget(header_type(map));
     }
 
     /// The first choice as the stream's upstream override host, not strict: a host the cluster no

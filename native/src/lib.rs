@@ -15,6 +15,7 @@ mod abi;
 mod callouts;
 mod config_metrics;
 mod filter_state;
+mod header_snapshot;
 mod hooks;
 mod host;
 mod process_store;

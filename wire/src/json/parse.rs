@@ -341,8 +341,8 @@ const EXACT_POWERS: [f64; 23] = [
 /// A JSON number (the whole of `text`, nothing around it), or None.
 pub fn number(text: &str) -> Option<f64> {
     let mut p = Parser { bytes: text.as_bytes(), text, at: 0 };
-    match p.number() {
-        Ok(Value::Number(n)) if p.at == text.len() => Some(n.as_f64()),
+    match p.number_checked() {
+        Ok((_, value, _)) if p.at == text.len() => Some(value),
         _ => None,
     }
 }
