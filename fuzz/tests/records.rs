@@ -15,7 +15,7 @@ const PARSER_SOURCES: &[(&str, &[&str])] = &[
         "filter_config",
         &["sidecar/src/config.rs", "sidecar/src/config/health_checks.rs", "wire/src/json", "wire/src/fields.rs"],
     ),
-    ("orca_text", &["wire/src/orca.rs"]),
+    ("orca_text", &["wire/src/orca.rs", "wire/src/json"]),
     ("orca_bin", &["wire/src/orca.rs", "wire/src/protobuf.rs"]),
     ("shared_data", &["sidecar/src/slot.rs"]),
     ("scenario", &["sim/src/scenario"]),
