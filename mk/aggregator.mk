@@ -31,12 +31,18 @@ bench-aggregator:
 # no room under the 5 ms target), then 8 attacker principals trickling 512 KiB bodies just above
 # and below --min-body-rate on 8 connections each and polling the largest weights page on 2 each,
 # then polling alone; about 2 minutes, its section of hostile.md and the key trickling_and_polling
-# of hostile.json replaced. Results: bench/results/hostile{,-bodies}.{json,md}.
+# of hostile.json replaced. Then made-up endpoints, attestation fill by one principal then by four,
+# and three clients scraping /metrics back to back (bench/aggregator-loadgen/src/hostile/evidence.rs;
+# issue 38's targets): a fresh aggregator each, the musl static build (the image's) when its target is
+# installed, beside honest reports at 2,000/s; about 2.5 minutes, its section of hostile.md and the key
+# evidence_attacks of hostile.json replaced. Results: bench/results/hostile{,-bodies}.{json,md}.
 HOSTILE_ARGS ?= --reporters 10000 --endpoints 6 --clusters 500 --principals 20 --connections 32 \
   --honest-rate 10000 --baseline-secs 25 --attack-secs 40 --attacked-clusters 50 --liar-ids 8 --slowloris 128
 FAIR_ARGS ?= --reporters 10000 --endpoints 6 --clusters 500 --principals 20 --connections 32 \
   --honest-rate 2000 --baseline-secs 15 --attack-secs 20 --attackers 8 --trickle-connections 8 --poll-connections 2 \
   --min-body-rate 65536 --runs 2
+EVIDENCE_ARGS ?= --reporters 10000 --endpoints 6 --clusters 500 --principals 20 --connections 32 \
+  --honest-rate 2000 --attack-secs 20
 
 bench-hostile:
 	$(CARGO) build --locked --release -p tailweight-aggregator -p tailweight-aggregator-loadgen
@@ -53,6 +59,13 @@ bench-hostile:
 	  --server-cpu 1 --trickle-poll $(FAIR_ARGS) --inprocess-reports 0 \
 	  --server-arg=--identity=header:x-tailweight-principal --server-arg=--memory-limit-mib=192 \
 	  --server-arg=--min-body-rate=65536 \
+	  --json bench/results/hostile.json --md bench/results/hostile.md
+	agg=target/release/tailweight-aggregator; \
+	if rustup target list --installed 2>/dev/null | grep -qx $(MUSL_TARGET) && \
+	  $(CARGO) build --locked --release --target $(MUSL_TARGET) -p tailweight-aggregator; then agg=$(AGGREGATOR_STATIC); fi; \
+	timeout 600 taskset -c 0 nice -n 5 target/release/tailweight-loadgen --aggregator $$agg \
+	  --server-cpu 1 --evidence-attacks $(EVIDENCE_ARGS) --inprocess-reports 0 \
+	  --server-arg=--identity=header:x-tailweight-principal --server-arg=--memory-limit-mib=192 \
 	  --json bench/results/hostile.json --md bench/results/hostile.md
 	timeout 600 taskset -c 0 nice -n 5 target/release/tailweight-loadgen --aggregator target/release/tailweight-aggregator \
 	  --server-cpu 1 --worst-bodies --memory-limits-mib 192,128 --body-rounds 3 \

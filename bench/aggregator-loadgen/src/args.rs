@@ -61,6 +61,11 @@ pub(crate) struct LoadgenArgs {
     /// `trickling_and_polling` of --json (the rest of both files is kept).
     #[arg(long)]
     pub trickle_poll: bool,
+    /// Made-up endpoints, attestation fill and scraping instead (hostile/evidence.rs): each on a
+    /// fresh aggregator beside honest reports at `--honest-rate` (`--attack-secs` each); its section
+    /// replaces the one of the same title in --md, its results the key `evidence_attacks` of --json.
+    #[arg(long)]
+    pub evidence_attacks: bool,
     #[command(flatten)]
     pub attack: AttackArgs,
     /// The worst bodies instead (bodies.rs): peak RSS per body at each --memory-limits-mib; its

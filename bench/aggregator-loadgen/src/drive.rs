@@ -8,6 +8,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,6 +29,9 @@ pub(crate) struct Step {
     pub p99_ms: f64,
     pub p999_ms: f64,
     pub max_ms: f64,
+    /// The refused reports by status.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub refused_by_status: BTreeMap<u16, u64>,
 }
 
 #[derive(Default)]
@@ -35,6 +39,7 @@ pub(crate) struct Tally {
     latencies_us: Vec<u32>,
     accepted: u64,
     refused: u64,
+    refused_by_status: BTreeMap<u16, u64>,
     failed: u64,
 }
 
@@ -98,12 +103,16 @@ pub(crate) async fn drive(
         }
         match sender.send_request(request).await {
             Ok(response) => {
-                let ok = response.status() == hyper::StatusCode::OK;
+                let status = response.status().as_u16();
+                let ok = status == 200;
                 let complete = response.into_body().collect().await.is_ok();
                 tally.latencies_us.push(sent.elapsed().as_micros().min(u32::MAX as u128) as u32);
                 match (ok, complete) {
                     (true, true) => tally.accepted += 1,
-                    (false, true) => tally.refused += 1,
+                    (false, true) => {
+                        tally.refused += 1;
+                        *tally.refused_by_status.entry(status).or_default() += 1;
+                    }
                     _ => tally.failed += 1,
                 }
             }
@@ -141,6 +150,9 @@ pub(crate) async fn run_step(
             all.latencies_us.append(&mut tally.latencies_us);
             all.accepted += tally.accepted;
             all.refused += tally.refused;
+            for (status, n) in tally.refused_by_status {
+                *all.refused_by_status.entry(status).or_default() += n;
+            }
             all.failed += tally.failed;
         }
     }
@@ -171,6 +183,7 @@ pub(crate) async fn run_step(
         p99_ms: q(0.99),
         p999_ms: q(0.999),
         max_ms: all.latencies_us.last().copied().unwrap_or(0) as f64 / 1e3,
+        refused_by_status: all.refused_by_status,
     }
 }
 

@@ -44,17 +44,30 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// The modes that start fresh aggregators of their own (None: none of them was asked for).
+async fn run_fresh_servers(args: &LoadgenArgs) -> Option<Result<(), String>> {
+    if args.worst_bodies {
+        let Some(binary) = args.aggregator.as_ref() else {
+            return Some(Err("--worst-bodies needs --aggregator PATH".into()));
+        };
+        let run = bodies::run(binary, args.server_cpu, &args.memory_limits_mib, args.body_rounds).await;
+        return Some(run.and_then(|(rows, md)| results::publish_section(args, &rows, &md, bodies::TITLE, None)));
+    }
+    if args.evidence_attacks {
+        return Some(hostile::publish_evidence(args).await);
+    }
+    if args.trickle_poll {
+        return Some(hostile::publish_fair(args).await);
+    }
+    None
+}
+
 async fn run(args: LoadgenArgs) -> Result<(), String> {
     if args.reporters == 0 || args.endpoints == 0 || args.clusters == 0 || args.connections == 0 {
         return Err("reporters, endpoints, clusters and connections must be > 0".into());
     }
-    if args.worst_bodies {
-        let binary = args.aggregator.as_ref().ok_or("--worst-bodies needs --aggregator PATH")?;
-        let (rows, md) = bodies::run(binary, args.server_cpu, &args.memory_limits_mib, args.body_rounds).await?;
-        return results::publish_section(&args, &rows, &md, bodies::TITLE, None);
-    }
-    if args.trickle_poll {
-        return hostile::publish_fair(&args).await;
+    if let Some(done) = run_fresh_servers(&args).await {
+        return done;
     }
     let mut _server = None;
     let (addr, pid) = match (&args.aggregator, args.target) {

@@ -18,13 +18,20 @@
 //! - no identity: reports without the principal header;
 //! - slowloris: connections that send their headers a byte a second.
 //!
-//! Trickling and polling by eight principals has a run of its own (`--trickle-poll`, `fair.rs`).
+//! Trickling and polling by eight principals has a run of its own (`--trickle-poll`, `fair.rs`), and
+//! so do made-up endpoints, attestation fill and scraping (`--evidence-attacks`, `evidence.rs`).
+
+pub(crate) use evidence::publish as publish_evidence;
 
 mod attacks;
+mod attest_fill;
+mod evidence;
 mod fair;
+mod made_up;
 mod markdown;
 mod observe;
 mod results;
+mod scrape;
 
 use crate::args::LoadgenArgs;
 use crate::drive::run_step;
