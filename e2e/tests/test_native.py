@@ -147,7 +147,10 @@ def test_an_aggregator_that_is_down_never_fails_a_request(group, tmp_path):
 def test_every_grpc_call_on_one_connection_is_steered_and_a_failing_backend_gets_few(group, tmp_path):
     """HTTP/2 to gRPC backends: each RPC picked on its own; UNAVAILABLE in a trailers-only answer
     (HTTP 200, `grpc-status` in the headers) counts against its endpoint."""
-    backends = emu.start(group, [emu.BackendSettings(workers=8, base_ms=2.0, protocol="grpc") for _ in range(4)])
+    # The backend that fails is the fastest until then, so the picker surely sends it RPCs after
+    # (the worst of four may get none at all from two random choices: nothing to count).
+    backends = emu.start(group, [emu.BackendSettings(workers=8, base_ms=1.0 if i == 1 else 2.0, protocol="grpc")
+                                 for i in range(4)])
     cfg = yaml.safe_load(envoy_configs.render_client_envoy(
         backends.addresses, "tailweight_native_local", native_path=paths.NATIVE, protocol="grpc"))
     proxy = envoy.start(group, "envoy-native-grpc", yaml.safe_dump(cfg))
