@@ -11,15 +11,14 @@
 
 use super::attest_fill::{self, FillRun};
 use super::fair::accepted_pct;
+use super::fresh::{fresh_aggregator, FreshAggregator};
 use super::made_up::{self, MadeUpResult};
 use super::scrape::{self, ScrapeRun};
 use crate::args::LoadgenArgs;
-use crate::drive::{run_step, wait_healthy, Step};
-use crate::fleet::Fleet;
-use crate::process::{clock_ticks, rss_kib, start_server};
+use crate::drive::{run_step, Step};
+use crate::process::rss_kib;
 use serde::Serialize;
 use std::path::Path;
-use std::sync::Arc;
 
 /// The markdown section's title (what `publish_section` replaces).
 pub(crate) const TITLE: &str = "\n## Made-up endpoints, attestation fill and scraping";
@@ -45,13 +44,7 @@ pub(crate) struct EvidenceResults {
 
 /// The made-up endpoints on a fresh aggregator, the fleet's honest reports beside them.
 async fn made_up_run(binary: &Path, args: &LoadgenArgs) -> Result<(MadeUpResult, Step, Option<f64>), String> {
-    let (server, addr) = start_server(&binary.to_path_buf(), args.server_cpu, &args.server_args)?;
-    let pid = server.child.id();
-    wait_healthy(addr).await?;
-    let fleet =
-        Arc::new(Fleet::new(args.reporters, args.endpoints, args.clusters.min(args.reporters), args.principals));
-    let at = Some((pid, clock_ticks()));
-    run_step(addr, &fleet, args.connections, None, Some(2 * fleet.reporters as u64), 120, at).await;
+    let FreshAggregator { server, addr, pid, fleet, at } = fresh_aggregator(binary, args).await?;
     eprintln!("  made-up endpoints: {} honest reports/s for {MADE_UP_SECS} s", args.attack.honest_rate);
     let (rate, connections) = (args.attack.honest_rate, args.connections);
     let load =

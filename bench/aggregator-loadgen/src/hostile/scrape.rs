@@ -6,14 +6,12 @@
 
 use super::attacks::{send, AttackTally};
 use super::fair::accepted_pct;
+use super::fresh::{fresh_aggregator, FreshAggregator};
 use crate::args::LoadgenArgs;
-use crate::drive::{run_step, wait_healthy, Step};
-use crate::fleet::Fleet;
-use crate::process::{clock_ticks, start_server};
+use crate::drive::{run_step, Step};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(crate) const SCRAPERS: usize = 3;
@@ -73,13 +71,7 @@ fn scrape_elsewhere(addr: SocketAddr, deadline: Instant) -> tokio::task::JoinHan
 
 /// The run: warm-up, baseline, then the same beside the scrapers.
 pub(crate) async fn run(binary: &Path, args: &LoadgenArgs, secs: u64) -> Result<ScrapeRun, String> {
-    let (server, addr) = start_server(&binary.to_path_buf(), args.server_cpu, &args.server_args)?;
-    let pid = server.child.id();
-    wait_healthy(addr).await?;
-    let fleet =
-        Arc::new(Fleet::new(args.reporters, args.endpoints, args.clusters.min(args.reporters), args.principals));
-    let at = Some((pid, clock_ticks()));
-    run_step(addr, &fleet, args.connections, None, Some(2 * fleet.reporters as u64), 120, at).await;
+    let FreshAggregator { server, addr, fleet, at, .. } = fresh_aggregator(binary, args).await?;
     let rate = args.attack.honest_rate;
     eprintln!("  scraping: baseline, {rate} honest reports/s for {secs} s");
     let baseline = run_step(addr, &fleet, args.connections, Some(rate), None, secs, at).await;
