@@ -23,3 +23,12 @@ bench-overhead: build empty-wasm floor-wasm
 # examples/standalone: Envoy + tailweight in front of three local backends, 20 s of load.
 standalone: wasm native
 	bash examples/standalone/run.sh
+
+# Where the filter module's bytes go (sections, code by Rust module): the shipped module's code,
+# optimised again with its names kept (wasm-opt -g), read by tools/wasm_size.py into
+# bench/results/wasm-size.md.
+.PHONY: wasm-size
+wasm-size: wasm
+	$(WASM_OPT) -g target/wasm32-wasip1/wasm-release/tailweight_filter.wasm -o $(BUILD)/tailweight_filter.named.wasm
+	python3 tools/wasm_size.py $(BUILD)/tailweight_filter.named.wasm --shipped $(WASM) --top 25 > bench/results/wasm-size.md
+	@sed -n 3,4p bench/results/wasm-size.md
