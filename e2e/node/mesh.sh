@@ -10,6 +10,9 @@
 #                webhook with istio-init and istio-proxy
 #   sidecar      that pod runs: istio-init wrote its nat rules in the pod's netns, pilot-agent got its
 #                certificate and config from istiod over the bridge, Envoy answers 15021/healthz/ready
+#   traffic      (with a Fortio image) an injected Fortio pod sends to the first pod's Service IP;
+#                its iptables hand the requests to its Envoy, which sends them over mTLS to the
+#                server's Envoy (inbound 15006): both Envoys' counters show them
 # istiod listens on 127.0.0.1 and on the bridge's gateway address only.
 # shellcheck shell=bash
 
@@ -21,10 +24,15 @@ GATEWAY="${SUBNET%.0/24}.1"   # the bridge's own address (host-local's gateway, 
 MESH_NS=tw-mesh
 kc() { kubectl --kubeconfig "$WORK/kubeconfig" --request-timeout=30s "$@"; }
 
+# Both pods: Envoy keeps every stat (Istio's bootstrap keeps a few by default), and the app starts
+# once its sidecar is ready (the client's first requests would otherwise find no Envoy).
+MESH_POD_ANNOTATIONS='{"proxy.istio.io/config": "{\"proxyStatsMatcher\": {\"inclusionRegexps\": [\".*\"]}, \"holdApplicationUntilProxyStarts\": true}"}'
+
 # mesh_pod_json NAME IMAGE ARGS_JSON: a pod of MESH_NS bound to the node, labelled app=NAME.
 mesh_pod_json() {
   cat <<EOF
-{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "$1", "namespace": "$MESH_NS", "labels": {"app": "$1"}},
+{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "$1", "namespace": "$MESH_NS", "labels": {"app": "$1"},
+  "annotations": $MESH_POD_ANNOTATIONS},
  "spec": {"nodeName": "$NODE", "serviceAccountName": "default", "automountServiceAccountToken": false,
   "terminationGracePeriodSeconds": 2, "tolerations": [{"operator": "Exists"}],
   "containers": [{"name": "$1", "image": "$2", "imagePullPolicy": "Never", "args": $3}]}}
@@ -43,6 +51,22 @@ mesh_pod_pid() {
   local id
   id=$(mesh_pod_field "$1" "[c['containerID'] for c in p['status'].get('containerStatuses', []) if c['name'] == '$2'][0]")
   ctr_ tasks ls | awk -v id="${id#containerd://}" '$1 == id {print $2}'
+}
+
+# mesh_create_pod NAME IMAGE ARGS_JSON: creates it (PODS_CREATED: deleted at exit); the pod as the
+# apiserver stored it (after the webhook) in $WORK/NAME-pod.created.json.
+mesh_create_pod() {
+  mesh_pod_json "$@" > "$WORK/$1-pod.json"
+  api -f -X POST -H 'Content-Type: application/json' --data @"$WORK/$1-pod.json" \
+    "$SERVER/api/v1/namespaces/$MESH_NS/pods" > "$WORK/$1-pod.created.json" || return 1
+  PODS_CREATED+=("$MESH_NS/$1")
+}
+
+# envoy_stat NAME STAT: the value of one of Envoy's counters in pod NAME (its admin port 15000
+# listens on the pod's loopback: curl runs in the pod's netns).
+envoy_stat() {
+  nsenter -t "$(mesh_pod_pid "$1" istio-proxy)" -n curl -s --max-time 3 "http://127.0.0.1:15000/stats" |
+    awk -F': ' -v name="$2" '$1 == name {print $2}'
 }
 
 # -- proxy-image ----------------------------------------------------------------------------------------
@@ -125,11 +149,8 @@ mesh_setup() {
   kc create namespace "$MESH_NS" && kc label namespace "$MESH_NS" istio-injection=enabled &&
   kc -n "$MESH_NS" create serviceaccount default   # no controller-manager makes it
 }
-mesh_pod_json server "$AGG_IMAGE" '["--listen=0.0.0.0:8080", "--identity=report"]' > "$WORK/server-pod.json"
 if mesh_setup > "$WORK/inject.log" 2>&1 &&
-   api -f -X POST -H 'Content-Type: application/json' --data @"$WORK/server-pod.json" \
-     "$SERVER/api/v1/namespaces/$MESH_NS/pods" > "$WORK/server-pod.created.json" 2>> "$WORK/inject.log"; then
-  PODS_CREATED+=("$MESH_NS/server")
+   mesh_create_pod server "$AGG_IMAGE" '["--listen=0.0.0.0:8080", "--identity=report"]' 2>> "$WORK/inject.log"; then
   injected=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["spec"]
 print(" ".join([c["name"] for c in s.get("initContainers", [])] + [c["name"] for c in s["containers"]]))' "$WORK/server-pod.created.json")
   if [[ " $injected " == *" istio-init "* && " $injected " == *" istio-proxy "* ]]; then
@@ -146,7 +167,48 @@ if wait_until 120 mesh_pod_ready server; then
   ready=$(curl -s --max-time 3 -o /dev/null -w '%{http_code}' "http://$SERVER_IP:15021/healthz/ready")
   if [ "$redirects" -ge 2 ] && [ "$ready" = 200 ]; then
     result sidecar "PASS Ready at $SERVER_IP: istio-init's nat REDIRECT rules in the pod netns, Envoy 15021/healthz/ready 200"
-  else result sidecar "FAIL REDIRECT rules in the pod netns: $redirects, 15021/healthz/ready: $ready"; fi
+  else result sidecar "FAIL REDIRECT rules in the pod netns: $redirects, 15021/healthz/ready: $ready"; return 0; fi
 else
   result sidecar "FAIL $(mesh_pod_field server '[(c["name"], c.get("state")) for c in p["status"].get("initContainerStatuses", []) + p["status"].get("containerStatuses", [])]' 2>&1 | cut -c1-400)"
+  return 0
 fi
+
+# -- traffic: Fortio in a second injected pod sends to the server's Service --------------------------
+[ -n "$FORTIO_TAR" ] || { result traffic "SKIP no Fortio image given"; return 0; }
+# No controller-manager: the Service's EndpointSlice is written here, as its controller would.
+server_service() {
+  kc apply -f - <<EOF
+apiVersion: v1
+kind: Service
+metadata: {name: server, namespace: $MESH_NS}
+spec: {selector: {app: server}, ports: [{name: http, port: 8080, targetPort: 8080}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: server-node, namespace: $MESH_NS, labels: {kubernetes.io/service-name: server}}
+addressType: IPv4
+endpoints: [{addresses: ["$SERVER_IP"], conditions: {ready: true}, nodeName: "$NODE",
+             targetRef: {kind: Pod, name: server, namespace: $MESH_NS}}]
+ports: [{name: http, port: 8080, protocol: TCP}]
+EOF
+}
+# Istio names its clusters' stat prefixes with a closing ';'.
+OUTBOUND="cluster.outbound|8080||server.$MESH_NS.svc.cluster.local;"
+INBOUND="cluster.inbound|8080||;"
+client_sent() { [ "$(envoy_stat client "$OUTBOUND.upstream_rq_200")" -gt 0 ] 2>/dev/null; }
+if ctr_ images import --base-name tailweight.local/fortio "$FORTIO_TAR" > "$WORK/fortio-image.log" 2>&1 &&
+   server_service > "$WORK/traffic.log" 2>&1 &&
+   SERVICE_IP=$(kc -n "$MESH_NS" get service server -o jsonpath='{.spec.clusterIP}') &&
+   mesh_create_pod client "$(ctr_ images ls -q | grep '^tailweight.local/fortio:' | head -1)" \
+     "[\"load\", \"-qps\", \"5\", \"-t\", \"0\", \"-c\", \"1\", \"http://$SERVICE_IP:8080/healthz\"]" 2>> "$WORK/traffic.log"; then
+  if wait_until 120 mesh_pod_ready client && wait_until 30 client_sent; then
+    sent=$(envoy_stat client "$OUTBOUND.upstream_rq_200")
+    received=$(envoy_stat server "$INBOUND.upstream_rq_200")
+    mtls=$(envoy_stat server listener.0.0.0.0_15006.ssl.handshake)   # the server's Envoy terminated TLS
+    if [ "${received:-0}" -gt 0 ]; then
+      result traffic "PASS Fortio -> $SERVICE_IP:8080 through both sidecars: client Envoy $sent x 200, server Envoy inbound $received x 200, $mtls TLS handshake(s) on its 15006"
+    else result traffic "FAIL client Envoy $sent x 200 but the server's inbound cluster counted ${received:-nothing}"; fi
+  else
+    result traffic "FAIL $(mesh_pod_field client '[(c["name"], c.get("state")) for c in p["status"].get("initContainerStatuses", []) + p["status"].get("containerStatuses", [])]' 2>&1 | cut -c1-300); client Envoy 200s: $(envoy_stat client "$OUTBOUND.upstream_rq_200" 2>&1)"
+  fi
+else result traffic "FAIL $(first_error "$WORK/traffic.log")"; fi

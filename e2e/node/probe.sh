@@ -14,7 +14,8 @@
 # Everything it starts runs in its own process group and is stopped by PID; the bridge, netns,
 # cgroups, mounts and iptables rules it or the kubelet created are removed at exit. Needs root.
 # Usage: probe.sh AGGREGATOR_IMAGE_TAR PAUSE_IMAGE_TAR [PROXY_IMAGE_TAR]   (make node-probe builds them;
-# with the proxy image the mesh pieces of mesh.sh follow: proxy-image, istiod, inject, sidecar)
+# with the proxy image the mesh pieces of mesh.sh follow: proxy-image, istiod, inject, sidecar, and
+# with the Fortio image, traffic)
 # Exit status: 1 when a piece FAILs (a SKIP, for a binary not built, is not a failure), else 0.
 # Env: TW_CACHE (binaries, as build.sh), TW_NODE_KEEP=1 keeps the temp dir (logs).
 set -uo pipefail
@@ -23,6 +24,7 @@ set -m   # background jobs get their own process group: each daemon is stopped w
 AGG_TAR=${1:?aggregator image archive}
 PAUSE_TAR=${2:?pause image archive}
 PROXY_TAR=${3:-}   # with it, the mesh pieces (mesh.sh) follow the pod
+FORTIO_TAR=${4:-}  # and with it, Fortio's pod sends through both sidecars (traffic)
 HERE=$(cd "$(dirname "$0")" && pwd)
 TW_CACHE=${TW_CACHE:-$HOME/.cache/tailweight}
 # shellcheck source=../istio/build/versions.env
@@ -180,10 +182,13 @@ state = "$WORK/state"
     bin_dir = "/usr/lib/cni"
     conf_dir = "$WORK/cni-conf"
 EOF
+# Pods route the Service range (--service-cluster-ip-range) to the bridge, and nothing else beyond
+# it: connect() to a Service IP needs a route before a sidecar's nat REDIRECT can take the packet.
 cat > "$WORK/cni-conf/10-tw.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "tw-node", "plugins": [
   {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$SUBNET"}]], "dataDir": "$WORK/cni-ipam"}}]}
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$SUBNET"}]], "dataDir": "$WORK/cni-ipam",
+            "routes": [{"dst": "10.96.0.0/16"}]}}]}
 EOF
 start containerd containerd --config "$WORK/containerd.toml"
 CTD_PID=${PIDS[-1]}
