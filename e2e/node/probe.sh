@@ -13,9 +13,9 @@
 #               and its /healthz answers on the pod IP
 # Everything it starts runs in its own process group and is stopped by PID; the bridge, netns,
 # cgroups, mounts and iptables rules it or the kubelet created are removed at exit. Needs root.
-# Usage: probe.sh AGGREGATOR_IMAGE_TAR PAUSE_IMAGE_TAR [PROXY_IMAGE_TAR]   (make node-probe builds them;
-# with the proxy image the mesh pieces of mesh.sh follow: proxy-image, istiod, inject, sidecar, and
-# with the Fortio image, traffic)
+# Usage: probe.sh AGGREGATOR_IMAGE_TAR PAUSE_IMAGE_TAR [PROXY_IMAGE_TAR [FORTIO_IMAGE_TAR]]
+# (make node-probe builds all four). With the proxy image the mesh pieces of mesh.sh follow the pod
+# (proxy-image, istiod, inject, sidecar), and with the Fortio image also traffic.
 # Exit status: 1 when a piece FAILs (a SKIP, for a binary not built, is not a failure), else 0.
 # Env: TW_CACHE (binaries, as build.sh), TW_NODE_KEEP=1 keeps the temp dir (logs).
 set -uo pipefail
