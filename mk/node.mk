@@ -1,6 +1,7 @@
 # A real node on this machine (issue 40): Debian's containerd + runc + CNI plugins, the kubelet built
 # from the pinned k8s.io/kubernetes module (e2e/istio/build/build.sh kubelet), the project's own images
-# imported with `ctr` (the aggregator's, and a pause image from e2e/node/pause). Opt-in: not part of
+# imported with `ctr` (the aggregator's, a pause image from e2e/node/pause, the sidecar proxy image and
+# Fortio's), then istiod's injection and traffic through two sidecars (e2e/node/mesh.sh). Opt-in: not part of
 # `make test`; needs root. Prints which pieces run here and the exact error of those that do not; see
 # docs/real-node.md. Stops everything it starts and removes its netns, bridge, cgroups and rules.
 .PHONY: node-probe node-bins mesh-bins test-node image-node-proxy
@@ -26,7 +27,7 @@ $(NODE_PAUSE_IMAGE): $(NODE_PAUSE) $(ORAS) e2e/node/pack-image.sh
 node-probe: node-bins mesh-bins image-aggregator $(NODE_PAUSE_IMAGE) image-node-proxy $(NODE_FORTIO_IMAGE)
 	bash e2e/node/probe.sh $(AGGREGATOR_IMAGE) $(NODE_PAUSE_IMAGE) $(NODE_PROXY_IMAGE) $(NODE_FORTIO_IMAGE)
 
-# e2e/node/test_real_node.py: the probe as a test (every piece PASS, nothing left behind); 17-24 s warm.
+# e2e/node/test_real_node.py: the probe as a test (every piece PASS, nothing left behind); 52-59 s warm.
 test-node: node-bins mesh-bins image-aggregator $(NODE_PAUSE_IMAGE) image-node-proxy $(NODE_FORTIO_IMAGE)
 	$(PYTEST) -q e2e/node
 

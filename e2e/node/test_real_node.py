@@ -7,7 +7,7 @@ aggregator pod, which runs with istio-init's iptables in its netns and Envoy rea
 Fortio pod sends to it through both sidecars. Every piece must PASS, and nothing the probe made may
 outlive it.
 
-Opt-in (`make test-node`, ~50 s warm; not part of `make test`): needs root, the Debian packages
+Opt-in (`make test-node`, 52-59 s warm; not part of `make test`): needs root, the Debian packages
 scripts/install-deps.sh installs, `make node-bins mesh-bins` and the four image archives `make
 node-probe` builds. See docs/real-node.md for what each piece needs and what blocks it elsewhere.
 """
