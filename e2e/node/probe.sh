@@ -13,7 +13,9 @@
 #               and its /healthz answers on the pod IP
 # Everything it starts runs in its own process group and is stopped by PID; the bridge, netns,
 # cgroups, mounts and iptables rules it or the kubelet created are removed at exit. Needs root.
-# Usage: probe.sh AGGREGATOR_IMAGE_TAR PAUSE_IMAGE_TAR     (make node-probe builds both)
+# Usage: probe.sh AGGREGATOR_IMAGE_TAR PAUSE_IMAGE_TAR [PROXY_IMAGE_TAR [FORTIO_IMAGE_TAR]]
+# (make node-probe builds all four). With the proxy image the mesh pieces of mesh.sh follow the pod
+# (proxy-image, istiod, inject, sidecar), and with the Fortio image also traffic.
 # Exit status: 1 when a piece FAILs (a SKIP, for a binary not built, is not a failure), else 0.
 # Env: TW_CACHE (binaries, as build.sh), TW_NODE_KEEP=1 keeps the temp dir (logs).
 set -uo pipefail
@@ -21,6 +23,8 @@ set -m   # background jobs get their own process group: each daemon is stopped w
 
 AGG_TAR=${1:?aggregator image archive}
 PAUSE_TAR=${2:?pause image archive}
+PROXY_TAR=${3:-}   # with it, the mesh pieces (mesh.sh) follow the pod
+FORTIO_TAR=${4:-}  # and with it, Fortio's pod sends through both sidecars (traffic)
 HERE=$(cd "$(dirname "$0")" && pwd)
 TW_CACHE=${TW_CACHE:-$HOME/.cache/tailweight}
 # shellcheck source=../istio/build/versions.env
@@ -37,6 +41,7 @@ NETNS="tw-node-$TAG"
 SUBNET="10.$((200 + RANDOM % 50)).$((RANDOM % 250)).0/24"
 CTR_SOCK="$WORK/state/containerd.sock"
 PIDS=()           # process-group leaders we started, stopped newest first
+PODS_CREATED=()   # NAMESPACE/NAME of the pods we created, deleted first at exit
 RESULTS=()
 
 say() { printf '[node-probe] %s\n' "$*" >&2; }
@@ -84,18 +89,21 @@ iptables_restore_snapshot() {
   done
 }
 
-# pod_gone: the kubelet finished the pod (containers killed, sandbox stopped, CNI DEL) and deleted it.
-pod_gone() { [ "$(api -o /dev/null -w '%{http_code}' "$SERVER/api/v1/namespaces/default/pods/tw-node-probe")" = 404 ]; }
+# pod_gone NAMESPACE/NAME: the kubelet finished the pod (containers killed, sandbox stopped, CNI DEL)
+# and deleted it.
+pod_gone() { [ "$(api -o /dev/null -w '%{http_code}' "$SERVER/api/v1/namespaces/${1%/*}/pods/${1#*/}")" = 404 ]; }
 group_gone() { ! kill -0 -- "-$1"; }
 
 cleanup() {
   set +e
   say "cleaning up"
-  if [ -n "${POD_CREATED:-}" ]; then   # the kubelet tears the sandbox down (CNI DEL) before it goes
-    api -X DELETE "$SERVER/api/v1/namespaces/default/pods/tw-node-probe" >/dev/null
-    wait_until 60 pod_gone || say "the pod was not gone within 60 s; removing its containers with ctr"
-  fi
   local i c p d
+  for p in "${PODS_CREATED[@]}"; do   # the kubelet tears each sandbox down (CNI DEL) before it goes
+    api -X DELETE "$SERVER/api/v1/namespaces/${p%/*}/pods/${p#*/}" >/dev/null
+  done
+  for p in "${PODS_CREATED[@]}"; do
+    wait_until 60 pod_gone "$p" || say "pod $p was not gone within 60 s; removing its containers with ctr"
+  done
   for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
     # The kubelet goes before containerd's leftovers are removed; containerd last but the control plane.
     if [ "${PIDS[i]}" = "${CTD_PID:-}" ] && [ -S "$CTR_SOCK" ]; then
@@ -174,10 +182,13 @@ state = "$WORK/state"
     bin_dir = "/usr/lib/cni"
     conf_dir = "$WORK/cni-conf"
 EOF
+# Pods route the Service range (--service-cluster-ip-range) to the bridge, and nothing else beyond
+# it: connect() to a Service IP needs a route before a sidecar's nat REDIRECT can take the packet.
 cat > "$WORK/cni-conf/10-tw.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "tw-node", "plugins": [
   {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$SUBNET"}]], "dataDir": "$WORK/cni-ipam"}}]}
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$SUBNET"}]], "dataDir": "$WORK/cni-ipam",
+            "routes": [{"dst": "10.96.0.0/16"}]}}]}
 EOF
 start containerd containerd --config "$WORK/containerd.toml"
 CTD_PID=${PIDS[-1]}
@@ -240,6 +251,7 @@ start kube-apiserver "$APISERVER" "--etcd-servers=http://127.0.0.1:$ETCD_PORT" \
   "--token-auth-file=$WORK/pki/tokens.csv" --authorization-mode=AlwaysAllow \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   "--service-account-key-file=$WORK/pki/sa.pub" "--service-account-signing-key-file=$WORK/pki/sa.key" \
+  --api-audiences=https://kubernetes.default.svc.cluster.local,istio-ca --enable-aggregator-routing=true \
   --disable-admission-plugins=ServiceAccount --service-cluster-ip-range=10.96.0.0/16 \
   --endpoint-reconciler-type=none --enable-priority-and-fairness=false --profiling=false
 if wait_until 90 api -f "$SERVER/readyz"; then result apiserver "PASS $K8S_VERSION on $SERVER"
@@ -302,7 +314,7 @@ cat > "$WORK/pod.json" <<EOF
     "args": ["--listen=0.0.0.0:8080", "--identity=report"]}]}}
 EOF
 api -f -X POST -H 'Content-Type: application/json' --data @"$WORK/pod.json" \
-  "$SERVER/api/v1/namespaces/default/pods" > "$WORK/pod-create.log" 2>&1 && POD_CREATED=1
+  "$SERVER/api/v1/namespaces/default/pods" > "$WORK/pod-create.log" 2>&1 && PODS_CREATED+=(default/tw-node-probe)
 pod_field() {
   api "$SERVER/api/v1/namespaces/default/pods/tw-node-probe" | python3 -c "import json,sys; s=json.load(sys.stdin)['status']; print($1)"
 }
@@ -314,4 +326,10 @@ if wait_until 90 pod_running; then
   else result pod "FAIL Running at $POD_IP but /healthz did not answer: $(curl -sS --max-time 2 "http://$POD_IP:8080/healthz" 2>&1)"; fi
 else
   result pod "FAIL $(pod_field 's.get("phase"), [c.get("state") for c in s.get("containerStatuses", [])], s.get("conditions")' 2>&1 | cut -c1-400)"
+fi
+
+# -- the mesh: istiod's injection on pods of this node (mesh.sh) --------------------------------------
+if [ -n "$PROXY_TAR" ]; then
+  # shellcheck source=mesh.sh
+  source "$HERE/mesh.sh"
 fi

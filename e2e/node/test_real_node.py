@@ -1,11 +1,15 @@
 """A real node on this machine: e2e/node/probe.sh starts Debian's containerd (runc, CNI bridge),
 etcd + kube-apiserver and the kubelet built from the pinned k8s.io/kubernetes module, and a pod bound
 to that node runs the project's aggregator image (imported with `ctr`, never pulled) until its
-/healthz answers on the pod IP. Every piece must PASS, and nothing the probe made may outlive it.
+/healthz answers on the pod IP. Then the mesh (e2e/node/mesh.sh): istiod's injection webhook puts
+istio-init and istio-proxy (the project's proxy image: pilot-agent + the pip Envoy) into a second
+aggregator pod, which runs with istio-init's iptables in its netns and Envoy ready; an injected
+Fortio pod sends to it through both sidecars. Every piece must PASS, and nothing the probe made may
+outlive it.
 
-Opt-in (`make test-node`, 17-24 s warm; not part of `make test`): needs root, the Debian packages
-scripts/install-deps.sh installs, `make node-bins` and the two image archives `make node-probe`
-builds. See docs/real-node.md for what each piece needs and what blocks it elsewhere.
+Opt-in (`make test-node`, 52-59 s warm; not part of `make test`): needs root, the Debian packages
+scripts/install-deps.sh installs, `make node-bins mesh-bins` and the four image archives `make
+node-probe` builds. See docs/real-node.md for what each piece needs and what blocks it elsewhere.
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "e2e" / "node" / "probe.sh"
 PAUSE_IMAGE = ROOT / "build" / "node" / "pause-image.tar"
-PIECES = ["kernel", "containerd", "image", "ctr-run", "cni", "apiserver", "kubelet", "node-ready", "pod"]
+PROXY_IMAGE = ROOT / "build" / "node" / "proxy-image.tar"
+FORTIO_IMAGE = ROOT / "build" / "node" / "fortio-image.tar"
+PIECES = ["kernel", "containerd", "image", "ctr-run", "cni", "apiserver", "kubelet", "node-ready", "pod",
+          "proxy-image", "istiod", "inject", "sidecar", "traffic"]
 
 
 def versions_env() -> dict[str, str]:
@@ -39,7 +46,7 @@ def missing_prerequisites() -> list[str]:
     missing = []
     if os.geteuid() != 0:
         missing.append("root (containerd, network namespaces and cgroups)")
-    for tool in ("containerd", "runc", "ctr", "iptables", "ip"):
+    for tool in ("containerd", "runc", "ctr", "iptables", "ip", "nsenter", "kubectl"):
         if shutil.which(tool) is None:
             missing.append(f"{tool} (scripts/install-deps.sh installs the Debian packages)")
     if not Path("/usr/lib/cni/bridge").exists():
@@ -49,7 +56,12 @@ def missing_prerequisites() -> list[str]:
     for name in (f"etcd-{v['ETCD_VERSION']}", f"kube-apiserver-{v['K8S_VERSION']}", f"kubelet-{v['K8S_VERSION']}"):
         if not (bin_dir / name).exists():
             missing.append(f"{bin_dir / name} (make node-bins)")
-    for image in (aggregator_image(), PAUSE_IMAGE):
+    for part in (bin_dir / f"pilot-discovery-{v['ISTIO_VERSION']}", bin_dir / f"helm-{v['HELM_VERSION']}",
+                 bin_dir.parent / f"crds-{v['ISTIO_API_VERSION']}.yaml",
+                 bin_dir.parent / f"istiod-chart-{v['ISTIO_VERSION']}"):
+        if not part.exists():
+            missing.append(f"{part} (make mesh-bins)")
+    for image in (aggregator_image(), PAUSE_IMAGE, PROXY_IMAGE, FORTIO_IMAGE):
         if not image.exists():
             missing.append(f"{image} (make node-probe builds it)")
     return missing
@@ -65,12 +77,13 @@ def results(stdout: str) -> dict[str, list[str]]:
     return out
 
 
-def test_a_pod_runs_the_aggregator_image_under_the_kubelet():
+def test_the_kubelet_runs_pods_that_istiods_webhook_injected_and_they_talk_through_their_sidecars():
     missing = missing_prerequisites()
     if missing:
         pytest.skip("real node prerequisites missing: " + "; ".join(missing))
     rules_before = set(iptables_rules())
-    run = subprocess.run(["bash", str(PROBE), str(aggregator_image()), str(PAUSE_IMAGE)],
+    run = subprocess.run(["bash", str(PROBE), str(aggregator_image()), str(PAUSE_IMAGE), str(PROXY_IMAGE),
+                          str(FORTIO_IMAGE)],
                          capture_output=True, text=True, timeout=600)
     table = results(run.stdout)
     assert list(table) == PIECES, run.stdout + run.stderr[-4000:]
@@ -79,6 +92,13 @@ def test_a_pod_runs_the_aggregator_image_under_the_kubelet():
             assert line.startswith("PASS"), f"{piece}: {line}\n{run.stderr[-4000:]}"
     assert len(table["ctr-run"]) == 2  # overlayfs and native snapshotters
     assert re.match(r"PASS Running, IP 10\.\d+\.\d+\.\d+, /healthz answered", table["pod"][0])
+    # The webhook added Istio's init container and sidecar to the pod the probe created.
+    injected = table["inject"][0].split(": ", 1)[1].split()
+    assert {"istio-init", "istio-proxy", "server"} == set(injected)
+    # Fortio's requests were counted by the client's outbound and the server's inbound Envoy, over TLS.
+    sent, received, handshakes = map(int, re.search(
+        r"client Envoy (\d+) x 200, server Envoy inbound (\d+) x 200, (\d+) TLS", table["traffic"][0]).groups())
+    assert sent > 0 and received > 0 and handshakes > 0
     assert run.returncode == 0
 
     # Nothing outlives the probe: its work dir, processes, bridge and netns are gone.

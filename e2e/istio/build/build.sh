@@ -98,6 +98,15 @@ for t in $targets; do
       require_version istio istio.io/istio "$ISTIO_VERSION"
       extract "envoy bootstrap template" istio istio.io/istio "$ISTIO_VERSION" \
         "$TW_CACHE/istio/envoy_bootstrap-$ISTIO_VERSION.json" tools/packaging/common/envoy_bootstrap.json ;;
+    istiod-chart)  # the real node's injector (e2e/node/mesh.sh): istiod's Helm chart, opt-in, not in ALL
+      require_version istio istio.io/istio "$ISTIO_VERSION"
+      out="$TW_CACHE/istio/istiod-chart-$ISTIO_VERSION"
+      if [ -d "$out" ]; then log "istiod chart: cached ($out)"; else
+        dir=$(cd "$HERE/istio" && go mod download -json "istio.io/istio@$ISTIO_VERSION" \
+              | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+        cp -r "$dir/manifests/charts/istio-control/istio-discovery" "$out.tmp" && chmod -R u+w "$out.tmp"
+        mv "$out.tmp" "$out"; log "istiod chart: $out"
+      fi ;;
     registry)  # a loopback OCI registry (go-containerregistry) for the oci:// WasmPlugin test
       require_version registry github.com/google/go-containerregistry "$GGCR_VERSION"
       build registry "$GGCR_VERSION" registry tailweight.local/e2e/istio/build/registry ;;
@@ -110,7 +119,7 @@ for t in $targets; do
         "$PROMETHEUS_OPERATOR_VERSION" "$TW_CACHE/istio/monitoring-crds-$PROMETHEUS_OPERATOR_VERSION.yaml" \
         example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml \
         example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml ;;
-    *) log "unknown target $t ($ALL kubelet)"; exit 2 ;;
+    *) log "unknown target $t ($ALL kubelet istiod-chart)"; exit 2 ;;
   esac
 done
 log "done in $((SECONDS - total)) s: $BIN"
