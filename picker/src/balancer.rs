@@ -39,6 +39,8 @@ use tailweight_wire::stamp::LoadStamp;
 mod choice;
 use choice::LeftToEnvoy;
 mod health_checks;
+mod learned;
+pub use learned::LearnedEndpoint;
 mod settings;
 pub use settings::{HealthCheckScope, Settings, DEFAULT_INFLIGHT_BOUND_US};
 
