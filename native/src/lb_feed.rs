@@ -99,4 +99,28 @@ mod tests {
         note_worker(5);
         assert!(with_balancer("c", |b| b.is_none()));
     }
+
+    #[test]
+    fn a_worker_reads_its_own_plugins_balancer_unless_a_tick_holds_it() {
+        use tailweight_sidecar::test_host::{Served, TestExchange, TestProxy, TestWorker};
+        const CLUSTER: &str = "outbound|80||feed.test";
+        let proxy = TestProxy::new(1_000_000, 1);
+        let mut workers: Vec<TestWorker> =
+            (0..2).map(|i| TestWorker::configured(&proxy, i, &format!(r#"{{"clusters": ["{CLUSTER}"]}}"#))).collect();
+        let mut exchange = TestExchange::to_cluster(CLUSTER);
+        let stream = workers[1].start(&proxy, &mut exchange);
+        let served = Served { by: Some("10.0.0.1:80"), status: 200, latency_us: 3_000 };
+        workers[1].finish(&proxy, stream, &mut exchange, served);
+        let plugins: Arc<WorkerPlugins> = workers.into_iter().map(|w| Mutex::new(w.plugin)).collect();
+        publish(&plugins);
+        let now = proxy.now_us();
+        let learned = |b: Option<&Balancer>| b.and_then(|b| b.learned_endpoint(CLUSTER, "10.0.0.1:80", now));
+        note_worker(0);
+        assert_eq!(with_balancer(CLUSTER, learned), None, "worker 0 saw no request");
+        note_worker(1);
+        assert!(with_balancer(CLUSTER, learned).is_some());
+        let held = plugins[1].lock();
+        assert_eq!(with_balancer(CLUSTER, learned), None, "busy: chosen without it");
+        drop(held);
+    }
 }
