@@ -55,9 +55,10 @@ def test_the_module_needs_only_what_this_envoy_exports_and_exports_every_filter_
     hooks = {s for s in _symbols(paths.NATIVE, "--defined-only") if s.startswith("envoy_dynamic_module_on_")}
     assert "envoy_dynamic_module_on_program_init" in hooks
     assert len([h for h in hooks if h.startswith("envoy_dynamic_module_on_http_filter_")]) == 30, sorted(hooks)
-    lb_hooks = {h.removeprefix("envoy_dynamic_module_on_lb_") for h in hooks if h.startswith("envoy_dynamic_module_on_lb_")}
+    lb_prefix = "envoy_dynamic_module_on_lb_"
+    lb_hooks = {h.removeprefix(lb_prefix) for h in hooks if h.startswith(lb_prefix)}
     assert lb_hooks == {"config_new", "config_destroy", "new", "choose_host", "on_host_membership_update", "destroy"}
-    assert {s for s in needed if s.startswith("envoy_dynamic_module_callback_lb_")}, "the policy's callbacks are checked"
+    assert {s for s in needed if s.startswith("envoy_dynamic_module_callback_lb_")}, "the policy's callbacks"
 
 
 def test_the_chosen_endpoint_serves_with_no_header_and_a_slow_backend_gets_a_small_share(group, tmp_path):

@@ -39,8 +39,7 @@ use tailweight_wire::stamp::LoadStamp;
 mod choice;
 use choice::LeftToEnvoy;
 mod health_checks;
-mod learned;
-pub use learned::LearnedEndpoint;
+pub(crate) mod learned;
 mod settings;
 pub use settings::{HealthCheckScope, Settings, DEFAULT_INFLIGHT_BOUND_US};
 

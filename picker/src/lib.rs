@@ -33,9 +33,8 @@ mod snapshot;
 mod stamp_record;
 mod steering;
 
-pub use balancer::{
-    Balancer, Completion, HealthCheckScope, LearnedEndpoint, Pick, Settings, DEFAULT_INFLIGHT_BOUND_US,
-};
+pub use balancer::learned::LearnedEndpoint;
+pub use balancer::{Balancer, Completion, HealthCheckScope, Pick, Settings, DEFAULT_INFLIGHT_BOUND_US};
 pub use health::HealthChange;
 pub use health_check::{
     check_share, grpc_check_verdict, http_check_verdict, CheckProtocol, CheckRound, CheckVerdict, DueHealthCheck,
