@@ -52,3 +52,23 @@ def test_a_fast_failing_backend_gets_a_small_share_on_two_workers(group, tmp_pat
     assert errors < 0.08 * total
     assert client.stat("failures") >= errors
     assert client.stat("picks") == 0
+
+
+def test_a_failing_backend_that_recovers_gets_its_share_back(group, tmp_path):
+    """Avoided while it fails (its failures weigh on its cost, or suspend it: then the policy probes
+    it one request at a time when the probe is due), it is drawn again as its failures fade and
+    earns its share back from the good answers the filter learns."""
+    backends = start_backends(group, 4)
+    client = NativeClient(group, backends.addresses, policy=POLICY)
+    backends.event([1], "fail")
+    before = backends.requests_total()
+    run_fortio(group, tmp_path, client.url, qps=150, connections=4, seconds=4, name="failing")
+    share, _ = shares(before, backends.requests_total())
+    assert client.stat("failures") > 0 and share[1] < 0.08, share
+    backends.event([1], "recover")
+    run_fortio(group, tmp_path, client.url, qps=300, connections=8, seconds=4, name="recovering")
+    before = backends.requests_total()
+    _, errors = run_fortio(group, tmp_path, client.url, qps=300, connections=8, seconds=4, name="recovered")
+    share, _ = shares(before, backends.requests_total())
+    assert errors == 0
+    assert share[1] > 0.12, share  # a fair share is 0.25
