@@ -654,3 +654,42 @@ def test_getting_started_names_tests_that_exist():
     def key_lines(text: str) -> list[str]:
         return [line for line in text.splitlines() if line.startswith(("h=", "KEY="))]
     assert key_lines(page) == key_lines(DOCS.read_text()) and len(key_lines(page)) == 2
+
+
+# ---------------------------------------------------------------------------------------------------
+# module.kind native with module.native.loadBalancer: the .so is the steered clusters' policy
+
+
+def test_native_load_balancer_replaces_override_host_on_every_steered_cluster():
+    base = values_of("example-values")
+    native = {"kind": "native", "native": {"path": "/opt/tw/libtailweight_native.so", "loadBalancer": True}}
+    objects = render({**base, "module": native})
+    filters = find(objects, "EnvoyFilter", "tailweight-native")
+    assert filters, "the native filter is rendered"
+    for envoyfilter in find(objects, "EnvoyFilter", "tailweight-override-host"):
+        ns = envoyfilter["metadata"]["namespace"]
+        (native_filter,) = [f for f in filters if f["metadata"]["namespace"] == ns]
+        clusters = json.loads(native_filter["spec"]["configPatches"][0]["patch"]["value"]["typed_config"]
+                              ["filter_config"]["value"])["clusters"]
+        patches = envoyfilter["spec"]["configPatches"]
+        assert len(patches) == len(clusters)
+        for patch in patches:
+            (policy,) = patch["patch"]["value"]["load_balancing_policy"]["policies"]
+            typed = policy["typed_extension_config"]
+            assert typed["name"] == "envoy.load_balancing_policies.dynamic_modules"
+            config = typed["typed_config"]
+            assert config["lb_policy_name"] == "tailweight" and config["dynamic_module_config"]["do_not_close"]
+            assert config["dynamic_module_config"]["module"]["local"]["filename"] == native["native"]["path"]
+    # Off by default, and off for the Wasm module whatever it says: override_host.
+    for module in ({"kind": "native"}, {"kind": "wasm", "native": {"loadBalancer": True}}):
+        for envoyfilter in find(render({**base, "module": module}), "EnvoyFilter", "tailweight-override-host"):
+            for patch in envoyfilter["spec"]["configPatches"]:
+                (policy,) = patch["patch"]["value"]["load_balancing_policy"]["policies"]
+                assert policy["typed_extension_config"]["name"] == "envoy.load_balancing_policies.override_host"
+
+
+def test_native_load_balancer_refuses_out_of_band_health_checks():
+    values = {**values_of("example-values"), "module": {"kind": "native", "native": {"loadBalancer": True}},
+              "filter": {"healthCheckPath": "/healthz"}}
+    r = template(CHART, values, check=False)
+    assert r.returncode != 0 and "module.native.loadBalancer" in r.stderr, r.stderr

@@ -7,7 +7,8 @@ before the router, override_host LB with fallback least_request, the override he
 in the cluster's upstream filters; `tailweight` also has the `tailweight_aggregator` cluster the
 filter reports to), tailweight_native_local and tailweight_native (the same sidecar code as an Envoy
 dynamic module, libtailweight_native.so: it sets each stream's upstream override host, so the
-cluster keeps least_request and no header is written).
+cluster keeps least_request and no header is written), and tailweight_native_lb (the same module as
+the cluster's load-balancing policy too: the filter learns, the policy picks; local only).
 
 Like an Istio sidecar's outbound cluster and route: Istio's circuit-breaker thresholds (all at
 2^32 - 1), its default route retry policy when asked (`retries`), HTTP/2 to the backends for gRPC
@@ -22,8 +23,10 @@ import yaml
 
 from .procs import write_atomically
 
-# The native shell's policies (the dynamic module instead of the Wasm filter).
-NATIVE_POLICIES = ("tailweight_native_local", "tailweight_native")
+# The native shell's policies (the dynamic module instead of the Wasm filter); those whose cluster's
+# load-balancing policy is the module too (native/src/lb_hooks.rs).
+NATIVE_LB_POLICIES = ("tailweight_native_lb",)
+NATIVE_POLICIES = ("tailweight_native_local", "tailweight_native", *NATIVE_LB_POLICIES)
 POLICIES = ("round_robin", "least_request", "cswrr_orca", "operator", "tailweight_local", "tailweight",
             "tailweight_stamps", *NATIVE_POLICIES)
 # Policies whose filters report to the aggregator; `tailweight_stamps` also reads the load stamps the
@@ -91,7 +94,21 @@ def least_request_lb() -> dict:
     return _lb("least_request", "LeastRequest")
 
 
-def lb_policy(policy: str, cswrr_blackout_s: float = 1.0, cswrr_update_s: float = 0.5) -> dict:
+def native_lb(module_path: str | Path) -> dict:
+    """The native shell as the cluster's load-balancing policy (the same file as its filter: Envoy
+    loads it once, so the policy reads what the filter learns)."""
+    return _lb("dynamic_modules", "DynamicModulesLoadBalancerConfig",
+               dynamic_module_config={"module": {"local": {"filename": str(Path(module_path).resolve())}},
+                                      "do_not_close": True},
+               lb_policy_name="tailweight")
+
+
+def lb_policy(policy: str, cswrr_blackout_s: float = 1.0, cswrr_update_s: float = 0.5,
+              native_path: str | Path | None = None) -> dict:
+    if policy in NATIVE_LB_POLICIES:
+        if native_path is None:
+            raise ValueError(f"policy {policy} needs native_path (build it with `make native`)")
+        return native_lb(native_path)
     if policy == "round_robin":
         return _lb("round_robin", "RoundRobin")
     if policy in ("least_request", "operator"):
@@ -233,7 +250,7 @@ def render_client_envoy(backends: Sequence[Endpoint], policy: str,
     if policy == "operator" and eds_path is None:
         raise ValueError("policy operator needs eds_path (see write_eds)")
 
-    lb = lb_policy(policy, cswrr_blackout_s, cswrr_update_s)
+    lb = lb_policy(policy, cswrr_blackout_s, cswrr_update_s, native_path)
     cluster = _eds_cluster(CLUSTER, eds_path, lb) if eds_path is not None else _static_cluster(CLUSTER, backends, lb)
     cluster["circuit_breakers"] = copy.deepcopy(ISTIO_CIRCUIT_BREAKERS)
     if steers_by_header(policy) or protocol != "http":

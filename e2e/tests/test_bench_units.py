@@ -525,7 +525,8 @@ def test_every_policy_renders_a_valid_envoy_config(policy, tmp_path):
     expected = {"round_robin": "round_robin", "least_request": "least_request", "operator": "least_request",
                 "cswrr_orca": "client_side_weighted_round_robin", "tailweight_local": "override_host",
                 "tailweight": "override_host", "tailweight_stamps": "override_host",
-                "tailweight_native_local": "least_request", "tailweight_native": "least_request"}[policy]
+                "tailweight_native_local": "least_request", "tailweight_native": "least_request",
+                "tailweight_native_lb": "dynamic_modules"}[policy]
     assert lb_name == "envoy.load_balancing_policies." + expected
     filters = [f["name"] for f in config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
                ["typed_config"]["http_filters"]]

@@ -45,16 +45,20 @@ def _symbols(path, *flags):
     return {line.split()[-1] for line in out.splitlines() if line.strip()}
 
 
-def test_the_module_needs_only_what_this_envoy_exports_and_exports_every_filter_hook():
-    """Envoy 1.40 resolves every symbol when it loads a module (RTLD_NOW), and every HTTP filter hook
-    when it makes a filter config: a module that needs one callback more, or lacks one hook, does
-    not load."""
+def test_the_module_needs_only_what_this_envoy_exports_and_exports_every_filter_and_lb_hook():
+    """Envoy 1.40 resolves every symbol when it loads a module (RTLD_NOW), and every HTTP filter
+    (load-balancing policy) hook when it makes a filter (policy) config: a module that needs one
+    callback more, or lacks one hook, does not load."""
     needed = {s for s in _symbols(paths.NATIVE, "--undefined-only") if s.startswith("envoy_")}
     exported = _symbols(paths.envoy(), "--defined-only")
     assert needed and needed <= exported, sorted(needed - exported)
     hooks = {s for s in _symbols(paths.NATIVE, "--defined-only") if s.startswith("envoy_dynamic_module_on_")}
     assert "envoy_dynamic_module_on_program_init" in hooks
     assert len([h for h in hooks if h.startswith("envoy_dynamic_module_on_http_filter_")]) == 30, sorted(hooks)
+    lb_prefix = "envoy_dynamic_module_on_lb_"
+    lb_hooks = {h.removeprefix(lb_prefix) for h in hooks if h.startswith(lb_prefix)}
+    assert lb_hooks == {"config_new", "config_destroy", "new", "choose_host", "on_host_membership_update", "destroy"}
+    assert {s for s in needed if s.startswith("envoy_dynamic_module_callback_lb_")}, "the policy's callbacks"
 
 
 def test_the_chosen_endpoint_serves_with_no_header_and_a_slow_backend_gets_a_small_share(group, tmp_path):

@@ -10,16 +10,17 @@
 use crate::callouts::Callouts;
 use crate::config_metrics::ConfigMetrics;
 use crate::host::{self, NativeHost};
+use crate::lb_feed::{self, WorkerPlugins};
 use crate::tick_schedule::Ticks;
 use crate::ticker::Ticker;
 use std::ffi::c_void;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use tailweight_sidecar::host::LogLevel;
 use tailweight_sidecar::Plugin;
 
 pub struct FilterState {
     envoy: usize,
-    workers: Box<[Mutex<Plugin>]>,
+    workers: Arc<WorkerPlugins>,
     pub metrics: ConfigMetrics,
     pub callouts: Callouts,
     pub ticks: Ticks,
@@ -28,7 +29,8 @@ pub struct FilterState {
 
 impl FilterState {
     /// Made on the main thread by `on_http_filter_config_new`: `workers` plugins, each configured
-    /// with `configuration`; then metrics are frozen and the ticker starts.
+    /// with `configuration`; then metrics are frozen, the plugins are published to the load-balancing
+    /// policy (`lb_feed`) and the ticker starts.
     pub fn new(config_envoy: *mut c_void, workers: usize, configuration: &[u8]) -> Box<FilterState> {
         let state = Box::new(FilterState {
             envoy: config_envoy as usize,
@@ -42,6 +44,7 @@ impl FilterState {
             state.with_plugin(worker, true, |plugin, host| plugin.configure(host, configuration));
         }
         state.metrics.freeze();
+        lb_feed::publish(&state.workers);
         let ticker = Ticker::start(config_envoy, state.ticks.wake_ms());
         if ticker.is_none() {
             host::log(LogLevel::Error, "tailweight: no scheduler for ticks; views, reports and checks are off");

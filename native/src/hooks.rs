@@ -89,6 +89,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
 ) -> *const c_void {
     let Some(state) = (config as *const FilterState).as_ref() else { return std::ptr::null() };
     let index = abi::envoy_dynamic_module_callback_http_filter_get_worker_index(filter_envoy) as usize;
+    crate::lb_feed::note_worker(index);
     let worker = (index < state.workers()).then_some(index);
     let stream = worker.and_then(|w| state.with_plugin(w, false, |plugin, _| plugin.new_stream()));
     let Some(stream) = stream else {

@@ -54,7 +54,7 @@ pub fn log(level: LogLevel, message: &str) {
 
 /// A splitmix64 stream seeded from the clock at first use: the picker's randomness needs spread,
 /// not secrecy.
-fn next_random() -> u64 {
+pub(crate) fn next_random() -> u64 {
     static STATE: AtomicU64 = AtomicU64::new(0);
     let mut z = STATE.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
     if z == 0 {
@@ -125,6 +125,10 @@ impl Host for NativeHost<'_> {
     /// environment names the reporter instead.
     fn node_id(&self) -> Option<String> {
         None
+    }
+
+    fn load_balancer_picks(&self, cluster: &str) -> bool {
+        crate::lb_feed::balanced(cluster)
     }
 }
 

@@ -39,6 +39,7 @@ use tailweight_wire::stamp::LoadStamp;
 mod choice;
 use choice::LeftToEnvoy;
 mod health_checks;
+pub(crate) mod learned;
 mod settings;
 pub use settings::{HealthCheckScope, Settings, DEFAULT_INFLIGHT_BOUND_US};
 

@@ -33,6 +33,7 @@ mod snapshot;
 mod stamp_record;
 mod steering;
 
+pub use balancer::learned::LearnedEndpoint;
 pub use balancer::{Balancer, Completion, HealthCheckScope, Pick, Settings, DEFAULT_INFLIGHT_BOUND_US};
 pub use health::HealthChange;
 pub use health_check::{

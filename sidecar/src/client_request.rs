@@ -87,23 +87,25 @@ impl ClientRequest {
             }
         };
         let now = host.now_us();
-        let pick = w.balancer.pick(&cluster, now);
-        let untracked = matches!(pick, Pick::Untracked);
-        if let Some(first) = pick.first_choice() {
+        // The cluster's load balancer picks from what this worker learns: learn, do not steer.
+        let pick = (!host.load_balancer_picks(&cluster)).then(|| w.balancer.pick(&cluster, now));
+        let untracked = matches!(pick, Some(Pick::Untracked));
+        if let Some(first) = pick.as_ref().and_then(Pick::first_choice) {
             w.metrics.endpoint_pick(host, &cluster, first);
         }
         match pick {
-            Pick::Steer { header: value, first_len, epoch } => {
+            Some(Pick::Steer { header: value, first_len, epoch }) => {
                 exchange.steer(header, &value);
                 w.metrics.picks.inc(host);
                 self.steered = value;
                 self.chosen_len = Some(first_len);
                 self.waiting_epoch = Some(epoch);
             }
-            Pick::Explore => w.metrics.explorations.inc(host),
-            Pick::NoCandidate => w.metrics.fallbacks.inc(host),
-            Pick::Untracked => w.metrics.untracked.inc(host),
-            Pick::Paused => w.metrics.paused.inc(host),
+            Some(Pick::Explore) => w.metrics.explorations.inc(host),
+            Some(Pick::NoCandidate) => w.metrics.fallbacks.inc(host),
+            Some(Pick::Untracked) => w.metrics.untracked.inc(host),
+            Some(Pick::Paused) => w.metrics.paused.inc(host),
+            None => {}
         }
         if self.chosen_len.is_none() && incoming.is_some() {
             exchange.remove_header(HeaderMap::Request, header);

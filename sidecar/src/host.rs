@@ -91,6 +91,11 @@ pub trait Host {
     fn env(&self, name: &str) -> Option<String>;
     /// The proxy's node id.
     fn node_id(&self) -> Option<String>;
+    /// Does the cluster's own load balancer pick from this worker's balancer (the native shell's
+    /// load-balancing policy)? Then requests to it are not steered, only learned from.
+    fn load_balancer_picks(&self, _cluster: &str) -> bool {
+        false
+    }
 }
 
 /// The request being served (see the module docs).

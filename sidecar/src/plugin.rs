@@ -91,6 +91,15 @@ impl Plugin {
         }
     }
 
+    /// A client worker's balancer: what a load balancer of the shell's own picks from (the native
+    /// shell's load-balancing policy).
+    pub fn balancer(&self) -> Option<&tailweight_picker::Balancer> {
+        match self {
+            Plugin::Client(w) => Some(&w.balancer),
+            Plugin::Server(_) | Plugin::Unconfigured | Plugin::Disabled => None,
+        }
+    }
+
     pub fn new_stream(&self) -> Stream {
         match self {
             Plugin::Server(_) => Stream::Server(ServerRequest::default()),

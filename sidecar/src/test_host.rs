@@ -41,6 +41,9 @@ pub struct TestProxy {
     pub refuse_shared_writes: Cell<bool>,
     /// Calls out are refused with this word while set (e.g. the cluster is gone).
     pub refuse_calls: Cell<Option<&'static str>>,
+    /// Every cluster's load balancer picks from the workers' balancers while set (see
+    /// `Host::load_balancer_picks`).
+    pub load_balancer_picks: Cell<bool>,
     metrics: RefCell<Vec<(String, MetricKind, i64)>>,
     logs: RefCell<Vec<(LogLevel, String)>>,
     calls: RefCell<Vec<SentCall>>,
@@ -59,6 +62,7 @@ impl TestProxy {
             shared: RefCell::default(),
             refuse_shared_writes: Cell::new(false),
             refuse_calls: Cell::new(None),
+            load_balancer_picks: Cell::new(false),
             metrics: RefCell::default(),
             logs: RefCell::default(),
             calls: RefCell::default(),
@@ -244,6 +248,10 @@ impl Host for TestHost<'_> {
 
     fn node_id(&self) -> Option<String> {
         self.proxy.node_id.borrow().clone()
+    }
+
+    fn load_balancer_picks(&self, _cluster: &str) -> bool {
+        self.proxy.load_balancer_picks.get()
     }
 }
 

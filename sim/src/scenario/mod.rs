@@ -39,8 +39,10 @@ pub const SIM_ONLY: &[&str] = &["peak_ewma", "prequal", "ideal"];
 
 /// Policies only the benchmark harness has (it lists its own in e2e/tailweight_e2e/envoy_configs.py).
 /// Policies only the harness runs: stamps read from the destinations' sidecars, and the native
-/// shell (the same decisions as tailweight's, which the simulator runs; what differs is Envoy's CPU).
-pub const HARNESS_ONLY: &[&str] = &["tailweight_stamps", "tailweight_native_local", "tailweight_native"];
+/// shell (its filter makes the same decisions as tailweight's, which the simulator runs; what
+/// differs is Envoy's CPU; `tailweight_native_lb` decides in Envoy's load balancer instead).
+pub const HARNESS_ONLY: &[&str] =
+    &["tailweight_stamps", "tailweight_native_local", "tailweight_native", "tailweight_native_lb"];
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
