@@ -7,6 +7,7 @@ use crate::admission::{Holdings, Sender};
 use crate::decision::{ClusterDecision, EndpointDecision};
 use crate::evidence::{self, Attester, ClusterEvidence};
 use crate::expiry;
+use crate::fair_room::FairRoom;
 use crate::ingest::{self, Entering};
 use crate::memory::{PRINCIPAL, REPORTER, ROUTE};
 use crate::params::WeightParams;
@@ -122,11 +123,12 @@ impl WeightBook {
     /// quota (`admission.rs`); a refused report changes nothing. O(endpoints in the report).
     pub fn ingest_as(&mut self, report: &Report, principal: &str, now_us: u64) -> Result<(), Rejection> {
         let known_principal = self.principal_ids.get(principal).copied();
-        self.admit(report, known_principal, principal)?;
+        self.admit(report, known_principal, principal, now_us)?;
         let principal = match known_principal {
             Some(id) => id,
             None => self.enter_principal(principal),
         };
+        let held_before = self.principals.get(&principal).map_or(0, |r| r.bytes);
         let p = &self.params;
         let interval_us = p.interval_us(report.interval_ms);
         let expires_us = now_us.saturating_add(p.reporter_ttl_us(interval_us));
@@ -156,22 +158,31 @@ impl WeightBook {
         if let Some(r) = self.reporters.get_mut(&report.reporter).and_then(|list| list.first_mut()) {
             r.routes = routes;
         }
+        self.note_growth(principal, held_before, now_us);
         Ok(())
     }
 
+    /// Mark principal `id` as grown at `now_us` if it holds more than `held_before` (`fair_room.rs`).
+    fn note_growth(&mut self, id: u32, held_before: usize, now_us: u64) {
+        if let Some(r) = self.principals.get_mut(&id).filter(|r| r.bytes > held_before) {
+            r.grew_at_us = now_us;
+        }
+    }
+
     /// Check the caps and the principal's quotas before touching anything (`admission.rs`).
-    fn admit(&self, report: &Report, principal: Option<u32>, principal_name: &str) -> Result<(), Rejection> {
+    fn admit(&self, report: &Report, principal: Option<u32>, name: &str, now_us: u64) -> Result<(), Rejection> {
         let holdings = Holdings {
             params: &self.params,
             clusters: &self.clusters,
             reporters: self.reporter_count,
             observations: self.observations,
             bytes: self.bytes,
+            fair: FairRoom { params: &self.params, principals: &self.principals, now_us },
         };
         let sender = Sender {
             principal,
             record: principal.and_then(|id| self.principals.get(&id)),
-            principal_name,
+            principal_name: name,
             known: principal.and_then(|id| self.reporter(&report.reporter, id, Some(report.incarnation))),
         };
         holdings.admit(report, &sender)
@@ -266,10 +277,13 @@ impl WeightBook {
     pub fn attest_as(&mut self, principal: &str, attestation: &Attestation, now_us: u64) -> Result<(), Rejection> {
         let id = self.principal_id(principal);
         let attester = Attester::of(id, id.and_then(|id| self.principals.get(&id)), principal, &self.params);
-        evidence::check(&self.evidence, attestation, &self.params, self.bytes, &attester)?;
+        let fair = FairRoom { params: &self.params, principals: &self.principals, now_us };
+        evidence::check(&self.evidence, attestation, &self.params, self.bytes, &attester, &fair)?;
         let id = id.unwrap_or_else(|| self.enter_principal(principal));
+        let held_before = self.principals.get(&id).map_or(0, |r| r.bytes);
         let charged = evidence::enter(&mut self.evidence, attestation, &self.params, &mut self.bytes, id, now_us);
         charged.settle(&mut self.principals, id);
+        self.note_growth(id, held_before, now_us);
         Ok(())
     }
 
@@ -433,30 +447,15 @@ impl WeightBook {
             !list.is_empty()
         });
         self.reporter_count = count;
-        // Until what it entered expires, a principal stays (its id is not reused meanwhile).
-        principals.retain(|_, r| r.reporters > 0 || r.observations > 0 || r.clusters > 0 || r.bytes > 0);
-        principal_ids.retain(|name, id| {
-            let keep = principals.contains_key(id);
-            if !keep {
-                *bytes = bytes.saturating_sub(PRINCIPAL.of(name.len()));
-            }
-            keep
-        });
+        expiry::expire_principals(principals, principal_ids, bytes);
         let endpoints = self.clusters.values().map(|c| c.endpoints.len()).sum();
         self.scratch.shrink(self.observations, endpoints);
         let max_age = self.params.cpu_max_age_us;
         self.external_cpu.retain(|_, (_, at)| now_us.saturating_sub(*at) <= max_age);
-        if self.reporters.capacity() > 4 * self.reporters.len().max(64) {
-            self.reporters.shrink_to_fit();
-        }
-        if self.clusters.capacity() > 4 * self.clusters.len().max(64) {
-            self.clusters.shrink_to_fit();
-        }
-        if self.external_cpu.capacity() > 4 * self.external_cpu.len().max(64) {
-            self.external_cpu.shrink_to_fit();
-        }
-        if self.principals.capacity() > 4 * self.principals.len().max(64) {
-            self.principals.shrink_to_fit();
+        expiry::shrink_sparse(&mut self.reporters);
+        expiry::shrink_sparse(&mut self.clusters);
+        expiry::shrink_sparse(&mut self.external_cpu);
+        if expiry::shrink_sparse(&mut self.principals) {
             self.principal_ids.shrink_to_fit();
         }
     }

@@ -4,6 +4,7 @@
 //! for by it. Who may attest for a cluster is the aggregator's rule (it knows the mesh); the book
 //! takes what it is given.
 
+use crate::fair_room::FairRoom;
 use crate::memory::{ATTESTED_ENDPOINT, ATTESTED_SOURCE, PRINCIPAL};
 use crate::observation::Observation;
 use crate::params::WeightParams;
@@ -110,8 +111,8 @@ pub(crate) fn served(records: &[SourceRecord], now_us: u64) -> (f64, bool) {
 /// Whether attestation `a` from `attester` may be entered into `evidence` (the book holding
 /// `bytes`): refused if it would pass `max_clusters` attested clusters, `max_endpoints_per_cluster`
 /// attested endpoints of its cluster, `MAX_ATTESTERS` incarnations of a source, the room the
-/// attester may fill (`WeightParams::room_for`: the newcomers' reserve kept) or its quota with the
-/// records it adds. Renewing the records an endpoint
+/// attester may fill (`fair`: the reserve for newcomers and the principals waiting kept) or its
+/// quota with the records it adds. Renewing the records an endpoint
 /// already holds (the same sources, the same incarnation) adds nothing, so it needs no headroom:
 /// a full book still takes its attesters' renewals.
 pub(crate) fn check(
@@ -120,6 +121,7 @@ pub(crate) fn check(
     p: &WeightParams,
     bytes: usize,
     attester: &Attester,
+    fair: &FairRoom,
 ) -> Result<(), Rejection> {
     let cluster_known = evidence.get(&a.cluster);
     if cluster_known.is_none() && evidence.len() >= p.max_clusters {
@@ -147,7 +149,7 @@ pub(crate) fn check(
     let already_mine = old.filter(|e| Some(e.charged_to) == attester.principal).map_or(0, |e| e.bytes);
     let held_after = attester.held.saturating_sub(already_mine) + most + attester.newcomer;
     let grows = old.is_none() || added > 0 || attester.newcomer > 0;
-    if grows && bytes.saturating_sub(old_bytes).saturating_add(most + attester.newcomer) > p.room_for(held_after) {
+    if grows && bytes.saturating_sub(old_bytes).saturating_add(most + attester.newcomer) > fair.room_for(attester.principal, held_after) {
         return Err(Rejection::MemoryBudget);
     }
     if held_after > attester.quota {
