@@ -16,6 +16,7 @@ pub mod page_rate;
 pub mod recompute;
 pub mod routes;
 pub mod scrape;
+pub mod shared_page;
 pub mod state;
 pub mod weights_page;
 
