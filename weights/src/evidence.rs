@@ -65,6 +65,8 @@ impl Attester {
 pub(crate) struct Charged {
     pub released: Option<(u32, usize)>,
     pub charged: usize,
+    /// When the endpoint's record expires unless renewed.
+    pub expires_us: u64,
 }
 
 impl Charged {
@@ -213,20 +215,25 @@ pub(crate) fn enter(
     });
     endpoint.bytes = now_bytes;
     *bytes = bytes.saturating_sub(old_bytes) + now_bytes;
-    Charged { released, charged: now_bytes }
+    Charged { released, charged: now_bytes, expires_us: endpoint.expires_us }
 }
 
 /// Drop the endpoints' attestations past their ttl, and clusters left without any; give their
-/// bytes back, to the book and to the principals they are charged to.
+/// bytes back, to the book and to the principals they are charged to. Returns when the next of
+/// those kept expires (`u64::MAX`: none).
 pub(crate) fn expire(
     evidence: &mut HashMap<String, ClusterEvidence>,
     bytes: &mut usize,
     principals: &mut HashMap<u32, PrincipalRecord>,
     now_us: u64,
-) {
+) -> u64 {
+    let mut next = u64::MAX;
     evidence.retain(|_, cluster| {
         cluster.endpoints.retain(|_, e| {
             let keep = e.expires_us > now_us;
+            if keep {
+                next = next.min(e.expires_us);
+            }
             if !keep {
                 *bytes = bytes.saturating_sub(e.bytes);
                 if let Some(r) = principals.get_mut(&e.charged_to) {
@@ -237,4 +244,5 @@ pub(crate) fn expire(
         });
         !cluster.endpoints.is_empty()
     });
+    next
 }
