@@ -12,14 +12,14 @@
 //! while their cost (`budget::metrics_cluster_cost`) fits half the requests' memory budget;
 //! `tailweight_endpoint_series_omitted` counts the endpoints left out. The page reserves that cost
 //! from the budget before it copies anything (none free: 503, like a report). Scrapes share one
-//! page built at most once a second (`shared_page.rs`), each within its requester's page rate like
+//! page built at most once a second by default (`shared_page.rs`), each within its requester's page rate like
 //! a weights page (`page_rate.rs`: its scan of the book's clusters, then the page's listed
 //! clusters and endpoints; beyond, 429).
 
 use crate::admission::Reservation;
 use crate::budget::{metrics_cluster_cost, METRICS_BASE_BYTES};
 use crate::page_rate::RetryAfterMs;
-use crate::shared_page::{Snapshot, PAGE_MAX_AGE_US};
+use crate::shared_page::Snapshot;
 use crate::state::AppState;
 use axum::body::Bytes;
 use prometheus::core::Collector;
@@ -41,14 +41,14 @@ pub enum Refused {
 }
 
 /// The `/metrics` page for `requester` at `now_us`: the shared one (`shared_page.rs`), built at
-/// most once per `PAGE_MAX_AGE_US` whoever asks. Its scan's units from the requester's page rate
+/// most once per `--metrics-page-max-age-ms` whoever asks. Its scan's units from the requester's page rate
 /// first (`weights_page::scan_units`), then the page's listed clusters and endpoints, whether it
 /// was built for this scrape or shared. Blocks (the shared page's lock, a build): run it off the
 /// runtime's workers.
 pub fn page(state: &AppState, requester: &str, now_us: u64) -> Result<Bytes, Refused> {
     let scan = crate::weights_page::scan_units(state.metrics.clusters_tracked());
     state.pages.take(requester, scan, now_us).map_err(Refused::Rate)?;
-    let page = state.metrics_page.get_or_build(now_us, PAGE_MAX_AGE_US, || build(state, now_us))?;
+    let page = state.metrics_page.get_or_build(now_us, state.limits.metrics_page_max_age_us, || build(state, now_us))?;
     state.pages.take(requester, page.units, now_us).map_err(Refused::Rate)?;
     Ok(page.text)
 }

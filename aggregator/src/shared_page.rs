@@ -1,15 +1,12 @@
-//! One `/metrics` page shared by every scrape: built at most once per `PAGE_MAX_AGE_US` (by the
-//! first scrape that finds the last one older; the scrapes arriving meanwhile wait for it and take
-//! it), and held with the memory its text takes reserved once, however many scrapes send it. Pure
-//! of the clock: each scrape brings its time.
+//! One `/metrics` page shared by every scrape: built at most once per `--metrics-page-max-age-ms`
+//! (1 s by default, the recompute's usual interval: the endpoint series are the last recompute's
+//! anyway), by the first scrape that finds the last one older, while the scrapes arriving
+//! meanwhile wait for it and take it; held with the memory its text takes reserved once, however
+//! many scrapes send it. Pure of the clock: each scrape brings its time.
 
 use crate::admission::Reservation;
 use axum::body::Bytes;
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// The oldest page a scrape is given: a second, the recompute's usual interval (the endpoint
-/// series are the last recompute's anyway).
-pub const PAGE_MAX_AGE_US: u64 = 1_000_000;
 
 /// One built page.
 #[derive(Debug, Clone)]

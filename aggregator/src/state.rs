@@ -31,6 +31,8 @@ pub struct RequestLimits {
     pub attest_address: crate::attest_address::AttestAddress,
     /// Slowest body accepted, in bytes per second after `body::BODY_RATE_GRACE` (0: any).
     pub min_body_rate: usize,
+    /// The oldest `/metrics` page a scrape shares (`shared_page.rs`), in microseconds.
+    pub metrics_page_max_age_us: u64,
     /// What the memory budget sets aside for requests (`budget.rs`).
     pub budget: ServiceLimits,
 }
