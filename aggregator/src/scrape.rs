@@ -48,7 +48,8 @@ pub enum Refused {
 pub fn page(state: &AppState, requester: &str, now_us: u64) -> Result<Bytes, Refused> {
     let scan = crate::weights_page::scan_units(state.metrics.clusters_tracked());
     state.pages.take(requester, scan, now_us).map_err(Refused::Rate)?;
-    let page = state.metrics_page.get_or_build(now_us, state.limits.metrics_page_max_age_us, || build(state, now_us))?;
+    let page =
+        state.metrics_page.get_or_build(now_us, state.limits.metrics_page_max_age_us, || build(state, now_us))?;
     state.pages.take(requester, page.units, now_us).map_err(Refused::Rate)?;
     Ok(page.text)
 }

@@ -133,7 +133,9 @@ impl Holdings<'_> {
             return Err(Rejection::TooManyObservations);
         }
         // What it already holds, renewed, needs no room; anything new, the room its holdings leave.
-        if near_budget && new_bytes > 0 && self.bytes + new_bytes > self.fair.room_for(sender.principal, held + new_bytes)
+        if near_budget
+            && new_bytes > 0
+            && self.bytes + new_bytes > self.fair.room_for(sender.principal, held + new_bytes)
         {
             return Err(Rejection::MemoryBudget);
         }

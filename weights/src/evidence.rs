@@ -151,7 +151,10 @@ pub(crate) fn check(
     let already_mine = old.filter(|e| Some(e.charged_to) == attester.principal).map_or(0, |e| e.bytes);
     let held_after = attester.held.saturating_sub(already_mine) + most + attester.newcomer;
     let grows = old.is_none() || added > 0 || attester.newcomer > 0;
-    if grows && bytes.saturating_sub(old_bytes).saturating_add(most + attester.newcomer) > fair.room_for(attester.principal, held_after) {
+    if grows
+        && bytes.saturating_sub(old_bytes).saturating_add(most + attester.newcomer)
+            > fair.room_for(attester.principal, held_after)
+    {
         return Err(Rejection::MemoryBudget);
     }
     if held_after > attester.quota {

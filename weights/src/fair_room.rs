@@ -115,7 +115,8 @@ mod tests {
             for id in 0..4 {
                 let held = principals[&id].bytes;
                 let fair = FairRoom { params: &params, principals: &principals, now_us: SEC };
-                if held + 1_000 <= params.quota(params.max_bytes) && total + 1_000 <= fair.room_for(Some(id), held + 1_000)
+                if held + 1_000 <= params.quota(params.max_bytes)
+                    && total + 1_000 <= fair.room_for(Some(id), held + 1_000)
                 {
                     principals.insert(id, record(held + 1_000, SEC));
                     total += 1_000;
