@@ -88,6 +88,10 @@ pub struct ServiceConfig {
     /// gets 408 and gives its slot back (0: any rate, up to --body-timeout-ms).
     #[arg(long, env = "TAILWEIGHT_MIN_BODY_RATE", default_value_t = 64 << 10)]
     pub min_body_rate: usize,
+    /// How old a `/metrics` page scrapes may share is at most, in milliseconds: one page is built
+    /// per interval whoever scrapes (0: one per scrape).
+    #[arg(long, env = "TAILWEIGHT_METRICS_PAGE_MAX_AGE_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub metrics_page_max_age_ms: u64,
     /// Largest accepted request body, in bytes; larger gets 413.
     #[arg(long, env = "TAILWEIGHT_MAX_BODY_BYTES", default_value_t = 512 << 10)]
     pub max_body_bytes: usize,

@@ -16,6 +16,7 @@ pub mod page_rate;
 pub mod recompute;
 pub mod routes;
 pub mod scrape;
+pub mod shared_page;
 pub mod state;
 pub mod weights_page;
 
@@ -55,6 +56,7 @@ pub fn state_from(config: &ServiceConfig) -> Result<Arc<AppState>, String> {
         attest_rule: config.attest_rule,
         attest_address: config.attest_address.clone(),
         min_body_rate: config.min_body_rate,
+        metrics_page_max_age_us: config.metrics_page_max_age_ms.saturating_mul(1_000),
         budget: config.service_limits(),
     };
     let state = AppState::new(params, config.identity_source()?, limits).map_err(|e| format!("metrics: {e}"))?;

@@ -11,17 +11,21 @@
 //! principals, then by name: one principal's made-up clusters cannot crowd the others off),
 //! while their cost (`budget::metrics_cluster_cost`) fits half the requests' memory budget;
 //! `tailweight_endpoint_series_omitted` counts the endpoints left out. The page reserves that cost
-//! from the budget before it copies anything (none free: 503, like a report), and is built only
-//! within its requester's page rate, like a weights page (`page_rate.rs`: its scan of the book's
-//! clusters before the lock, its listed clusters and endpoints once known; beyond, 429).
+//! from the budget before it copies anything (none free: 503, like a report). Scrapes share one
+//! page built at most once a second by default (`shared_page.rs`), each within its requester's page rate like
+//! a weights page (`page_rate.rs`: its scan of the book's clusters, then the page's listed
+//! clusters and endpoints; beyond, 429).
 
 use crate::admission::Reservation;
 use crate::budget::{metrics_cluster_cost, METRICS_BASE_BYTES};
 use crate::page_rate::RetryAfterMs;
+use crate::shared_page::Snapshot;
 use crate::state::AppState;
+use axum::body::Bytes;
 use prometheus::core::Collector;
 use prometheus::proto::MetricFamily;
 use prometheus::{Encoder, GaugeVec, IntGauge, Opts, TextEncoder};
+use std::sync::Arc;
 use tailweight_weights::ClusterDecision;
 
 /// Endpoint series on one page at most (each endpoint is three series).
@@ -36,23 +40,33 @@ pub enum Refused {
     Rate(RetryAfterMs),
 }
 
-/// The whole `/metrics` page for `requester` at `now_us` (counts refreshed from the book first).
-/// Its scan's units from the page rate first (`weights_page::scan_units`); then, under the book's
-/// lock: the clusters' names and decided endpoint counts (borrowed), the reservation of what the
-/// listed clusters' series cost (`listed`), their units from the page rate, then copies of the
-/// decisions of only those clusters; the page after. Blocks (the book's lock, the encoding): run
-/// it off the runtime's workers.
-pub fn page(state: &AppState, requester: &str, now_us: u64) -> Result<String, Refused> {
+/// The `/metrics` page for `requester` at `now_us`: the shared one (`shared_page.rs`), built at
+/// most once per `--metrics-page-max-age-ms` whoever asks. Its scan's units from the requester's page rate
+/// first (`weights_page::scan_units`), then the page's listed clusters and endpoints, whether it
+/// was built for this scrape or shared. Blocks (the shared page's lock, a build): run it off the
+/// runtime's workers.
+pub fn page(state: &AppState, requester: &str, now_us: u64) -> Result<Bytes, Refused> {
     let scan = crate::weights_page::scan_units(state.metrics.clusters_tracked());
     state.pages.take(requester, scan, now_us).map_err(Refused::Rate)?;
-    let (counts, decisions, omitted, max_bytes, _reservation): (_, _, _, _, Reservation) = {
+    let page =
+        state.metrics_page.get_or_build(now_us, state.limits.metrics_page_max_age_us, || build(state, now_us))?;
+    state.pages.take(requester, page.units, now_us).map_err(Refused::Rate)?;
+    Ok(page.text)
+}
+
+/// One page, built at `now_us` (counts refreshed from the book first). Under the book's lock: the
+/// clusters' names and decided endpoint counts (borrowed), the reservation of what the listed
+/// clusters' series cost (`listed`), then copies of the decisions of only those clusters; the page
+/// after, then its text's own reservation (what the shared page holds) in place of the build's.
+fn build(state: &AppState, now_us: u64) -> Result<Snapshot, Refused> {
+    let (counts, decisions, omitted, max_bytes, units, _reservation): (_, _, _, _, _, Reservation) = {
         let book = state.book();
         let max_cost = state.memory.total_bytes() / 2;
         let page = listed(book.decided_counts().into_iter().map(|(name, n)| (name, name.len(), n)), max_cost);
         let cost = page.cost + METRICS_BASE_BYTES;
         let reservation = state.memory.reserve(cost).ok_or(Refused::Memory(cost))?;
-        state.pages.take(requester, page.shown.len() + page.series, now_us).map_err(Refused::Rate)?;
-        (book.counts(), book.decisions_of(page.shown), page.omitted, book.params().max_bytes, reservation)
+        let units = page.shown.len() + page.series;
+        (book.counts(), book.decisions_of(page.shown), page.omitted, book.params().max_bytes, units, reservation)
     };
     state.metrics.set_counts(&counts);
     let mut families = state.metrics.gather();
@@ -64,7 +78,9 @@ pub fn page(state: &AppState, requester: &str, now_us: u64) -> Result<String, Re
     if TextEncoder::new().encode(&families, &mut buf).is_err() {
         buf.clear();
     }
-    Ok(String::from_utf8(buf).unwrap_or_default())
+    drop((families, decisions));
+    let held = state.memory.reserve(buf.len()).map(Arc::new);
+    Ok(Snapshot { built_at_us: now_us, text: Bytes::from(buf), units, held })
 }
 
 /// The clusters a page lists, the endpoints of those it leaves out, and what the listed cost.
@@ -288,7 +304,7 @@ mod tests {
             // Two clusters of 2,048 made-up endpoints each (one principal) fill the 4,096 series a
             // page holds; a cluster two principals report is listed first all the same.
             let state = state_with(&[("aaa", 2_048, 1), ("aab", 2_048, 1), ("zzz", 3, 2)]);
-            let page = page(&state, "scraper", 2_000_000).unwrap();
+            let page = String::from_utf8(page(&state, "scraper", 2_000_000).unwrap().to_vec()).unwrap();
             assert!(page.contains(r#"upstream_cluster="zzz""#), "the honest cluster is listed");
             assert!(page.contains("tailweight_endpoint_series_omitted 2048"), "one made-up cluster is left out");
         }

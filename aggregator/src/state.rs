@@ -9,6 +9,7 @@ use crate::budget::ServiceLimits;
 use crate::identity::IdentitySource;
 use crate::metrics::AggregatorMetrics;
 use crate::page_rate::PageRate;
+use crate::shared_page::SharedPage;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -30,6 +31,8 @@ pub struct RequestLimits {
     pub attest_address: crate::attest_address::AttestAddress,
     /// Slowest body accepted, in bytes per second after `body::BODY_RATE_GRACE` (0: any).
     pub min_body_rate: usize,
+    /// The oldest `/metrics` page a scrape shares (`shared_page.rs`), in microseconds.
+    pub metrics_page_max_age_us: u64,
     /// What the memory budget sets aside for requests (`budget.rs`).
     pub budget: ServiceLimits,
 }
@@ -50,6 +53,8 @@ pub struct AppState {
     pub memory: MemoryBudget,
     /// The weights-page work each requester may have done (`page_rate.rs`).
     pub pages: PageRate,
+    /// The `/metrics` page scrapes share (`shared_page.rs`).
+    pub metrics_page: SharedPage,
     started: Instant,
     /// The last recompute completed (none yet: not ready); not ready while shutting down either.
     ready: AtomicBool,
@@ -66,6 +71,7 @@ impl AppState {
             slots: Slots::new(limits.max_concurrent_requests, limits.max_requests_per_principal),
             memory: MemoryBudget::new(limits.budget.work_bytes()),
             pages: PageRate::default(),
+            metrics_page: SharedPage::default(),
             limits,
             started: Instant::now(),
             ready: AtomicBool::new(false),

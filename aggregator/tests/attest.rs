@@ -39,6 +39,8 @@ async fn start_with(attest_address: &str) -> Aggregator {
     let addr: SocketAddr = listener.local_addr().unwrap();
     let mut config = ServiceConfig::for_tests(addr);
     config.recompute_interval_ms = 20;
+    // Each scrape sees the counters of the moment (a page per scrape).
+    config.metrics_page_max_age_ms = 0;
     config.identity = Some("xfcc".parse().unwrap());
     config.attest_address = attest_address.parse().unwrap();
     let state = tailweight_aggregator::state_from(&config).unwrap();

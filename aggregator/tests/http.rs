@@ -22,6 +22,8 @@ impl TestAggregator {
         let mut config = ServiceConfig::for_tests(addr);
         config.recompute_interval_ms = 50;
         config.max_body_bytes = 64 * 1024;
+        // Each scrape sees the counters of the moment (a page per scrape).
+        config.metrics_page_max_age_ms = 0;
         tweak(&mut config);
         let state = tailweight_aggregator::state_from(&config).unwrap();
         let (stop, stopped) = oneshot::channel::<()>();

@@ -2,6 +2,7 @@
 //! anything is touched (a refused report changes nothing). Counting is exact only when a cap or a
 //! quota is within reach; otherwise an upper bound (everything in the report new) clears it.
 
+use crate::fair_room::FairRoom;
 use crate::memory::{CLUSTER, ENDPOINT, OBSERVATION, PRINCIPAL, REPORTER, ROUTE};
 use crate::params::WeightParams;
 use crate::record::{ClusterRecord, Held, PrincipalRecord, ReporterRecord};
@@ -17,6 +18,8 @@ pub(crate) struct Holdings<'a> {
     pub reporters: usize,
     pub observations: usize,
     pub bytes: usize,
+    /// The room each principal may fill (`fair_room.rs`).
+    pub fair: FairRoom<'a>,
 }
 
 /// Who sends the report, as far as the book knows them.
@@ -100,7 +103,7 @@ impl Holdings<'_> {
             + endpoints().map(|e| ENDPOINT.of(e.address.len())).sum::<usize>();
         let bytes_quota = p.quota(p.max_bytes);
         let held = sender.held(|r| r.bytes);
-        let near_budget = self.bytes + upper > p.room_for(held + upper);
+        let near_budget = self.bytes + upper > self.fair.room_for(sender.principal, held + upper);
         let near_bytes_quota = sender.held(|r| r.bytes) + upper > bytes_quota;
         let near_obs_cap = self.observations + in_report > p.max_observations;
         let (mut new_obs, mut new_bytes) = (0usize, reporter_bytes);
@@ -130,7 +133,10 @@ impl Holdings<'_> {
             return Err(Rejection::TooManyObservations);
         }
         // What it already holds, renewed, needs no room; anything new, the room its holdings leave.
-        if near_budget && new_bytes > 0 && self.bytes + new_bytes > p.room_for(held + new_bytes) {
+        if near_budget
+            && new_bytes > 0
+            && self.bytes + new_bytes > self.fair.room_for(sender.principal, held + new_bytes)
+        {
             return Err(Rejection::MemoryBudget);
         }
         if near_bytes_quota && sender.held(|r| r.bytes) + new_bytes > bytes_quota {

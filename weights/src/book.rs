@@ -7,8 +7,9 @@ use crate::admission::{Holdings, Sender};
 use crate::decision::{ClusterDecision, EndpointDecision};
 use crate::evidence::{self, Attester, ClusterEvidence};
 use crate::expiry;
+use crate::fair_room::FairRoom;
 use crate::ingest::{self, Entering};
-use crate::memory::{PRINCIPAL, REPORTER, ROUTE};
+use crate::memory::{REPORTER, ROUTE};
 use crate::params::WeightParams;
 use crate::recompute::{self, Attested, Scratch};
 use crate::record::{ClusterRecord, PrincipalRecord, ReporterRecord, Totals};
@@ -22,6 +23,8 @@ use tailweight_wire::attest::Attestation;
 use tailweight_wire::protocol;
 use tailweight_wire::reply::Reply;
 use tailweight_wire::report::Report;
+
+mod room;
 
 /// Sizes of the book, for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -64,8 +67,10 @@ pub struct WeightBook {
     principal_ids: HashMap<String, u32>,
     next_principal: u32,
     external_cpu: HashMap<IpAddr, (f64, u64)>,
-    /// What destinations attested, by cluster (`evidence.rs`; it bounds reports: `callers.rs`).
+    /// What destinations attested, by cluster (`evidence.rs`; it bounds reports: `callers.rs`),
+    /// and the earliest time one of its records may have expired (`room.rs`).
     evidence: HashMap<String, ClusterEvidence>,
+    evidence_expires_us: u64,
     observations: usize,
     /// See `memory.rs`.
     bytes: usize,
@@ -86,6 +91,7 @@ impl WeightBook {
             next_principal: 0,
             external_cpu: HashMap::new(),
             evidence: HashMap::new(),
+            evidence_expires_us: u64::MAX,
             observations: 0,
             bytes: 0,
             scratch: Scratch::default(),
@@ -122,11 +128,14 @@ impl WeightBook {
     /// quota (`admission.rs`); a refused report changes nothing. O(endpoints in the report).
     pub fn ingest_as(&mut self, report: &Report, principal: &str, now_us: u64) -> Result<(), Rejection> {
         let known_principal = self.principal_ids.get(principal).copied();
-        self.admit(report, known_principal, principal)?;
+        if let Err(refused) = self.admit(report, known_principal, principal, now_us) {
+            self.retry_after_expiry(refused, now_us, |book| book.admit(report, known_principal, principal, now_us))?;
+        }
         let principal = match known_principal {
             Some(id) => id,
             None => self.enter_principal(principal),
         };
+        let held_before = self.principals.get(&principal).map_or(0, |r| r.bytes);
         let p = &self.params;
         let interval_us = p.interval_us(report.interval_ms);
         let expires_us = now_us.saturating_add(p.reporter_ttl_us(interval_us));
@@ -156,38 +165,27 @@ impl WeightBook {
         if let Some(r) = self.reporters.get_mut(&report.reporter).and_then(|list| list.first_mut()) {
             r.routes = routes;
         }
+        self.note_growth(principal, held_before, now_us);
         Ok(())
     }
 
     /// Check the caps and the principal's quotas before touching anything (`admission.rs`).
-    fn admit(&self, report: &Report, principal: Option<u32>, principal_name: &str) -> Result<(), Rejection> {
+    fn admit(&self, report: &Report, principal: Option<u32>, name: &str, now_us: u64) -> Result<(), Rejection> {
         let holdings = Holdings {
             params: &self.params,
             clusters: &self.clusters,
             reporters: self.reporter_count,
             observations: self.observations,
             bytes: self.bytes,
+            fair: FairRoom { params: &self.params, principals: &self.principals, now_us },
         };
         let sender = Sender {
             principal,
             record: principal.and_then(|id| self.principals.get(&id)),
-            principal_name,
+            principal_name: name,
             known: principal.and_then(|id| self.reporter(&report.reporter, id, Some(report.incarnation))),
         };
         holdings.admit(report, &sender)
-    }
-
-    /// A new principal's id (ids are reused only once nothing in the book refers to them).
-    fn enter_principal(&mut self, name: &str) -> u32 {
-        while self.principals.contains_key(&self.next_principal) {
-            self.next_principal = self.next_principal.wrapping_add(1);
-        }
-        let id = self.next_principal;
-        self.next_principal = self.next_principal.wrapping_add(1);
-        self.principals.insert(id, PrincipalRecord::default());
-        self.principal_ids.insert(name.to_string(), id);
-        self.bytes += PRINCIPAL.of(name.len());
-        id
     }
 
     /// The book's id of the report's (principal, name, incarnation), entered if new and made the
@@ -265,11 +263,20 @@ impl WeightBook {
     /// by a cap or the quota, changing nothing. O(sources).
     pub fn attest_as(&mut self, principal: &str, attestation: &Attestation, now_us: u64) -> Result<(), Rejection> {
         let id = self.principal_id(principal);
-        let attester = Attester::of(id, id.and_then(|id| self.principals.get(&id)), principal, &self.params);
-        evidence::check(&self.evidence, attestation, &self.params, self.bytes, &attester)?;
+        let check = |book: &WeightBook| {
+            let attester = Attester::of(id, id.and_then(|id| book.principals.get(&id)), principal, &book.params);
+            let fair = FairRoom { params: &book.params, principals: &book.principals, now_us };
+            evidence::check(&book.evidence, attestation, &book.params, book.bytes, &attester, &fair)
+        };
+        if let Err(refused) = check(self) {
+            self.retry_after_expiry(refused, now_us, check)?;
+        }
         let id = id.unwrap_or_else(|| self.enter_principal(principal));
+        let held_before = self.principals.get(&id).map_or(0, |r| r.bytes);
         let charged = evidence::enter(&mut self.evidence, attestation, &self.params, &mut self.bytes, id, now_us);
         charged.settle(&mut self.principals, id);
+        self.evidence_expires_us = self.evidence_expires_us.min(charged.expires_us);
+        self.note_growth(id, held_before, now_us);
         Ok(())
     }
 
@@ -406,7 +413,7 @@ impl WeightBook {
     /// The rest of `expire`: silent reporters and attesters, principals holding nothing, and old
     /// CPU values (O(reporters + attested endpoints + principals + CPU entries)).
     pub fn expire_reporters(&mut self, now_us: u64) {
-        evidence::expire(&mut self.evidence, &mut self.bytes, &mut self.principals, now_us);
+        self.evidence_expires_us = evidence::expire(&mut self.evidence, &mut self.bytes, &mut self.principals, now_us);
         let mut count = 0usize;
         for r in self.principals.values_mut() {
             r.reporters = 0;
@@ -433,30 +440,15 @@ impl WeightBook {
             !list.is_empty()
         });
         self.reporter_count = count;
-        // Until what it entered expires, a principal stays (its id is not reused meanwhile).
-        principals.retain(|_, r| r.reporters > 0 || r.observations > 0 || r.clusters > 0 || r.bytes > 0);
-        principal_ids.retain(|name, id| {
-            let keep = principals.contains_key(id);
-            if !keep {
-                *bytes = bytes.saturating_sub(PRINCIPAL.of(name.len()));
-            }
-            keep
-        });
+        expiry::expire_principals(principals, principal_ids, bytes);
         let endpoints = self.clusters.values().map(|c| c.endpoints.len()).sum();
         self.scratch.shrink(self.observations, endpoints);
         let max_age = self.params.cpu_max_age_us;
         self.external_cpu.retain(|_, (_, at)| now_us.saturating_sub(*at) <= max_age);
-        if self.reporters.capacity() > 4 * self.reporters.len().max(64) {
-            self.reporters.shrink_to_fit();
-        }
-        if self.clusters.capacity() > 4 * self.clusters.len().max(64) {
-            self.clusters.shrink_to_fit();
-        }
-        if self.external_cpu.capacity() > 4 * self.external_cpu.len().max(64) {
-            self.external_cpu.shrink_to_fit();
-        }
-        if self.principals.capacity() > 4 * self.principals.len().max(64) {
-            self.principals.shrink_to_fit();
+        expiry::shrink_sparse(&mut self.reporters);
+        expiry::shrink_sparse(&mut self.clusters);
+        expiry::shrink_sparse(&mut self.external_cpu);
+        if expiry::shrink_sparse(&mut self.principals) {
             self.principal_ids.shrink_to_fit();
         }
     }

@@ -4,6 +4,7 @@
 //! for by it. Who may attest for a cluster is the aggregator's rule (it knows the mesh); the book
 //! takes what it is given.
 
+use crate::fair_room::FairRoom;
 use crate::memory::{ATTESTED_ENDPOINT, ATTESTED_SOURCE, PRINCIPAL};
 use crate::observation::Observation;
 use crate::params::WeightParams;
@@ -64,6 +65,8 @@ impl Attester {
 pub(crate) struct Charged {
     pub released: Option<(u32, usize)>,
     pub charged: usize,
+    /// When the endpoint's record expires unless renewed.
+    pub expires_us: u64,
 }
 
 impl Charged {
@@ -110,8 +113,8 @@ pub(crate) fn served(records: &[SourceRecord], now_us: u64) -> (f64, bool) {
 /// Whether attestation `a` from `attester` may be entered into `evidence` (the book holding
 /// `bytes`): refused if it would pass `max_clusters` attested clusters, `max_endpoints_per_cluster`
 /// attested endpoints of its cluster, `MAX_ATTESTERS` incarnations of a source, the room the
-/// attester may fill (`WeightParams::room_for`: the newcomers' reserve kept) or its quota with the
-/// records it adds. Renewing the records an endpoint
+/// attester may fill (`fair`: the reserve for newcomers and the principals waiting kept) or its
+/// quota with the records it adds. Renewing the records an endpoint
 /// already holds (the same sources, the same incarnation) adds nothing, so it needs no headroom:
 /// a full book still takes its attesters' renewals.
 pub(crate) fn check(
@@ -120,6 +123,7 @@ pub(crate) fn check(
     p: &WeightParams,
     bytes: usize,
     attester: &Attester,
+    fair: &FairRoom,
 ) -> Result<(), Rejection> {
     let cluster_known = evidence.get(&a.cluster);
     if cluster_known.is_none() && evidence.len() >= p.max_clusters {
@@ -147,7 +151,10 @@ pub(crate) fn check(
     let already_mine = old.filter(|e| Some(e.charged_to) == attester.principal).map_or(0, |e| e.bytes);
     let held_after = attester.held.saturating_sub(already_mine) + most + attester.newcomer;
     let grows = old.is_none() || added > 0 || attester.newcomer > 0;
-    if grows && bytes.saturating_sub(old_bytes).saturating_add(most + attester.newcomer) > p.room_for(held_after) {
+    if grows
+        && bytes.saturating_sub(old_bytes).saturating_add(most + attester.newcomer)
+            > fair.room_for(attester.principal, held_after)
+    {
         return Err(Rejection::MemoryBudget);
     }
     if held_after > attester.quota {
@@ -211,20 +218,25 @@ pub(crate) fn enter(
     });
     endpoint.bytes = now_bytes;
     *bytes = bytes.saturating_sub(old_bytes) + now_bytes;
-    Charged { released, charged: now_bytes }
+    Charged { released, charged: now_bytes, expires_us: endpoint.expires_us }
 }
 
 /// Drop the endpoints' attestations past their ttl, and clusters left without any; give their
-/// bytes back, to the book and to the principals they are charged to.
+/// bytes back, to the book and to the principals they are charged to. Returns when the next of
+/// those kept expires (`u64::MAX`: none).
 pub(crate) fn expire(
     evidence: &mut HashMap<String, ClusterEvidence>,
     bytes: &mut usize,
     principals: &mut HashMap<u32, PrincipalRecord>,
     now_us: u64,
-) {
+) -> u64 {
+    let mut next = u64::MAX;
     evidence.retain(|_, cluster| {
         cluster.endpoints.retain(|_, e| {
             let keep = e.expires_us > now_us;
+            if keep {
+                next = next.min(e.expires_us);
+            }
             if !keep {
                 *bytes = bytes.saturating_sub(e.bytes);
                 if let Some(r) = principals.get_mut(&e.charged_to) {
@@ -235,4 +247,5 @@ pub(crate) fn expire(
         });
         !cluster.endpoints.is_empty()
     });
+    next
 }

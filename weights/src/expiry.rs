@@ -1,9 +1,37 @@
 //! Expiring one cluster: observations past their ttl go, and with them endpoints nobody reports
 //! and the cluster if nothing is left; the counts and bytes they held are given back.
 
-use crate::memory::{CLUSTER, ENDPOINT, OBSERVATION};
+use crate::memory::{CLUSTER, ENDPOINT, OBSERVATION, PRINCIPAL};
 use crate::record::{ClusterRecord, EndpointRecord, Held, PrincipalRecord, Totals};
 use std::collections::HashMap;
+use std::hash::Hash;
+
+/// Drop the principals holding nothing, and their names (giving those bytes back): until what it
+/// entered expires, a principal stays, so its id is not reused meanwhile.
+pub(crate) fn expire_principals(
+    principals: &mut HashMap<u32, PrincipalRecord>,
+    principal_ids: &mut HashMap<String, u32>,
+    bytes: &mut usize,
+) {
+    principals.retain(|_, r| r.reporters > 0 || r.observations > 0 || r.clusters > 0 || r.bytes > 0);
+    principal_ids.retain(|name, id| {
+        let keep = principals.contains_key(id);
+        if !keep {
+            *bytes = bytes.saturating_sub(PRINCIPAL.of(name.len()));
+        }
+        keep
+    });
+}
+
+/// Give back a map's spare room once it holds less than a quarter of it (beyond 64 entries);
+/// whether it did.
+pub(crate) fn shrink_sparse<K: Eq + Hash, V>(map: &mut HashMap<K, V>) -> bool {
+    let sparse = map.capacity() > 4 * map.len().max(64);
+    if sparse {
+        map.shrink_to_fit();
+    }
+    sparse
+}
 
 /// Expire what was said about cluster `name` (and the cluster if nothing is left).
 pub(crate) fn expire_cluster(

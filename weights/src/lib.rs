@@ -67,6 +67,7 @@ mod decision;
 mod ejection;
 mod evidence;
 mod expiry;
+mod fair_room;
 mod held_capacity;
 mod ingest;
 mod latency_model;

@@ -102,6 +102,9 @@ pub struct WeightParams {
     /// Per-principal quota: the share (0..=1] of each cap (reporters, clusters, bytes) one principal
     /// may hold, and of a cluster's endpoint room; 1 = no quota.
     pub principal_share: f64,
+    /// With quotas, a principal below its fair share of the book that grew within this long is
+    /// waiting for room: principals above their shares leave it what it lacks (`fair_room.rs`).
+    pub waiting_us: u64,
     /// Server-side bound on a reporter's interval: its ttl and windows use at most this, whatever
     /// interval it claims.
     pub max_interval_us: u64,
@@ -159,6 +162,7 @@ impl Default for WeightParams {
             attest_tolerance: 0.5,
             proven_caller_us: 10_000_000,
             principal_share: 1.0,
+            waiting_us: 10_000_000,
             max_interval_us: 10_000_000,
             max_reporters: 50_000,
             max_clusters: 4_096,
@@ -174,27 +178,6 @@ impl WeightParams {
     /// One principal's quota of a cap: `ceil(cap x principal_share)`, at least 1.
     pub fn quota(&self, cap: usize) -> usize {
         ((cap as f64 * self.principal_share).ceil() as usize).clamp(1, cap.max(1))
-    }
-
-    /// Bytes of the book kept for newcomers when principals have quotas (`principal_share` < 1):
-    /// `max_bytes x principal_share / 4`, so that principals at their quotas (four at 0.25) leave
-    /// room for others; 0 without quotas.
-    pub(crate) fn newcomer_reserve(&self) -> usize {
-        if self.principal_share >= 1.0 {
-            return 0;
-        }
-        (self.max_bytes as f64 * self.principal_share / 4.0) as usize
-    }
-
-    /// The book's bytes a principal that will hold `held_after` bytes may fill: all of `max_bytes`
-    /// while that is at most a quarter of `newcomer_reserve` (a newcomer), else all but the reserve.
-    pub(crate) fn room_for(&self, held_after: usize) -> usize {
-        let reserve = self.newcomer_reserve();
-        if held_after <= reserve / 4 {
-            self.max_bytes
-        } else {
-            self.max_bytes - reserve
-        }
     }
 
     /// Endpoints one cluster may hold: `max_endpoints_per_cluster / principal_share`, so that one

@@ -36,6 +36,8 @@ pub(crate) struct PrincipalRecord {
     /// What it costs the book (`memory.rs`): its reporters, their observations, and the endpoints
     /// and clusters its reports entered, until they expire.
     pub bytes: usize,
+    /// When its bytes last grew (`fair_room.rs`: whether it is waiting for room).
+    pub grew_at_us: u64,
 }
 
 /// One live incarnation of a reporter name.

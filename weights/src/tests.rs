@@ -690,16 +690,15 @@ fn a_principal_holds_at_most_its_share_of_each_cap() {
 }
 
 #[test]
-fn principals_at_their_quotas_leave_the_newcomers_reserve_free() {
-    // Four principals at a quarter of the book each report 10 endpoints at a time (new clusters)
-    // until refused: without the reserve they would fill it to within a report.
+fn principals_at_their_quotas_leave_room_for_a_newcomer_and_let_it_grow() {
+    // Four principals of a quarter of the book each, one after another, report 10 endpoints at a
+    // time (new clusters) until refused: the last one stops at its fair share (a fifth), so a
+    // newcomer's report still fits (`fair_room.rs`).
     let report = |reporter: &str, cluster: String, n: usize| {
         let endpoints = (0..n).map(|i| EndpointReport { address: format!("10.1.0.{i}:80"), ..Default::default() });
         report_of(reporter, vec![ClusterReport { name: cluster, endpoints: endpoints.collect() }])
     };
     let params = WeightParams { principal_share: 0.25, max_bytes: 4_000_000, ..WeightParams::default() };
-    let reserve = params.newcomer_reserve();
-    assert_eq!(reserve, 250_000);
     let mut book = WeightBook::new(params);
     for p in 0..4 {
         for k in 0.. {
@@ -710,11 +709,14 @@ fn principals_at_their_quotas_leave_the_newcomers_reserve_free() {
         }
     }
     let full = book.counts().bytes;
-    assert!(full <= 4_000_000 - reserve && full > 4_000_000 - reserve - 50_000, "{full}");
-    // A newcomer's report (about 37 KB, within a quarter of the reserve) is taken; so are the
-    // heavy principals' renewals of what they hold.
+    assert!(full <= 4_000_000 - 150_000 && full > 3_000_000, "{full}");
+    // A newcomer's report (about 37 KB) is taken; so are the heavy principals' renewals.
     book.ingest_as(&report("newbie", "c-new".into(), 10), "sa-new", SEC).unwrap();
     book.ingest_as(&report("r0", "c0-0".into(), 10), "sa-0", 2 * SEC).unwrap();
+    // While the newcomer grows (below its share: waiting), a principal above its share may not
+    // take the room it lacks; the newcomer may.
+    assert_eq!(book.ingest_as(&report("r3", "c3-new".into(), 10), "sa-3", 2 * SEC), Err(Rejection::MemoryBudget));
+    book.ingest_as(&report("newbie", "c-new-2".into(), 10), "sa-new", 2 * SEC).unwrap();
     assert!(book.counts().bytes > full);
 }
 

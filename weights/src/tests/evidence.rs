@@ -321,6 +321,21 @@ fn a_full_book_still_takes_renewals_of_the_attestations_it_holds() {
 }
 
 #[test]
+fn expired_attestations_give_their_room_to_the_request_that_needs_it_before_the_expiry_pass() {
+    // A's attestation fills the book; once its ttl (3 s) passed, B's is taken at once, without
+    // `expire`: the refused request gives the expired record back and is admitted.
+    let source = |requests| vec![SourceCount { principal: "front0".into(), requests, errors: 0 }];
+    let mut w = World::new(WeightParams::default());
+    w.book.attest(&attestation(A, 1, source(10)), SEC).unwrap();
+    let one = w.book.counts().bytes;
+    let mut w = World::new(WeightParams { max_bytes: one + 100, ..WeightParams::default() });
+    w.book.attest(&attestation(A, 1, source(10)), SEC).unwrap();
+    assert_eq!(w.book.attest(&attestation(B, 1, source(10)), 3 * SEC), Err(Rejection::MemoryBudget));
+    w.book.attest(&attestation(B, 1, source(10)), 4 * SEC).unwrap();
+    assert_eq!(w.book.counts().bytes, one);
+}
+
+#[test]
 fn each_attesting_principal_is_held_to_its_quota_and_others_still_attest() {
     // A quarter of a book of 64 KB each: one principal attests made-up endpoints of its namespace
     // until its quota refuses it, well before the book is full; its renewals are still taken, and
