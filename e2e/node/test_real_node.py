@@ -4,11 +4,13 @@ to that node runs the project's aggregator image (imported with `ctr`, never pul
 /healthz answers on the pod IP. Then the mesh (e2e/node/mesh.sh): istiod's injection webhook puts
 istio-init and istio-proxy (the project's proxy image: pilot-agent + the pip Envoy) into a second
 aggregator pod, which runs with istio-init's iptables in its netns and Envoy ready; an injected
-Fortio pod sends to it through both sidecars. Every piece must PASS, and nothing the probe made may
+Fortio pod sends to it through both sidecars. Then the user's path (e2e/node/backends.sh): three
+injected pods of the project's emulator image, one slow, behind a Service, and a Fortio pod sending
+to it: every pod serves a share, and no request fails. Every piece must PASS, and nothing the probe made may
 outlive it.
 
 Opt-in (`make test-node`, 52-59 s warm; not part of `make test`): needs root, the Debian packages
-scripts/install-deps.sh installs, `make node-bins mesh-bins` and the four image archives `make
+scripts/install-deps.sh installs, `make node-bins mesh-bins` and the five image archives `make
 node-probe` builds. See docs/real-node.md for what each piece needs and what blocks it elsewhere.
 """
 
@@ -27,8 +29,9 @@ PROBE = ROOT / "e2e" / "node" / "probe.sh"
 PAUSE_IMAGE = ROOT / "build" / "node" / "pause-image.tar"
 PROXY_IMAGE = ROOT / "build" / "node" / "proxy-image.tar"
 FORTIO_IMAGE = ROOT / "build" / "node" / "fortio-image.tar"
+EMULATOR_IMAGE = ROOT / "build" / "node" / "emulator-image.tar"
 PIECES = ["kernel", "containerd", "image", "ctr-run", "cni", "apiserver", "kubelet", "node-ready", "pod",
-          "proxy-image", "istiod", "inject", "sidecar", "traffic"]
+          "proxy-image", "istiod", "inject", "sidecar", "traffic", "backends", "baseline"]
 
 
 def versions_env() -> dict[str, str]:
@@ -61,7 +64,7 @@ def missing_prerequisites() -> list[str]:
                  bin_dir.parent / f"istiod-chart-{v['ISTIO_VERSION']}"):
         if not part.exists():
             missing.append(f"{part} (make mesh-bins)")
-    for image in (aggregator_image(), PAUSE_IMAGE, PROXY_IMAGE, FORTIO_IMAGE):
+    for image in (aggregator_image(), PAUSE_IMAGE, PROXY_IMAGE, FORTIO_IMAGE, EMULATOR_IMAGE):
         if not image.exists():
             missing.append(f"{image} (make node-probe builds it)")
     return missing
@@ -83,7 +86,7 @@ def test_the_kubelet_runs_pods_that_istiods_webhook_injected_and_they_talk_throu
         pytest.skip("real node prerequisites missing: " + "; ".join(missing))
     rules_before = set(iptables_rules())
     run = subprocess.run(["bash", str(PROBE), str(aggregator_image()), str(PAUSE_IMAGE), str(PROXY_IMAGE),
-                          str(FORTIO_IMAGE)],
+                          str(FORTIO_IMAGE), str(EMULATOR_IMAGE)],
                          capture_output=True, text=True, timeout=600)
     table = results(run.stdout)
     assert list(table) == PIECES, run.stdout + run.stderr[-4000:]
@@ -99,6 +102,14 @@ def test_the_kubelet_runs_pods_that_istiods_webhook_injected_and_they_talk_throu
     sent, received, handshakes = map(int, re.search(
         r"client Envoy (\d+) x 200, server Envoy inbound (\d+) x 200, (\d+) TLS", table["traffic"][0]).groups())
     assert sent > 0 and received > 0 and handshakes > 0
+    # Emulated backends with a slow pod behind a Service; Fortio's requests reach every pod through
+    # the sidecars, and none fails.
+    assert re.match(r"PASS 3 emulator pods Ready \(10\.\S+ 10\.\S+ 10\.\S+\), emu-2 slow", table["backends"][0])
+    slow_share, requests, shares, failed = re.search(
+        r"slow pod share ([\d.]+)% of (\d+) requests in \d+ s \(each pod: ([\d. ]+) %\), (\d+) failed",
+        table["baseline"][0]).groups()
+    assert int(requests) > 0 and int(failed) == 0
+    assert all(float(share) > 0 for share in shares.split())
     assert run.returncode == 0
 
     # Nothing outlives the probe: its work dir, processes, bridge and netns are gone.
