@@ -8,6 +8,10 @@
 
 NODE_PAUSE := $(BUILD)/node/pause
 NODE_PAUSE_IMAGE := $(BUILD)/node/pause-image.tar
+NODE_PROXY_IMAGE := $(BUILD)/node/proxy-image.tar
+NODE_FORTIO := $(BUILD)/node/fortio
+NODE_FORTIO_IMAGE := $(BUILD)/node/fortio-image.tar
+EMULATOR_IMAGE := $(BUILD)/node/emulator-image.tar
 
 # Only what the probe runs: etcd, kube-apiserver and the kubelet (~8 min cold on 2 cores, then ~1 s).
 node-bins: deps
@@ -39,7 +43,6 @@ test-node: node-bins mesh-bins $(NODE_IMAGES)
 
 # The sidecar proxy image (e2e/node/pack-proxy-image.sh): pilot-agent + the pip Envoy + iptables-nft
 # for istio-init, on no base but the shared libraries they load; imported by the probe, never pulled.
-NODE_PROXY_IMAGE := $(BUILD)/node/proxy-image.tar
 ISTIO_VERSION_PINNED := $(shell sed -n 's/^ISTIO_VERSION=//p' e2e/istio/build/versions.env)
 PILOT_AGENT := $(TW_CACHE)/istio/bin/pilot-agent-$(ISTIO_VERSION_PINNED)
 ENVOY_BOOTSTRAP := $(TW_CACHE)/istio/envoy_bootstrap-$(ISTIO_VERSION_PINNED).json
@@ -51,8 +54,6 @@ image-node-proxy: deps $(ORAS) e2e/node/pack-proxy-image.sh
 		probe $(NODE_PROXY_IMAGE)
 
 # Fortio linked statically (CGO off) as the client pod's image of the mesh-traffic piece.
-NODE_FORTIO := $(BUILD)/node/fortio
-NODE_FORTIO_IMAGE := $(BUILD)/node/fortio-image.tar
 FORTIO_VERSION := $(shell sed -n 's/^FORTIO_VERSION=//p' scripts/install-deps.sh)
 
 $(NODE_FORTIO):
@@ -66,7 +67,6 @@ $(NODE_FORTIO_IMAGE): $(NODE_FORTIO) $(ORAS) e2e/node/pack-image.sh
 # The emulator (the backends of backends.sh) linked statically (musl) like the aggregator, packed as
 # an image of that one binary (entrypoint tailweight-emulator, user 65532).
 EMULATOR_STATIC = target/$(MUSL_TARGET)/release/tailweight-emulator
-EMULATOR_IMAGE := $(BUILD)/node/emulator-image.tar
 
 emulator-static: musl-target
 	$(CARGO) build --locked --release --target $(MUSL_TARGET) -p tailweight-emulator
