@@ -28,10 +28,11 @@ kc() { kubectl --kubeconfig "$WORK/kubeconfig" --request-timeout=30s "$@"; }
 # once its sidecar is ready (the client's first requests would otherwise find no Envoy).
 MESH_POD_ANNOTATIONS='{"proxy.istio.io/config": "{\"proxyStatsMatcher\": {\"inclusionRegexps\": [\".*\"]}, \"holdApplicationUntilProxyStarts\": true}"}'
 
-# mesh_pod_json NAME IMAGE ARGS_JSON: a pod of MESH_NS bound to the node, labelled app=NAME.
+# mesh_pod_json NAME IMAGE ARGS_JSON [APP]: a pod of MESH_NS bound to the node, labelled app=APP
+# (default NAME).
 mesh_pod_json() {
   cat <<EOF
-{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "$1", "namespace": "$MESH_NS", "labels": {"app": "$1"},
+{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "$1", "namespace": "$MESH_NS", "labels": {"app": "${4:-$1}"},
   "annotations": $MESH_POD_ANNOTATIONS},
  "spec": {"nodeName": "$NODE", "serviceAccountName": "default", "automountServiceAccountToken": false,
   "terminationGracePeriodSeconds": 2, "tolerations": [{"operator": "Exists"}],
@@ -53,7 +54,7 @@ mesh_pod_pid() {
   ctr_ tasks ls | awk -v id="${id#containerd://}" '$1 == id {print $2}'
 }
 
-# mesh_create_pod NAME IMAGE ARGS_JSON: creates it (PODS_CREATED: deleted at exit); the pod as the
+# mesh_create_pod NAME IMAGE ARGS_JSON [APP]: creates it (PODS_CREATED: deleted at exit); the pod as the
 # apiserver stored it (after the webhook) in $WORK/NAME-pod.created.json.
 mesh_create_pod() {
   mesh_pod_json "$@" > "$WORK/$1-pod.json"
@@ -212,3 +213,9 @@ if ctr_ images import --base-name tailweight.local/fortio "$FORTIO_TAR" > "$WORK
     result traffic "FAIL $(mesh_pod_field client '[(c["name"], c.get("state")) for c in p["status"].get("initContainerStatuses", []) + p["status"].get("containerStatuses", [])]' 2>&1 | cut -c1-300); client Envoy 200s: $(envoy_stat client "$OUTBOUND.upstream_rq_200" 2>&1)"
   fi
 else result traffic "FAIL $(first_error "$WORK/traffic.log")"; fi
+
+# -- emulated backends with a slow pod, and Fortio's share to each (backends.sh) ---------------------
+if [ -n "${EMULATOR_TAR:-}" ] && [ -n "$FORTIO_TAR" ]; then
+  # shellcheck source=backends.sh
+  source "$HERE/backends.sh"
+fi

@@ -13,9 +13,12 @@
 #               and its /healthz answers on the pod IP
 # Everything it starts runs in its own process group and is stopped by PID; the bridge, netns,
 # cgroups, mounts and iptables rules it or the kubelet created are removed at exit. Needs root.
-# Usage: probe.sh AGGREGATOR_IMAGE_TAR PAUSE_IMAGE_TAR [PROXY_IMAGE_TAR [FORTIO_IMAGE_TAR]]
-# (make node-probe builds all four). With the proxy image the mesh pieces of mesh.sh follow the pod
-# (proxy-image, istiod, inject, sidecar), and with the Fortio image also traffic.
+# Usage: probe.sh AGGREGATOR_IMAGE_TAR PAUSE_IMAGE_TAR [PROXY_IMAGE_TAR [FORTIO_IMAGE_TAR
+#          [EMULATOR_IMAGE_TAR [CHART_TGZ MODULE_OCI_LAYOUT ORAS]]]]
+# (make node-probe builds them all). With the proxy image the mesh pieces of mesh.sh follow the pod
+# (proxy-image, istiod, inject, sidecar), with the Fortio image also traffic, with the emulator
+# image the user's path of backends.sh (backends, baseline), and with the chart archive, the filter
+# module's OCI layout and oras, chart.sh (helm-install, steered).
 # Exit status: 1 when a piece FAILs (a SKIP, for a binary not built, is not a failure), else 0.
 # Env: TW_CACHE (binaries, as build.sh), TW_NODE_KEEP=1 keeps the temp dir (logs).
 set -uo pipefail
@@ -25,6 +28,8 @@ AGG_TAR=${1:?aggregator image archive}
 PAUSE_TAR=${2:?pause image archive}
 PROXY_TAR=${3:-}   # with it, the mesh pieces (mesh.sh) follow the pod
 FORTIO_TAR=${4:-}  # and with it, Fortio's pod sends through both sidecars (traffic)
+EMULATOR_TAR=${5:-}  # and with it, emulated backends with a slow pod (backends.sh)
+CHART_TGZ=${6:-} MODULE_LAYOUT=${7:-} ORAS=${8:-}   # and the chart installed (chart.sh)
 HERE=$(cd "$(dirname "$0")" && pwd)
 TW_CACHE=${TW_CACHE:-$HOME/.cache/tailweight}
 # shellcheck source=../istio/build/versions.env

@@ -4,12 +4,18 @@ to that node runs the project's aggregator image (imported with `ctr`, never pul
 /healthz answers on the pod IP. Then the mesh (e2e/node/mesh.sh): istiod's injection webhook puts
 istio-init and istio-proxy (the project's proxy image: pilot-agent + the pip Envoy) into a second
 aggregator pod, which runs with istio-init's iptables in its netns and Envoy ready; an injected
-Fortio pod sends to it through both sidecars. Every piece must PASS, and nothing the probe made may
-outlive it.
+Fortio pod sends to it through both sidecars. Then the user's path (e2e/node/backends.sh): three
+injected pods of the project's emulator image, one slow, behind a Service, and a Fortio pod sending
+to it: every pod serves a share, and no request fails. Then the chart (e2e/node/chart.sh,
+lifecycle.sh): `helm install` of the packaged chart, the module fetched by the in-pod agent from a
+registry on the bridge, the slow pod's share falling, and `helm upgrade` to a new module digest and
+`helm uninstall` under load without a failed request. Every piece must PASS, and nothing the probe
+made may outlive it.
 
-Opt-in (`make test-node`, 52-59 s warm; not part of `make test`): needs root, the Debian packages
-scripts/install-deps.sh installs, `make node-bins mesh-bins` and the four image archives `make
-node-probe` builds. See docs/real-node.md for what each piece needs and what blocks it elsewhere.
+Opt-in (`make test-node`, ~3.5 min warm; not part of `make test`): needs root, the Debian packages
+scripts/install-deps.sh installs, `make node-bins mesh-bins` and the image archives, the chart
+archive and the module layout `make node-probe` builds. See docs/real-node.md for what each piece
+needs and what blocks it elsewhere.
 """
 
 from __future__ import annotations
@@ -27,8 +33,11 @@ PROBE = ROOT / "e2e" / "node" / "probe.sh"
 PAUSE_IMAGE = ROOT / "build" / "node" / "pause-image.tar"
 PROXY_IMAGE = ROOT / "build" / "node" / "proxy-image.tar"
 FORTIO_IMAGE = ROOT / "build" / "node" / "fortio-image.tar"
+EMULATOR_IMAGE = ROOT / "build" / "node" / "emulator-image.tar"
+MODULE_LAYOUT = ROOT / "build" / "oci" / "tailweight-filter"
 PIECES = ["kernel", "containerd", "image", "ctr-run", "cni", "apiserver", "kubelet", "node-ready", "pod",
-          "proxy-image", "istiod", "inject", "sidecar", "traffic"]
+          "proxy-image", "istiod", "inject", "sidecar", "traffic", "backends", "baseline", "helm-install",
+          "steered", "upgrade", "uninstall"]
 
 
 def versions_env() -> dict[str, str]:
@@ -36,9 +45,22 @@ def versions_env() -> dict[str, str]:
     return dict(re.findall(r"^([A-Z0-9_]+)=(\S+)$", text, re.M))
 
 
+def version() -> str:
+    return re.search(r'^version = "(.*)"', (ROOT / "Cargo.toml").read_text(), re.M).group(1)
+
+
 def aggregator_image() -> Path:
-    version = re.search(r'^version = "(.*)"', (ROOT / "Cargo.toml").read_text(), re.M).group(1)
-    return ROOT / "build" / "oci" / f"tailweight-aggregator-{version}.tar"
+    return ROOT / "build" / "oci" / f"tailweight-aggregator-{version()}.tar"
+
+
+def chart_archive() -> Path:
+    return ROOT / "build" / "charts" / f"tailweight-{version()}.tgz"
+
+
+def oras() -> Path:
+    oras_version = re.search(r"^ORAS_VERSION := (\S+)", (ROOT / "mk" / "oci.mk").read_text(), re.M).group(1)
+    cache = Path(os.environ.get("TW_CACHE", Path.home() / ".cache" / "tailweight"))
+    return cache / "bin" / f"oras-{oras_version}"
 
 
 def missing_prerequisites() -> list[str]:
@@ -58,10 +80,11 @@ def missing_prerequisites() -> list[str]:
             missing.append(f"{bin_dir / name} (make node-bins)")
     for part in (bin_dir / f"pilot-discovery-{v['ISTIO_VERSION']}", bin_dir / f"helm-{v['HELM_VERSION']}",
                  bin_dir.parent / f"crds-{v['ISTIO_API_VERSION']}.yaml",
-                 bin_dir.parent / f"istiod-chart-{v['ISTIO_VERSION']}"):
+                 bin_dir.parent / f"istiod-chart-{v['ISTIO_VERSION']}", bin_dir / f"registry-{v['GGCR_VERSION']}"):
         if not part.exists():
             missing.append(f"{part} (make mesh-bins)")
-    for image in (aggregator_image(), PAUSE_IMAGE, PROXY_IMAGE, FORTIO_IMAGE):
+    for image in (aggregator_image(), PAUSE_IMAGE, PROXY_IMAGE, FORTIO_IMAGE, EMULATOR_IMAGE, chart_archive(),
+                  MODULE_LAYOUT / "index.json", oras()):
         if not image.exists():
             missing.append(f"{image} (make node-probe builds it)")
     return missing
@@ -83,8 +106,9 @@ def test_the_kubelet_runs_pods_that_istiods_webhook_injected_and_they_talk_throu
         pytest.skip("real node prerequisites missing: " + "; ".join(missing))
     rules_before = set(iptables_rules())
     run = subprocess.run(["bash", str(PROBE), str(aggregator_image()), str(PAUSE_IMAGE), str(PROXY_IMAGE),
-                          str(FORTIO_IMAGE)],
-                         capture_output=True, text=True, timeout=600)
+                          str(FORTIO_IMAGE), str(EMULATOR_IMAGE), str(chart_archive()), str(MODULE_LAYOUT),
+                          str(oras())],
+                         capture_output=True, text=True, timeout=900)
     table = results(run.stdout)
     assert list(table) == PIECES, run.stdout + run.stderr[-4000:]
     for piece, lines in table.items():
@@ -99,6 +123,24 @@ def test_the_kubelet_runs_pods_that_istiods_webhook_injected_and_they_talk_throu
     sent, received, handshakes = map(int, re.search(
         r"client Envoy (\d+) x 200, server Envoy inbound (\d+) x 200, (\d+) TLS", table["traffic"][0]).groups())
     assert sent > 0 and received > 0 and handshakes > 0
+    # Emulated backends with a slow pod behind a Service; Fortio's requests reach every pod through
+    # the sidecars, and none fails.
+    assert re.match(r"PASS 3 emulator pods Ready \(10\.\S+ 10\.\S+ 10\.\S+\), emu-2 slow", table["backends"][0])
+    window = r"slow pod share ([\d.]+)% of (\d+) requests in \d+ s \(each pod: ([\d. ]+) %\), (\d+) failed"
+    before, requests, shares, failed = re.search(window, table["baseline"][0]).groups()
+    assert int(requests) > 0 and int(failed) == 0
+    assert all(float(share) > 0 for share in shares.split())
+    # The packaged chart installed; the client's sidecar runs the module the agent fetched from the
+    # registry on the bridge, and the slow pod's share falls below half of what it was.
+    assert "installed, aggregator pod Ready" in table["helm-install"][0]
+    after, requests, _, failed = re.search(window, table["steered"][0]).groups()
+    assert int(requests) > 0 and int(failed) == 0
+    assert float(after) < float(before) / 2
+    # Upgrade to a new module digest and uninstall, both under load: no request fails, and pods of
+    # the opted-in namespace start after the chart is gone.
+    assert re.search(r" 0 failed of [1-9]\d* requests", table["upgrade"][0])
+    assert re.search(r" 0 failed of [1-9]\d* requests", table["uninstall"][0])
+    assert "new pods emu-3, emu-client-2 Ready afterwards" in table["uninstall"][0]
     assert run.returncode == 0
 
     # Nothing outlives the probe: its work dir, processes, bridge and netns are gone.
