@@ -128,23 +128,30 @@ async fn a_pod_cannot_attest_for_another_pods_address() {
 
 /// One honest caller and two principals of another namespace that never call the service, 90% of
 /// A's requests failing by their reports; the service's endpoints attest when `attest`. Whether A
-/// was ejected after any of the rounds.
+/// was ejected after any of the rounds (30 when attested; without, up to 90, until it is: the error
+/// ratio follows real time between reports, which a loaded machine stretches).
 async fn attack(attest: bool) -> bool {
     let s = start().await;
     let (frontend, attackers) = (xfcc("prod", "frontend"), [xfcc("dev", "attacker0"), xfcc("dev", "attacker1")]);
     let mut ejected = false;
-    for round in 1..=30u64 {
-        assert_eq!(s.post("/v1/report", &frontend, report("front", round, 0)).await.0, 200);
-        for (k, who) in attackers.iter().enumerate() {
-            assert_eq!(s.post("/v1/report", who, report(&format!("att{k}"), round, 45)).await.0, 200);
-        }
+    let rounds = if attest { 30 } else { 90 };
+    for round in 1..=rounds {
+        // The endpoints attest before the round's reports: a recompute (every 20 ms) between the
+        // first reports and the first attestations would judge A by the no-evidence rules.
         if attest {
             for e in ENDPOINTS {
                 assert_eq!(s.post("/v1/attest", &xfcc("prod", "shop"), attestation(e, 50 * round)).await.0, 204);
             }
         }
+        assert_eq!(s.post("/v1/report", &frontend, report("front", round, 0)).await.0, 200);
+        for (k, who) in attackers.iter().enumerate() {
+            assert_eq!(s.post("/v1/report", who, report(&format!("att{k}"), round, 45)).await.0, 200);
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
         ejected |= s.ejected(ENDPOINTS[0]).await;
+        if ejected && !attest {
+            break;
+        }
     }
     s.stop().await;
     ejected
