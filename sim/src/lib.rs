@@ -14,6 +14,6 @@ pub mod runner;
 pub mod scenario;
 pub mod server;
 pub mod settle;
-pub mod steady;
 pub mod setup;
+pub mod steady;
 pub mod variant;

@@ -49,7 +49,8 @@ fn the_chart_runs_the_aggregator_with_its_flags_defaults() {
         .map(|f| f.split('=').next().unwrap_or(f))
         .collect();
     assert_eq!(flags, ["listen", "read-only-listen", "log-format", "identity", "memory-limit-mib"]);
-    let env: Vec<&str> = AGGREGATOR_TEMPLATE.split("{name: TAILWEIGHT_").skip(1).filter_map(|s| s.split(',').next()).collect();
+    let env: Vec<&str> =
+        AGGREGATOR_TEMPLATE.split("{name: TAILWEIGHT_").skip(1).filter_map(|s| s.split(',').next()).collect();
     assert_eq!(env, ["LOG", "CPU_URL"]);
 }
 

@@ -271,7 +271,9 @@ fn stamps_are_read_only_from_the_clusters_named_for_them() {
     let unlisted = FilterConfig::parse(br#"{"load_stamp_max_age_ms": 20}"#).unwrap();
     assert!(unlisted.load_stamp_clusters.is_empty() && !unlisted.reads_stamps_of("stamped"));
     assert!(c.reads_stamps() && !unlisted.reads_stamps(), "no list: the header is not looked at");
-    assert!(!FilterConfig::parse(br#"{"load_stamp_max_age_ms": 0, "load_stamp_clusters": []}"#).unwrap().reads_stamps());
+    assert!(!FilterConfig::parse(br#"{"load_stamp_max_age_ms": 0, "load_stamp_clusters": []}"#)
+        .unwrap()
+        .reads_stamps());
     // Steering every cluster (`clusters` empty), any cluster may be listed.
     let all = FilterConfig::parse(br#"{"load_stamp_max_age_ms": 20, "load_stamp_clusters": ["backends"]}"#).unwrap();
     assert!(all.reads_stamps_of("backends") && !all.reads_stamps_of("other"));
