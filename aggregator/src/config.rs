@@ -139,7 +139,7 @@ pub struct ServiceConfig {
     /// last counts) or `mean` (requests per second x mean latency over the last window, Little's
     /// law: the queue the endpoint usually has, not one instant's). Sidecars with load stamps
     /// compare a fresh stamp against it.
-    #[arg(long, env = "TAILWEIGHT_VIEW_INFLIGHT", default_value_t = ViewInflight::Last, value_parser = PossibleValuesParser::new(["last", "mean"]).try_map(|s| s.parse::<ViewInflight>()))]
+    #[arg(long, env = "TAILWEIGHT_VIEW_INFLIGHT", default_value_t = WeightParams::default().view_inflight, value_parser = PossibleValuesParser::new(["last", "mean"]).try_map(|s| s.parse::<ViewInflight>()))]
     pub view_inflight: ViewInflight,
     /// Slow start, in milliseconds: an endpoint new to a cluster known for longer than this gets a
     /// weight ramping from 10% to its full share over this long while the book cannot rate its
@@ -437,10 +437,27 @@ mod tests {
     #[test]
     fn view_inflight_reaches_the_weight_book_and_names_the_flag_otherwise() {
         let parse = |args: &[&str]| ServiceConfig::try_parse_from([&["tailweight-aggregator"], args].concat());
-        assert_eq!(parse(&[]).unwrap().weight_params().unwrap().view_inflight, ViewInflight::Last);
-        let mean = parse(&["--view-inflight", "mean"]).unwrap();
-        assert_eq!(mean.weight_params().unwrap().view_inflight, ViewInflight::Mean);
+        assert_eq!(parse(&[]).unwrap().weight_params().unwrap().view_inflight, ViewInflight::Mean);
+        let last = parse(&["--view-inflight", "last"]).unwrap();
+        assert_eq!(last.weight_params().unwrap().view_inflight, ViewInflight::Last);
         let e = parse(&["--view-inflight", "average"]).unwrap_err().to_string();
         assert!(e.contains("--view-inflight") && e.contains("last") && e.contains("mean"), "{e}");
+    }
+
+    /// One definition of the default deployment: without flags the aggregator weighs exactly as
+    /// `WeightParams::default()` (what the simulator's default `tailweight` runs and the Helm
+    /// chart installs), all but its caps: the memory budget's and each principal's share of them.
+    #[test]
+    fn the_flags_defaults_are_the_weight_books() {
+        let p = ServiceConfig::try_parse_from(["tailweight-aggregator"]).unwrap().weight_params().unwrap();
+        let budgeted = WeightParams {
+            principal_share: p.principal_share,
+            max_bytes: p.max_bytes,
+            max_reporters: p.max_reporters,
+            max_clusters: p.max_clusters,
+            max_observations: p.max_observations,
+            ..WeightParams::default()
+        };
+        assert_eq!(p, budgeted);
     }
 }

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tailweight_aggregator::{AppState, ServiceConfig};
+use tailweight_weights::ViewInflight;
 use tailweight_wire::reply::read::read_reply;
 use tokio::sync::oneshot;
 
@@ -100,7 +101,9 @@ fn metric(page: &str, name_and_labels: &str) -> f64 {
 
 #[tokio::test]
 async fn a_report_gets_the_view_of_its_clusters() {
-    let s = TestAggregator::start(|_| {}).await;
+    // The view's in-flight as the reporters' last counts (`--view-inflight last`): their sum, and
+    // that less the asker's own.
+    let s = TestAggregator::start(|c| c.view_inflight = ViewInflight::Last).await;
     let (status, body) = s.post(report("pod-a.ns", 100, &["10.0.0.1:80", "10.0.0.2:80"]).to_string()).await;
     assert_eq!(status, 200, "{body}");
     let reply: Value = serde_json::from_str(&body).unwrap();

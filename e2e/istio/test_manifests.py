@@ -164,8 +164,9 @@ def test_load_stamps_server_plugin_inbound_and_client_reading():
     assert spec["url"] == web["url"], "one module, two roles"
     max_age = web["pluginConfig"]["load_stamp_max_age_ms"]
     assert isinstance(max_age, int) and 0 < max_age <= 10_000
-    # web calls the stamped cart (two subsets) and the unstamped catalog: it reads the stamps of
-    # cart's clusters only, each one it steers; catalog's destinations run no server role.
+    # web calls the stamped cart (two subsets) and catalog, which opts out (`loadStamps: false`;
+    # its namespace still runs the server role, for attestations): it reads the stamps of cart's
+    # clusters only, each one it steers.
     cart = "cart.shop.svc.cluster.local"
     stamped = web["pluginConfig"]["load_stamp_clusters"]
     assert stamped == [f"outbound|8080|v1|{cart}", f"outbound|8080|v2|{cart}"], stamped
@@ -185,6 +186,29 @@ def test_load_stamps_server_plugin_inbound_and_client_reading():
     (server,) = find(alone, "WasmPlugin", "tailweight-server")
     assert server["metadata"]["namespace"] == "shop"
     assert set(server["spec"]["pluginConfig"]) == {"role", "sync_interval_ms"}
+
+
+def test_the_default_install_stamps_every_service_whose_namespace_runs_the_server_role():
+    """The default deployment (docs/configuration.md): with the aggregator and attestations on,
+    every listed service's namespace runs the server role, so every service is stamped and each
+    client reads the stamps of every cluster it steers, with the filter's defaults for everything
+    else (no keys beyond the generated ones). Without the aggregator nothing stamps unless a service
+    says `loadStamps: true`."""
+    values = values_of("example-values")
+    objects = render(values)
+    assert {o["metadata"]["namespace"] for o in find(objects, "WasmPlugin", "tailweight-server")} == \
+        {s["namespace"] for s in values["services"]}
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert defaults["filter"] == {} and defaults["attestations"]["enabled"] and defaults["aggregator"]["enabled"]
+    for plugin in wasmplugins(objects):
+        config = plugin["spec"]["pluginConfig"]
+        assert set(config) == {"clusters", "aggregator", "load_stamp_max_age_ms", "load_stamp_clusters"}, config
+        assert config["load_stamp_clusters"] == config["clusters"]
+        assert config["load_stamp_max_age_ms"] == defaults["loadStamps"]["maxAgeMs"]
+    alone = render({**values, "aggregator": {"enabled": False}})
+    assert not find(alone, "WasmPlugin", "tailweight-server")
+    assert all(not {"load_stamp_max_age_ms", "load_stamp_clusters"} & set(w["spec"]["pluginConfig"])
+               for w in wasmplugins(alone))
 
 
 def expected_attest_clusters(values: dict) -> dict[str, set[str]]:

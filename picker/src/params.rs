@@ -30,14 +30,17 @@ pub struct PickParams {
     /// Use the aggregator's view; when false it is reported to but not used (for comparisons).
     pub use_global_view: bool,
     /// Server-side load stamps (see `stamp`): a stamp younger than this scores its endpoint, and a
-    /// pick compares one weighted draw with the endpoints of the freshest stamps (0: off, the
-    /// default: stamps are not read and the pick is the two-choice one).
+    /// pick in a cluster whose responses bring stamps compares one weighted draw with the endpoints
+    /// of the freshest stamps (0: off, the pick is always the two-choice one). 20 ms: sim/README.md,
+    /// "Closing the gap" (15 ms and 30 ms are no better).
     pub load_stamp_max_age_us: u64,
     /// Endpoints of this worker's most recent stamps a pick considers (per cluster).
     pub load_stamp_pool: usize,
     /// Stamps decide a pick only while at most this share of the cluster's endpoints known here
     /// have a fresh latency estimate of this proxy's own (`Cluster::own_fresh_share`); above it the
-    /// proxy's own counts are rich enough for the two-choice pick (1: stamps always decide).
+    /// proxy's own counts are rich enough for the two-choice pick (1: stamps always decide; 0.5
+    /// keeps them out of the picks of a proxy that reaches every endpoint often, where they
+    /// concentrate load: sim/README.md).
     pub load_stamp_max_fresh_share: f64,
 }
 
@@ -56,9 +59,9 @@ impl Default for PickParams {
             recovery_evidence_answers: 3,
             slow_start_us: 10_000_000,
             use_global_view: true,
-            load_stamp_max_age_us: 0,
+            load_stamp_max_age_us: 20_000,
             load_stamp_pool: 8,
-            load_stamp_max_fresh_share: 1.0,
+            load_stamp_max_fresh_share: 0.5,
         }
     }
 }

@@ -1,8 +1,8 @@
 //! One request through a client-role worker: pick at its request headers (write the override
 //! header), note the first response headers (the request no longer waits on the endpoint: a
 //! stream's later messages do not count), and account the outcome when the stream is done (once
-//! per stream, also on resets, so in-flight counts cannot leak). With `load_stamp_max_age_ms` set,
-//! the response headers' load stamp is removed before the response reaches the application, and
+//! per stream, also on resets, so in-flight counts cannot leak). With `load_stamp_max_age_ms` set
+//! and some `load_stamp_clusters` listed, the response headers' load stamp is removed before the response reaches the application, and
 //! read for the balancer only if its cluster is one whose destinations write it
 //! (`load_stamp_clusters`: their server-role filter, see `server_request`; any other destination
 //! could claim an empty queue); without it the header is not looked at.
@@ -128,7 +128,7 @@ impl ClientRequest {
             served: exchange.text_attribute(Attribute::UpstreamAddress),
             load: orca_in_headers(exchange, self.grpc),
         };
-        if w.config.pick.load_stamp_max_age_us > 0 {
+        if w.config.reads_stamps() {
             read_stamp(w, host, exchange, cluster, response.served.as_deref(), response.at_us);
         }
         self.release(w);

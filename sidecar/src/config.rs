@@ -174,6 +174,13 @@ impl FilterConfig {
     pub fn reads_stamps_of(&self, cluster: &str) -> bool {
         self.pick.load_stamp_max_age_us > 0 && self.load_stamp_clusters.iter().any(|c| c == cluster)
     }
+
+    /// Are any cluster's load stamps read? Then the header is taken out of every steered
+    /// cluster's responses (read or counted untrusted); otherwise it is not looked at and reaches
+    /// the application, as with `load_stamp_max_age_ms` 0.
+    pub fn reads_stamps(&self) -> bool {
+        self.pick.load_stamp_max_age_us > 0 && !self.load_stamp_clusters.is_empty()
+    }
 }
 
 /// The configuration object's fields (see `Fields` for how a bad one is reported). Errors stay

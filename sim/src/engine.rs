@@ -12,6 +12,7 @@ use crate::policy::{Choice, Ctx, Outcome, Policy};
 use crate::queue::{timer_of, Queue, EV_DONE, EV_REJECT, EV_SCENARIO, EV_TIMER, EV_WINDOW};
 use crate::server::{Server, Status};
 use crate::setup::{EventAction, Setup};
+use crate::steady::SECOND_NS;
 use std::collections::{BTreeSet, VecDeque};
 
 /// How long a refused or failing endpoint takes to answer (a 503 or a connection refused).
@@ -69,6 +70,8 @@ pub struct Measured {
     pub event_series: Vec<Vec<u32>>,
     /// Simulated time at which the last request was answered.
     pub end_ns: u64,
+    /// Latencies by the second their requests arrived in, warm-up included (see `steady`).
+    pub per_second: Vec<Histogram>,
 }
 
 pub struct Engine<'s, P: Policy> {
@@ -132,6 +135,7 @@ impl<'s, P: Policy> Engine<'s, P> {
                 per_endpoint_served: vec![0; n],
                 sent_series: vec![0; windows],
                 event_series: vec![vec![0; windows]; setup.events.len().min(64)],
+                per_second: vec![Histogram::default(); setup.end_ns().div_ceil(SECOND_NS) as usize],
                 ..Default::default()
             },
         }
@@ -343,6 +347,9 @@ impl<'s, P: Policy> Engine<'s, P> {
         let s = &mut self.servers[r.endpoint as usize];
         if failed {
             s.errors += 1;
+        }
+        if let Some(h) = self.m.per_second.get_mut((r.arrived_ns / SECOND_NS) as usize) {
+            h.record(latency_ns);
         }
         if self.recorded(&r) {
             self.m.recorded += 1;

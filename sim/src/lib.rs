@@ -15,4 +15,5 @@ pub mod scenario;
 pub mod server;
 pub mod settle;
 pub mod setup;
+pub mod steady;
 pub mod variant;

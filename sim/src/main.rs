@@ -30,9 +30,10 @@ options:
   --filter-config JSON   tailweight filter plugin configuration (default: sim.filter_config)
   --cswrr-periods B,U    client-side WRR blackout and weight update periods in seconds
                          (default: sim.cswrr_blackout_s, sim.cswrr_update_s: Envoy's 10,1)
-  --variant LIST         research variant of tailweight's deployment: mean_inflight (the view's
-                         in-flight is qps x latency: the aggregator's --view-inflight mean), orca_max_age_ms=N, smoothing_ms=N (aggregator
-                         parameters), subset=N (each proxy's cluster is a deterministic subset of N)
+  --variant LIST         research variant of tailweight's deployment (default: none, the default
+                         deployment): view_inflight=last|mean (the aggregator's --view-inflight),
+                         orca_max_age_ms=N, smoothing_ms=N (aggregator parameters), subset=N (each
+                         proxy's cluster is a deterministic subset of N), probe_stamps=X
   --prequal LIST         Prequal's parameters (default: the paper's): legacy (first: the simulator's
                          earlier Prequal), probes=X, pool=N, max_age_ms=N, reuse=N|paper, delta=X,
                          remove=X, q_rif=X, rif_history=N|pool, latency=rif|ewma, answer=arrival|send,

@@ -4,6 +4,7 @@
 use crate::engine::{Measured, SERIES_WINDOW_NS};
 use crate::settle::SETTLE;
 use crate::setup::{EventAction, Setup};
+use crate::steady::{steady_state, SteadyState, COLD_START_BAND, STEADY_SHARE};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -61,6 +62,8 @@ pub struct PolicyResult {
     pub groups: Vec<GroupShare>,
     pub per_endpoint_share: Vec<f64>,
     pub reactions: Vec<Reaction>,
+    /// The steady-state p99 and how long the cold start took (see `steady`).
+    pub steady_state: Option<SteadyState>,
     /// Requests that waited in their client for a free connection (connection limit only).
     pub delayed: u64,
     /// Every request simulated (warm-up included), the wall time it took, and their ratio.
@@ -144,6 +147,7 @@ impl PolicyResult {
             groups: groups.into_values().collect(),
             per_endpoint_share,
             reactions: reactions(setup, m),
+            steady_state: steady_state(&m.per_second, setup.warmup_ns as f64 / 1e9, setup.end_ns() as f64 / 1e9),
             delayed: m.delayed,
             simulated_requests: m.arrivals,
             wall_s,
@@ -254,22 +258,32 @@ impl RunResult {
             .iter()
             .map(|g| format!("{} x speed {} ({:.1}% of capacity)", g.endpoints, g.speed, g.capacity_share * 100.0))
             .collect();
-        out += &format!("Share columns are per backend group: {}.\n\n", group_names.join("; "));
-        out += "| policy | p50 ms | p90 ms | p99 ms | p99.9 ms | mean ms | errors | share by group % | settle s after events | requests | sim req/s (wall) |\n";
-        out += "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |\n";
+        out += &format!("Share columns are per backend group: {}. ", group_names.join("; "));
+        out += &format!(
+            "Steady p99: the requests that arrived in the last {:.0}% of the recorded part; cold start: seconds from the start of the run until every 1 s window's p99 stays within {} x that.\n\n",
+            STEADY_SHARE * 100.0,
+            COLD_START_BAND
+        );
+        out += "| policy | p50 ms | p90 ms | p99 ms | p99.9 ms | mean ms | steady p99 ms | cold start s | errors | share by group % | settle s after events | requests | sim req/s (wall) |\n";
+        out += "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |\n";
         for p in &self.policies {
             let l = &p.latency_ms;
             let shares: Vec<String> = p.groups.iter().map(|g| format!("{:.1}", g.share * 100.0)).collect();
             let reactions: Vec<String> =
                 p.reactions.iter().map(|r| r.settle_s.map_or("never".into(), |t| format!("{t:.1}"))).collect();
+            let (steady_p99, cold_start) = p
+                .steady_state
+                .map_or(("n/a".into(), "n/a".into()), |s| (fmt_ms(s.p99_ms), format!("{:.0}", s.cold_start_s)));
             out += &format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2e} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2e} |\n",
                 p.policy,
                 fmt_ms(l.p50),
                 fmt_ms(l.p90),
                 fmt_ms(l.p99),
                 fmt_ms(l.p999),
                 fmt_ms(l.mean),
+                steady_p99,
+                cold_start,
                 p.errors,
                 shares.join(" / "),
                 if reactions.is_empty() { "n/a".into() } else { reactions.join(", ") },

@@ -1,19 +1,22 @@
 //! Research variants of the tailweight deployment (sim/README.md, "Closing the gap"): what the
-//! aggregator and the mesh would do differently, selected with `--variant a,b=c` or `sim.variant`.
-//! Load stamps and report intervals are the filter's own configuration (`--filter-config`).
+//! aggregator and the mesh would do differently from the default deployment, selected with
+//! `--variant a,b=c` or `sim.variant`; the empty variant is the default deployment (the
+//! aggregator's flag defaults, `WeightParams::default()`). Load stamps and report intervals are the
+//! filter's own configuration (`--filter-config`).
 
 use tailweight_math::rng::Rng;
+use tailweight_weights::{ViewInflight, WeightParams};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Variant {
     /// Each proxy's cluster is a deterministic subset of this many endpoints (0: all of them).
     pub subset: usize,
-    /// The view's `inflight` is the endpoint's time-averaged requests in flight over the last
-    /// recompute, qps x latency (Little's law), instead of the sum of the reporters' last counts
-    /// (the book's `ViewInflight::Mean`, the aggregator's `--view-inflight mean`).
-    pub mean_inflight: bool,
+    /// The view's `inflight` (the aggregator's `--view-inflight`): `mean`, the endpoint's
+    /// time-averaged requests in flight over the last recompute (qps x latency, Little's law), or
+    /// `last`, the sum of the reporters' last counts (None: the book's default, `mean`).
+    pub view_inflight: Option<ViewInflight>,
     /// The aggregator's `orca_max_age` (ORCA votes older than this are not used), milliseconds
-    /// (None: the book's default, the CPU max age of 60 s).
+    /// (None: the book's default, 1 s).
     pub orca_max_age_ms: Option<u64>,
     /// The aggregator's weight smoothing time constant, milliseconds (None: the default, 2 s).
     pub smoothing_ms: Option<u64>,
@@ -25,12 +28,16 @@ pub struct Variant {
 }
 
 impl Variant {
-    /// `mean_inflight,orca_max_age_ms=N,smoothing_ms=N,subset=N` in any order; empty: today's deployment.
+    /// `view_inflight=last|mean,orca_max_age_ms=N,smoothing_ms=N,subset=N,probe_stamps=X` in any
+    /// order (`mean_inflight` is `view_inflight=mean`); empty: the default deployment.
     pub fn parse(text: &str) -> Result<Variant, String> {
         let mut v = Variant::default();
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match item.split_once('=') {
-                None if item == "mean_inflight" => v.mean_inflight = true,
+                None if item == "mean_inflight" => v.view_inflight = Some(ViewInflight::Mean),
+                Some(("view_inflight", mode)) => {
+                    v.view_inflight = Some(mode.trim().parse().map_err(|e| format!("variant: {e}"))?)
+                }
                 Some(("orca_max_age_ms", n)) => {
                     v.orca_max_age_ms = Some(n.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
                         format!("variant: orca_max_age_ms: expected a positive number of milliseconds, got {n:?}")
@@ -54,7 +61,7 @@ impl Variant {
                 }
                 _ => {
                     return Err(format!(
-                    "variant: {item:?} is unknown (known: mean_inflight, orca_max_age_ms=N, smoothing_ms=N, subset=N, probe_stamps=X)"
+                    "variant: {item:?} is unknown (known: view_inflight=last|mean, mean_inflight, orca_max_age_ms=N, smoothing_ms=N, subset=N, probe_stamps=X)"
                 ))
                 }
             }
@@ -66,11 +73,22 @@ impl Variant {
         *self == Variant::default()
     }
 
-    /// The short form `parse` reads (empty for today's deployment).
+    /// The aggregator's parameters under this variant: the book's defaults where it sets none.
+    pub fn weight_params(&self) -> WeightParams {
+        let defaults = WeightParams::default();
+        WeightParams {
+            orca_max_age_us: self.orca_max_age_ms.map_or(defaults.orca_max_age_us, |ms| ms * 1_000),
+            smoothing_us: self.smoothing_ms.map_or(defaults.smoothing_us, |ms| ms as f64 * 1e3),
+            view_inflight: self.view_inflight.unwrap_or(defaults.view_inflight),
+            ..defaults
+        }
+    }
+
+    /// The short form `parse` reads (empty for the default deployment).
     pub fn label(&self) -> String {
         let mut parts = Vec::new();
-        if self.mean_inflight {
-            parts.push("mean_inflight".to_string());
+        if let Some(mode) = self.view_inflight {
+            parts.push(format!("view_inflight={mode}"));
         }
         if let Some(ms) = self.orca_max_age_ms {
             parts.push(format!("orca_max_age_ms={ms}"));
@@ -118,10 +136,10 @@ mod tests {
 
     #[test]
     fn variants_parse_and_refuse_unknown_items_naming_them() {
-        let v = Variant::parse("mean_inflight, subset=20,orca_max_age_ms=3000,probe_stamps=1.5").unwrap();
+        let v = Variant::parse("view_inflight=last, subset=20,orca_max_age_ms=3000,probe_stamps=1.5").unwrap();
         let expected = Variant {
             subset: 20,
-            mean_inflight: true,
+            view_inflight: Some(ViewInflight::Last),
             orca_max_age_ms: Some(3000),
             probe_stamps: 1.5,
             ..Default::default()
@@ -132,6 +150,16 @@ mod tests {
         assert!(Variant::parse("subset=0").unwrap_err().contains("subset"));
         assert!(Variant::parse("probe_stamps=0").unwrap_err().contains("probe_stamps"));
         assert!(Variant::parse("stamps").unwrap_err().contains("\"stamps\" is unknown"));
+        assert!(Variant::parse("view_inflight=average").unwrap_err().contains("view_inflight"));
+        assert_eq!(Variant::parse("mean_inflight").unwrap().view_inflight, Some(ViewInflight::Mean));
+    }
+
+    #[test]
+    fn the_default_variant_weighs_as_the_aggregators_defaults() {
+        assert_eq!(Variant::default().weight_params(), WeightParams::default());
+        let v = Variant::parse("view_inflight=last,orca_max_age_ms=3000,smoothing_ms=5000").unwrap();
+        let p = v.weight_params();
+        assert_eq!((p.view_inflight, p.orca_max_age_us, p.smoothing_us), (ViewInflight::Last, 3_000_000, 5e6));
     }
 
     #[test]

@@ -43,8 +43,10 @@ pub struct WeightParams {
     /// Capacity divides the current request rate by the utilisation: a vote from a proxy that last
     /// reached the endpoint seconds ago pairs today's rate with that time's load. A new or starved
     /// endpoint's last burst then rates it at a fraction of its capacity while its rate is low
-    /// (rollout-failing: cold pods rated at 10-30 rps with ~70 to give). 3 s is three report
-    /// intervals; an endpoint serving at least `min_qps_for_cpu` has a fresher vote among them.
+    /// (rollout-failing: cold pods rated at 10-30 rps with ~70 to give). 1 s is one report
+    /// interval: with load stamps moving traffic, older votes let the weights drift toward the
+    /// endpoints whose traffic grew (sim/README.md, "Closing the gap": 54.1 against 55.7 ms p99 at
+    /// 1,000 x 1,000 and 70% load with 3 s; 500 ms is too few votes: 65.7).
     pub orca_max_age_us: u64,
     /// The window a metrics-store CPU value averages over (the `[1m]` of `rate(...[1m])`). The CPU
     /// path divides it into the request rate over that same window, ending when the value was
@@ -143,7 +145,7 @@ impl Default for WeightParams {
             saturation_factor: 2.0,
             concurrency_decay_us: 10_000_000.0,
             cpu_max_age_us: 60_000_000,
-            orca_max_age_us: 3_000_000,
+            orca_max_age_us: 1_000_000,
             cpu_window_us: 60_000_000,
             min_cpu: 0.01,
             failure_cost_us: 100_000.0,
@@ -154,7 +156,7 @@ impl Default for WeightParams {
             error_penalty: 1.0,
             slow_start_us: 10_000_000,
             backlog_drain_us: 5_000_000.0,
-            view_inflight: ViewInflight::Last,
+            view_inflight: ViewInflight::Mean,
             latency_sample_max_age_us: 10_000_000,
             vote_cap: 0.5,
             sum_clip: 2.0,

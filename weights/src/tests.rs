@@ -794,7 +794,8 @@ fn another_principal_reusing_a_reporter_name_leaves_it_alone() {
 
 #[test]
 fn reply_excludes_the_askers_own_inflight_and_omits_unknown_clusters() {
-    let mut w = World::new(WeightParams::default());
+    // The reporters' last counts (`ViewInflight::Last`): their sum, less the asker's own.
+    let mut w = World::new(WeightParams { view_inflight: ViewInflight::Last, ..WeightParams::default() });
     w.step(&["r0", "r1"], |i| vec![(A, Traffic { inflight: if i == 0 { 3 } else { 5 }, ..ok(10, 1_000) })]);
     let reply = w.book.reply("r0", [CLUSTER, "unknown"], w.now);
     assert_eq!(reply.version, VERSION);

@@ -12,9 +12,10 @@ use std::str::FromStr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ViewInflight {
     /// The sum of the live reporters' last counts (robustly clipped; the decision's `inflight`).
-    #[default]
     Last,
-    /// The time-averaged requests in flight over the decision's window (Little's law).
+    /// The time-averaged requests in flight over the decision's window (Little's law): the
+    /// default, the bar a fresh load stamp must beat is the queue the endpoint usually has.
+    #[default]
     Mean,
 }
 
@@ -77,7 +78,7 @@ mod tests {
         for mode in [ViewInflight::Last, ViewInflight::Mean] {
             assert_eq!(mode.to_string().parse::<ViewInflight>(), Ok(mode));
         }
-        assert_eq!(ViewInflight::default(), ViewInflight::Last);
+        assert_eq!(ViewInflight::default(), ViewInflight::Mean);
         let e = "Mean".parse::<ViewInflight>().unwrap_err();
         assert_eq!(e.to_string(), "view_inflight: expected `last` or `mean`, got \"Mean\"");
     }

@@ -60,7 +60,8 @@ filter.aggregator's knobs (camelCase -> snake_case). JSON. */}}
 {{/*
 The plan, from .Values.services alone (JSON; templates read it with fromJson):
   clients: {<client namespace>: [{host, port, subset, cluster, stamped}, ...]}  what each namespace steers
-  stamping: [<namespace>, ...]  namespaces whose sidecars stamp their responses (server role)
+  stamping: [<namespace>, ...]  namespaces whose sidecars stamp their responses (server role): those
+    of services with `loadStamps: true`, or without the key when attestations run (the default)
   attesting: {<service namespace>: [<cluster>, ...]}  what each namespace's sidecars attest for
     (server role): every cluster of its services; empty without the aggregator or attestations
 A service entry steers for each namespace in its `clients` (default: its own namespace), one Envoy
@@ -80,7 +81,9 @@ cluster per subset (none: the service's own cluster outbound|<port>||<host>).
 {{- $_ := set $seen $key true -}}
 {{- $host := printf "%s.%s.svc.%s" $svc.name $svc.namespace $.Values.clusterDomain -}}
 {{- $subsets := $svc.subsets | default (list "") -}}
-{{- $stamped := $svc.loadStamps | default false -}}
+{{- /* Stamped: as the service says, else wherever its namespace runs the server role anyway (attestations). */ -}}
+{{- $stamped := $attest -}}
+{{- if hasKey $svc "loadStamps" -}}{{- $stamped = $svc.loadStamps -}}{{- end -}}
 {{- if $stamped -}}{{- $stamping = append $stamping $svc.namespace | uniq -}}{{- end -}}
 {{- if $attest -}}
 {{- $served := get $attesting $svc.namespace | default (list) -}}

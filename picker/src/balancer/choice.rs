@@ -27,7 +27,7 @@ pub(super) fn first_choice(
     now_us: u64,
 ) -> Result<Candidate, LeftToEnvoy> {
     let p = &settings.pick;
-    let stamps = p.load_stamp_max_age_us > 0 && cluster.own_fresh_share() <= p.load_stamp_max_fresh_share;
+    let stamps = reads_stamps(cluster, p);
     if rng.chance(p.explore_ratio.max(cluster.novelty() / 2.0)) {
         return explore(cluster, rng, now_us, p, stamps);
     }
@@ -38,6 +38,16 @@ pub(super) fn first_choice(
     }
     let a = cluster.sample_candidate(rng, now_us, true).ok_or(LeftToEnvoy::NoCandidate)?;
     Ok(if stamps { stamped_choice(cluster, a, now_us, p) } else { two_choices(cluster, rng, now_us, p, a) })
+}
+
+/// Do stamps decide this cluster's picks? Only with `load_stamp_max_age_us` > 0, once its
+/// responses have brought a stamp (a cluster whose destinations write none, or whose stamps are
+/// not read, keeps the two-choice pick), and while at most `load_stamp_max_fresh_share` of its
+/// endpoints known here have a fresh latency estimate of this proxy's own.
+fn reads_stamps(cluster: &Cluster, p: &PickParams) -> bool {
+    p.load_stamp_max_age_us > 0
+        && !cluster.stamped().is_empty()
+        && cluster.own_fresh_share() <= p.load_stamp_max_fresh_share
 }
 
 /// Step 2: a trial of an endpoint the view suggests, else Envoy's own choice (see `cluster`). With

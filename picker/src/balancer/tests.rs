@@ -661,7 +661,9 @@ fn stamps_decide_only_while_own_fresh_estimates_are_thin() {
 
 #[test]
 fn stamps_are_ignored_when_off() {
-    let mut b = balancer();
+    let mut settings = Settings::default();
+    settings.pick.load_stamp_max_age_us = 0;
+    let mut b = Balancer::new(settings, 7);
     learn(&mut b, &[A, B], 0);
     b.note_stamp(C, A, LoadStamp { rif: 50 }, MS);
     b.note_stamp(C, B, LoadStamp { rif: 0 }, MS);

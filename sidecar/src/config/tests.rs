@@ -21,7 +21,7 @@ fn full_configuration() {
           "grpc_failure_codes": [14, 13], "inflight_bound_ms": 5000, "failure_decay_ms": 500,
           "probe_interval_ms": 100, "recovery_ramp_ms": 2000, "slow_start_ms": 0,
           "recovery_evidence_answers": 0,
-          "load_stamp_max_age_ms": 40, "load_stamp_pool": 4, "load_stamp_max_fresh_share": 0.5,
+          "load_stamp_max_age_ms": 40, "load_stamp_pool": 4, "load_stamp_max_fresh_share": 0.25,
           "load_stamp_clusters": ["b"], "role": "client",
           "aggregator": {"cluster": "agg", "authority": "agg.local", "path": "/r",
                          "timeout_ms": 200, "report_interval_ms": 500, "shard_header": "x-s"}
@@ -44,7 +44,7 @@ fn full_configuration() {
     assert_eq!((c.pick.recovery_ramp_us, c.pick.slow_start_us), (2_000_000, 0));
     assert_eq!(c.pick.recovery_evidence_answers, 0);
     assert_eq!((c.pick.load_stamp_max_age_us, c.pick.load_stamp_pool), (40_000, 4));
-    assert_eq!(c.pick.load_stamp_max_fresh_share, 0.5);
+    assert_eq!(c.pick.load_stamp_max_fresh_share, 0.25);
     assert!(c.reads_stamps_of("b") && !c.reads_stamps_of("a"));
     let a = c.aggregator.unwrap();
     assert_eq!((a.cluster.as_str(), a.authority.as_str(), a.path.as_str()), ("agg", "agg.local", "/r"));
@@ -136,7 +136,7 @@ fn every_error_names_the_field() {
             "field `load_stamp_clusters`: \"b\" is not in `clusters` (stamps are read only from steered clusters)",
         ),
         (
-            r#"{"load_stamp_clusters": ["a"]}"#,
+            r#"{"load_stamp_max_age_ms": 0, "load_stamp_clusters": ["a"]}"#,
             "field `load_stamp_clusters`: reads stamps only with role \"client\" and `load_stamp_max_age_ms` > 0",
         ),
         (r#"{"role": "server", "load_stamp_max_age_ms": 20, "load_stamp_clusters": ["a"]}"#, "reads stamps only"),
@@ -270,6 +270,10 @@ fn stamps_are_read_only_from_the_clusters_named_for_them() {
     // No list: no cluster's stamps are read (unlike `clusters`, empty is none, not all).
     let unlisted = FilterConfig::parse(br#"{"load_stamp_max_age_ms": 20}"#).unwrap();
     assert!(unlisted.load_stamp_clusters.is_empty() && !unlisted.reads_stamps_of("stamped"));
+    assert!(c.reads_stamps() && !unlisted.reads_stamps(), "no list: the header is not looked at");
+    assert!(!FilterConfig::parse(br#"{"load_stamp_max_age_ms": 0, "load_stamp_clusters": []}"#)
+        .unwrap()
+        .reads_stamps());
     // Steering every cluster (`clusters` empty), any cluster may be listed.
     let all = FilterConfig::parse(br#"{"load_stamp_max_age_ms": 20, "load_stamp_clusters": ["backends"]}"#).unwrap();
     assert!(all.reads_stamps_of("backends") && !all.reads_stamps_of("other"));

@@ -2,10 +2,8 @@
 //! siblings): `pick` per request (a steered pick names the endpoint; exploration and "no candidate"
 //! go to Envoy's fallback LEAST_REQUEST on the proxy's own active requests), `complete` per
 //! response with the served address, latency, failure and ORCA load, `tick` every sync interval.
-//! With load stamps on (`load_stamp_max_age_ms` in the filter configuration) each response's
-//! stamp (the server's requests in flight right after it) reaches `note_stamp` at its headers:
-//! every simulated server runs the server role and stamps truly, so the one cluster is read as if
-//! `load_stamp_clusters` listed it (the filter's trust check is glue the simulator does not run).
+//! With load stamps read (`reads_stamps`) each response's stamp (the server's requests in flight
+//! right after it) reaches `note_stamp` at its headers: every simulated server stamps truly.
 //!
 //! With the aggregator (`tailweight`): on the first tick of each report interval the proxy sends
 //! `Report { clusters: balancer.snapshot(now) }`; it reaches the simulated aggregator (tailweight-weights'
@@ -18,8 +16,8 @@
 //!
 //! Research variants (`Variant`): with `subset=N` each proxy's Envoy cluster is its deterministic
 //! subset (the fallback draws there, the view lists only it); `orca_max_age_ms` and
-//! `smoothing_ms` set the book's parameters, and `mean_inflight` its view in-flight (`ViewInflight::Mean`, the
-//! aggregator's `--view-inflight mean`: the decision's qps x latency; see sim/README.md).
+//! `smoothing_ms` set the book's parameters, and `view_inflight` its view in-flight (the
+//! aggregator's `--view-inflight`; see sim/README.md).
 //! With `probe_stamps=X` each pick also probes X random endpoints (`probe_transit`); the answers
 //! (the endpoint's requests in flight when the probe reached it) reach `note_stamp` as stamps.
 
@@ -34,7 +32,7 @@ use std::net::SocketAddrV4;
 use tailweight_math::rng::Rng;
 use tailweight_picker::{Balancer, CheckProtocol, DueHealthCheck, Pick, ResponseClass, Settings};
 use tailweight_sidecar::FilterConfig;
-use tailweight_weights::{ViewInflight, WeightBook, WeightParams};
+use tailweight_weights::WeightBook;
 use tailweight_wire::orca::OrcaLoad;
 use tailweight_wire::protocol;
 use tailweight_wire::reply::write::write_reply;
@@ -182,6 +180,14 @@ pub struct Tailweight {
     due_checks: Vec<DueHealthCheck>,
 }
 
+/// Are the stamps of the one cluster read? As the Helm chart configures the filter: the cluster
+/// is in `load_stamp_clusters` when its namespace runs the server role, which by default it does
+/// with the aggregator (attestations) and not without; a filter configuration that lists the
+/// cluster itself reads them either way. `load_stamp_max_age_ms` 0 turns them off.
+pub fn reads_stamps(config: &FilterConfig, with_aggregator: bool) -> bool {
+    config.pick.load_stamp_max_age_us > 0 && (with_aggregator || config.reads_stamps_of(CLUSTER))
+}
+
 impl Tailweight {
     /// `config` is the filter's plugin configuration; `with_aggregator` adds the report/reply loop.
     pub fn new(
@@ -196,15 +202,8 @@ impl Tailweight {
         let settings = Settings::from(config);
         let balancers = (0..clients).map(|_| Balancer::new(settings.clone(), rng.next_u64())).collect();
         let report_interval_ms = config.aggregator.as_ref().map_or(1_000, |a| a.report_interval_ms);
-        let defaults = WeightParams::default();
-        let params = WeightParams {
-            orca_max_age_us: variant.orca_max_age_ms.map_or(defaults.orca_max_age_us, |ms| ms * 1_000),
-            smoothing_us: variant.smoothing_ms.map_or(defaults.smoothing_us, |ms| ms as f64 * 1e3),
-            view_inflight: if variant.mean_inflight { ViewInflight::Mean } else { defaults.view_inflight },
-            ..defaults
-        };
         let aggregator = with_aggregator.then(|| Aggregator {
-            book: WeightBook::new(params),
+            book: WeightBook::new(variant.weight_params()),
             report_interval_ns: report_interval_ms * 1_000_000,
             in_transit: vec![None; clients as usize],
             replies: vec![None; clients as usize],
@@ -231,7 +230,7 @@ impl Tailweight {
             subsets,
             fallbacks: 0,
             steered: 0,
-            load_stamps: config.pick.load_stamp_max_age_us > 0,
+            load_stamps: reads_stamps(config, with_aggregator),
             probes_per_pick: variant.probe_stamps,
             probe_credit: vec![0.0; if variant.probe_stamps > 0.0 { clients as usize } else { 0 }],
             probes: ProbeTransit::default(),

@@ -45,7 +45,7 @@ pub struct SimSection {
     pub cswrr_blackout_s: f64,
     #[serde(default = "default_cswrr_update_s")]
     pub cswrr_update_s: f64,
-    /// Research variant of the tailweight deployment (see `variant`), e.g. "mean_inflight,subset=100".
+    /// Research variant of the tailweight deployment (see `variant`), e.g. "view_inflight=last,subset=100".
     pub variant: Option<String>,
 }
 
