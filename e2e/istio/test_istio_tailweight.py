@@ -663,11 +663,13 @@ def test_invented_reporter_ids_of_one_pod_are_one_principal(mesh):
             r = session.post(f"http://{client.ip}:{tm.PORT}/v1/report", data=json.dumps(body), headers=headers,
                              timeout=10)
         assert r.status_code == 200, (r.status_code, r.text)
-    after = gauges()
     # Five more reporters, no more principals: each replica that took a lie already knew the
     # client's principal (its reports reach every replica that owns one of its clusters), or took
-    # all five lies under that one new principal.
-    assert after["tailweight_reporters_live"] >= before["tailweight_reporters_live"] + len(liars), (before, after)
+    # all five lies under that one new principal. Scrapes share one /metrics page for up to a
+    # second (the chart keeps --metrics-page-max-age-ms at its default): wait for a page after them.
+    wanted = before["tailweight_reporters_live"] + len(liars)
+    after = wait_for(lambda: (g := gauges())["tailweight_reporters_live"] >= wanted and g, 10,
+                     f"{len(liars)} more live reporters in /metrics", interval_s=0.5)
     assert after["tailweight_principals"] <= before["tailweight_principals"] + 1, (before, after)
     # What they said goes when they stop saying it (and leaves the later tests' ownership alone).
     wait_for(lambda: all(cluster not in r.clusters() for r in mesh.live), 90, f"{cluster} to expire",
