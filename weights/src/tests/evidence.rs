@@ -257,7 +257,7 @@ fn attestations_expire_and_their_bytes_are_given_back() {
     // The budget refuses an attestation that would pass it, changing nothing.
     let mut tight = Mesh::new(1, 0);
     tight.w.book = WeightBook::new(WeightParams { max_bytes: 1_000, ..WeightParams::default() });
-    let a = attestation(A, 1, vec![SourceCount { principal: "front0".into(), requests: 1, errors: 0 }]);
+    let a = attestation(A, 1, source(1));
     assert_eq!(tight.w.book.attest(&a, SEC), Err(Rejection::MemoryBudget));
     assert_eq!(tight.w.book.counts().bytes, 0);
 }
@@ -300,17 +300,28 @@ fn without_attestations_one_principal_with_few_answers_cannot_outweigh_a_caller_
     }
 }
 
-#[test]
-fn a_full_book_still_takes_renewals_of_the_attestations_it_holds() {
-    // A book with room for one endpoint's attestation of one source and little more: A's is
-    // entered, then B's (a new record) does not fit, while A's renewals (the same incarnation
-    // and source, counts grown) need no headroom and are taken as long as it attests.
-    let source = |requests| vec![SourceCount { principal: "front0".into(), requests, errors: 0 }];
+/// One source of `requests`, all good, from principal front0.
+fn source(requests: u64) -> Vec<SourceCount> {
+    vec![SourceCount { principal: "front0".into(), requests, errors: 0 }]
+}
+
+/// A world whose book holds A's attestation (incarnation 1, 10 requests, entered at 1 s) with room
+/// for little more (100 bytes), and the bytes that one attestation takes.
+fn book_full_of_a_attestation() -> (World, usize) {
     let mut w = World::new(WeightParams::default());
     w.book.attest(&attestation(A, 1, source(10)), SEC).unwrap();
     let one = w.book.counts().bytes;
     let mut w = World::new(WeightParams { max_bytes: one + 100, ..WeightParams::default() });
     w.book.attest(&attestation(A, 1, source(10)), SEC).unwrap();
+    (w, one)
+}
+
+#[test]
+fn a_full_book_still_takes_renewals_of_the_attestations_it_holds() {
+    // A book with room for one endpoint's attestation of one source and little more: A's is
+    // entered, then B's (a new record) does not fit, while A's renewals (the same incarnation
+    // and source, counts grown) need no headroom and are taken as long as it attests.
+    let (mut w, one) = book_full_of_a_attestation();
     assert_eq!(w.book.attest(&attestation(B, 1, source(10)), SEC), Err(Rejection::MemoryBudget));
     for second in 2..=60 {
         w.book.attest(&attestation(A, 1, source(10 * second)), second * SEC).unwrap();
@@ -324,12 +335,7 @@ fn a_full_book_still_takes_renewals_of_the_attestations_it_holds() {
 fn expired_attestations_give_their_room_to_the_request_that_needs_it_before_the_expiry_pass() {
     // A's attestation fills the book; once its ttl (3 s) passed, B's is taken at once, without
     // `expire`: the refused request gives the expired record back and is admitted.
-    let source = |requests| vec![SourceCount { principal: "front0".into(), requests, errors: 0 }];
-    let mut w = World::new(WeightParams::default());
-    w.book.attest(&attestation(A, 1, source(10)), SEC).unwrap();
-    let one = w.book.counts().bytes;
-    let mut w = World::new(WeightParams { max_bytes: one + 100, ..WeightParams::default() });
-    w.book.attest(&attestation(A, 1, source(10)), SEC).unwrap();
+    let (mut w, one) = book_full_of_a_attestation();
     assert_eq!(w.book.attest(&attestation(B, 1, source(10)), 3 * SEC), Err(Rejection::MemoryBudget));
     w.book.attest(&attestation(B, 1, source(10)), 4 * SEC).unwrap();
     assert_eq!(w.book.counts().bytes, one);
@@ -342,7 +348,6 @@ fn each_attesting_principal_is_held_to_its_quota_and_others_still_attest() {
     // another principal's attestations are too.
     let params = WeightParams { principal_share: 0.25, max_bytes: 64_000, ..WeightParams::default() };
     let mut w = World::new(params);
-    let source = |requests| vec![SourceCount { principal: "front0".into(), requests, errors: 0 }];
     let made_up: Vec<String> = (0..200).map(|i| format!("10.9.0.{i}:8080")).collect();
     let mut taken = Vec::new();
     let refused = loop {
