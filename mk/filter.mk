@@ -29,6 +29,6 @@ standalone: wasm native
 # bench/results/wasm-size.md.
 .PHONY: wasm-size
 wasm-size: wasm
-	$(WASM_OPT) -g target/wasm32-wasip1/wasm-release/tailweight_filter.wasm -o $(BUILD)/tailweight_filter.named.wasm
+	$(WASM_OPT) -g target/$(FILTER_TARGET)/wasm-release/tailweight_filter.wasm -o $(BUILD)/tailweight_filter.named.wasm
 	python3 tools/wasm_size.py $(BUILD)/tailweight_filter.named.wasm --shipped $(WASM) --top 25 > bench/results/wasm-size.md
 	@sed -n 3,4p bench/results/wasm-size.md

@@ -11,11 +11,14 @@ mkdir -p "$TW_CACHE/bin"
 
 log() { printf '[install] %s\n' "$*" >&2; }
 
-# Rust target for the proxy-wasm filter.
-if ! rustup target list --installed | grep -qx wasm32-wasip1; then
-  log "rustup target add wasm32-wasip1"
-  rustup target add wasm32-wasip1
-fi
+# Rust targets for the proxy-wasm modules: the filter (wasm32-unknown-unknown, see the Makefile) and
+# the empty filter the benchmarks compare it with (wasm32-wasip1, as the proxy-wasm SDK builds).
+for target in wasm32-unknown-unknown wasm32-wasip1; do
+  if ! rustup target list --installed | grep -qx "$target"; then
+    log "rustup target add $target"
+    rustup target add "$target"
+  fi
+done
 
 # Debian packages: wasm-opt (binaryen), and the Prometheus server used as the CPU metrics store with
 # promtool, which tests the chart's alerting rules (the same package); the real node's runtime

@@ -153,7 +153,7 @@ def owner(name: str) -> str:
         library = re.match(r"_?<?&?(\w+)", path)
         generic = not library or library.group(1) in ("T", "_")
         return "core (generic, for a type not named)" if generic else library.group(1)
-    return "(C: wasi-libc with dlmalloc, compiler-rt)"
+    return "(unmangled: compiler-rt and libm builtins)"
 
 
 def main() -> int:

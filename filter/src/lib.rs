@@ -22,6 +22,5 @@ mod dispatch;
 #[cfg(target_arch = "wasm32")]
 mod host;
 
-// No logger and no panic hook: the sidecar logs through `Host::log`, and a panic's message already
-// reaches Envoy's log (std's hook writes it to stderr, which Envoy logs at error level as
-// "wasm log tailweight: ... panicked at <file:line>").
+// No logger: the sidecar logs through `Host::log`; a panic's place and message reach Envoy's log
+// through the hook `dispatch::_initialize` sets.
