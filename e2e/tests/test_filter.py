@@ -13,6 +13,7 @@ import yaml
 from harness import emulator as emu
 from harness import fortio, overhead_configs
 from tailweight_e2e import envoy, envoy_configs, paths
+from tailweight_e2e.backend_shares import shares
 from tailweight_e2e.procs import wait_for
 from tailweight_e2e.stub_server import Reply, Request, StubServer
 
@@ -64,12 +65,6 @@ def run_fortio(group, tmp_path, url, qps, connections, seconds, name="fortio"):
     proc = group.start(name, fortio.load_argv(url, qps, connections, seconds, out))
     proc.popen.wait(seconds + 60)
     return fortio.counts(fortio.read(out))
-
-
-def shares(before, after):
-    served = [a - b for a, b in zip(after, before, strict=True)]
-    total = sum(served)
-    return [s / total for s in served], total
 
 
 def access_lines(path, expected):

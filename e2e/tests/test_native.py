@@ -8,11 +8,12 @@ import subprocess
 
 import requests
 import yaml
-from test_filter import Recorder, reported_requests, run_fortio, shares, start_backends
+from test_filter import Recorder, reported_requests, run_fortio, start_backends
 from test_filter_grpc import ping_load
 
 from harness import emulator as emu
 from tailweight_e2e import envoy, envoy_configs, paths
+from tailweight_e2e.backend_shares import assert_slow_backend_gets_a_small_share, shares
 from tailweight_e2e.procs import wait_for
 
 STAT = "wasmcustom.tailweight."  # as the Wasm shell's (native/src/config_metrics.rs)
@@ -40,6 +41,11 @@ class NativeClient:
         return self.envoy.stat(STAT + name)
 
 
+def slow_backend_load(group, tmp_path, client):
+    """The load run of the slow-backend tests: 150 rps over 4 connections for 10 s."""
+    return lambda: run_fortio(group, tmp_path, client.url, qps=150, connections=4, seconds=10)
+
+
 def _symbols(path, *flags):
     out = subprocess.run(["nm", "-D", *flags, str(path)], check=True, capture_output=True, text=True).stdout
     return {line.split()[-1] for line in out.splitlines() if line.strip()}
@@ -65,13 +71,8 @@ def test_the_chosen_endpoint_serves_with_no_header_and_a_slow_backend_gets_a_sma
     backends = start_backends(group, 4, slow={2}, base_ms=4.0)
     log = tmp_path / "access.log"
     client = NativeClient(group, backends.addresses, access_log=log)
-    before = backends.requests_total()
-    total, errors = run_fortio(group, tmp_path, client.url, qps=150, connections=4, seconds=10)
-    share, served = shares(before, backends.requests_total())
-    assert errors == 0 and served >= total
-    fast = [s for i, s in enumerate(share) if i != 2]
-    assert share[2] < 0.5 * min(fast), share
-    assert share[2] > 0, share
+    _, total, served = assert_slow_backend_gets_a_small_share(backends, slow_backend_load(group, tmp_path, client),
+                                                              slow=2)
     # Steered through the override host: no header was written, and Envoy honoured every pick.
     wait_for(lambda: log.exists() and len(log.read_text().splitlines()) >= served, 30, "access log lines")
     assert {line.split()[0] for line in log.read_text().splitlines()} == {"-"}

@@ -15,8 +15,8 @@ use crate::tick_schedule::Ticks;
 use crate::ticker::Ticker;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard};
-use tailweight_sidecar::host::LogLevel;
-use tailweight_sidecar::Plugin;
+use tailweight_sidecar::host::{LogLevel, MetricKind};
+use tailweight_sidecar::{Plugin, PICKS_COUNTER};
 
 pub struct FilterState {
     envoy: usize,
@@ -44,13 +44,21 @@ impl FilterState {
             state.with_plugin(worker, true, |plugin, host| plugin.configure(host, configuration));
         }
         state.metrics.freeze();
-        lb_feed::publish(&state.workers);
+        lb_feed::publish(&state.workers, state.picks_counter());
         let ticker = Ticker::start(config_envoy, state.ticks.wake_ms());
         if ticker.is_none() {
             host::log(LogLevel::Error, "tailweight: no scheduler for ticks; views, reports and checks are off");
         }
         *state.ticker.lock().unwrap_or_else(|p| p.into_inner()) = ticker;
         state
+    }
+
+    /// The config's `tailweight.picks` (defined by client-role plugins), for the load-balancing
+    /// policy's picks (`lb_feed`).
+    fn picks_counter(&self) -> Option<lb_feed::PickCounter> {
+        let id = self.metrics.define(MetricKind::Counter, PICKS_COUNTER)?;
+        let update = crate::abi::envoy_dynamic_module_callback_http_filter_config_increment_counter;
+        Some(lb_feed::PickCounter { config_envoy: self.envoy, id: id as usize, update })
     }
 
     pub fn envoy(&self) -> *mut c_void {
@@ -107,8 +115,10 @@ fn lock_plugin(slot: &Mutex<Plugin>) -> MutexGuard<'_, Plugin> {
 }
 
 impl Drop for FilterState {
-    /// The ticker stops before the plugins go.
+    /// The ticker stops and the load-balancing policy lets go of the plugins and the counter before
+    /// they (and Envoy's config) go.
     fn drop(&mut self) {
         drop(self.ticker.lock().unwrap_or_else(|p| p.into_inner()).take());
+        lb_feed::withdraw(&self.workers);
     }
 }

@@ -122,7 +122,8 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_lb_new(
 }
 
 /// The host for one request (see `lb_choice::choose`); false: none (no healthy host, or a bug
-/// caught here: Envoy then answers 503, and the proxy goes on).
+/// caught here: Envoy then answers 503, and the proxy goes on). A choice made with the worker's
+/// balancer counts in the filter config's `tailweight.picks`.
 ///
 /// # Safety
 /// `lb` is what `lb_new` returned; the out pointers are Envoy's, valid during the call.
@@ -142,9 +143,14 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_lb_choose_host(
     let now_us = wall_clock_us();
     let cluster = instance.cluster.as_str();
     let chosen = std::panic::catch_unwind(|| {
-        lb_feed::with_balancer(cluster, |balancer| {
+        lb_feed::with_feed(cluster, |feed| {
+            let balancer = feed.map(|f| f.balancer);
             let hosts = EnvoyHosts { lb: lb_envoy, balancer, cluster, now_us };
-            choose(&hosts, balancer.and_then(|b| b.learned_prior_us(cluster)), draws)
+            let chosen = choose(&hosts, balancer.and_then(|b| b.learned_prior_us(cluster)), draws);
+            if let (Some(feed), Some(_)) = (feed, chosen) {
+                feed.count_pick();
+            }
+            chosen
         })
     });
     let Ok(Some((priority, index))) = chosen else { return false };

@@ -40,6 +40,7 @@ mod tick;
 mod worker;
 
 pub use config::{ConfigError, FilterConfig, FilterRole};
+pub use metrics::PICKS_COUNTER;
 pub use plugin::{Plugin, Stream};
 pub use slot::{Slot, SlotError, StoredView};
 pub use tick::report_period_ms;

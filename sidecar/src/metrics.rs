@@ -145,6 +145,8 @@ fn endpoint_metric(address: &str, cluster: &str, name: &str) -> String {
 
 /// Defined by every role, so that a healthy configuration shows `config_errors: 0`.
 pub const CONFIG_ERRORS: &str = "tailweight.config_errors";
+/// Requests whose endpoint the picker chose (a shell's own load balancer counts its choices here too).
+pub const PICKS_COUNTER: &str = "tailweight.picks";
 
 /// The counters of a server-role filter (see `server_request`).
 pub struct StampMetrics {
@@ -171,7 +173,7 @@ impl Metrics {
         let g = |name: &str| Gauge::define(host, name);
         c(CONFIG_ERRORS);
         Metrics {
-            picks: c("tailweight.picks"),
+            picks: c(PICKS_COUNTER),
             honoured: c("tailweight.picks_honoured"),
             not_honoured: c("tailweight.picks_not_honoured"),
             refused: c("tailweight.picks_refused"),
