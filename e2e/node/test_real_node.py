@@ -14,7 +14,7 @@ module and then the first one's again; the namespace opted out (no module in old
 and in again; `helm uninstall` under load, after which pods annotated with the chart's bootstrap
 override still start. Every piece must PASS, and nothing the probe made may outlive it.
 
-Opt-in (`make test-node`, ~3.5 min warm; not part of `make test`): needs root, the Debian packages
+Opt-in (`make test-node`, ~9 min warm on a loaded 2-core machine; not part of `make test`): needs root, the Debian packages
 scripts/install-deps.sh installs, `make node-bins mesh-bins` and the image archives, the chart
 archive and the module layout `make node-probe` builds. See docs/real-node.md for what each piece
 needs and what blocks it elsewhere.
