@@ -14,8 +14,8 @@ module and then the first one's again; the namespace opted out (no module in old
 and in again; `helm uninstall` under load, after which pods annotated with the chart's bootstrap
 override still start. Every piece must PASS, and nothing the probe made may outlive it.
 
-Opt-in (`make test-node`, ~9 min warm on a loaded 2-core machine; not part of `make test`): needs root, the Debian packages
-scripts/install-deps.sh installs, `make node-bins mesh-bins` and the image archives, the chart
+Opt-in (`make test-node`, ~9 min warm on a loaded 2-core machine; not part of `make test`): needs
+root, the Debian packages scripts/install-deps.sh installs, `make node-bins mesh-bins` and the image archives, the chart
 archive and the module layout `make node-probe` builds. See docs/real-node.md for what each piece
 needs and what blocks it elsewhere.
 """
@@ -110,7 +110,7 @@ def test_the_kubelet_runs_pods_that_istiods_webhook_injected_and_they_talk_throu
     run = subprocess.run(["bash", str(PROBE), str(aggregator_image()), str(PAUSE_IMAGE), str(PROXY_IMAGE),
                           str(FORTIO_IMAGE), str(EMULATOR_IMAGE), str(chart_archive()), str(MODULE_LAYOUT),
                           str(oras())],
-                         capture_output=True, text=True, timeout=900)
+                         capture_output=True, text=True, timeout=1200)
     table = results(run.stdout)
     assert list(table) == PIECES, run.stdout + run.stderr[-4000:]
     for piece, lines in table.items():
