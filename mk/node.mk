@@ -37,7 +37,8 @@ node-probe: node-bins mesh-bins $(NODE_IMAGES)
 	bash e2e/node/probe.sh $(AGGREGATOR_IMAGE) $(NODE_PAUSE_IMAGE) $(NODE_PROXY_IMAGE) $(NODE_FORTIO_IMAGE) \
 		$(EMULATOR_IMAGE) $(NODE_CHART) $(OCI_LAYOUT) $(ORAS)
 
-# e2e/node/test_real_node.py: the probe as a test (every piece PASS, nothing left behind); ~3.5 min warm.
+# e2e/node/test_real_node.py: the probe as a test (every piece PASS, nothing left behind); ~8-10 min warm
+# on a loaded 2-core machine (docs/real-node.md).
 test-node: node-bins mesh-bins $(NODE_IMAGES)
 	$(PYTEST) -q e2e/node
 

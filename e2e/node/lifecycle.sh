@@ -1,11 +1,12 @@
-# Upgrade and uninstall under load on the real node (issue 40, item 2), sourced by chart.sh once
+# Upgrade and rollback under load on the real node (issue 40, item 2), sourced by chart.sh once
 # steered ran; Fortio keeps sending through all of it:
 #   upgrade    a new module (the same Wasm with one custom section appended: a new digest) packed
 #              with scripts/pack-wasm-oci.sh, pushed to the registry, and `helm upgrade` to that
-#              digest; the failed requests of the window around it, and the client's picks still grow
-#   uninstall  `helm uninstall`, the aggregator pod deleted as its ReplicaSet would be; the failed
-#              requests of the window around it; then a new emulator pod and a new Fortio pod of the
-#              opted-in namespace start and reach Ready
+#              digest; the failed requests of the window around it, the client's picks still grow,
+#              and the client's Envoy runs the module of the new digest and no other
+#   rollback   `helm rollback` to the first revision in a window: its failed requests, the picks
+#              still growing, and the client's Envoy back on the first digest
+# Then leave.sh: opting the namespace out and in again, and the uninstall.
 # shellcheck shell=bash
 
 # module_next: the Wasm of MODULE_LAYOUT plus a custom section "tw-upgrade" (id 0, size 11, name
@@ -20,11 +21,22 @@ module_next() {
   "$ORAS" cp --no-tty --to-plain-http --from-oci-layout "$WORK/module-next/layout:next" "$REG_ADDR/tailweight-filter:next" >&2 &&
   "$ORAS" resolve --plain-http "$REG_ADDR/tailweight-filter:next"
 }
+# module_digests NAME: the manifest digests (hex, distinct, sorted) of the Wasm modules pod NAME's Envoy
+# runs now. The istio-agent hands Envoy each module as a local file named <manifest digest>.wasm (its
+# cache key for an OCI image: istio pkg/wasm, getModulePath), which the filter's vm_config in Envoy's
+# /config_dump names; a module's file stays in the agent's cache after a swap, the config does not.
+module_digests() {
+  nsenter -t "$(mesh_pod_pid "$1" istio-proxy)" -n curl -s --max-time 5 "http://127.0.0.1:15000/config_dump" |
+    grep -oE '[0-9a-f]{64}\.wasm"' | cut -c1-64 | sort -u | tr '\n' ' ' | sed 's/ $//'
+}
+# runs_module NAME DIGEST: pod NAME's Envoy runs the module of DIGEST (sha256:...) and no other.
+runs_module() { [ "$(module_digests "$1")" = "${2#sha256:}" ]; }
 picks_now() { tw_stats emu-client | awk -F': ' '$1 ~ /picks$/ {n += $2} END {print n + 0}'; }
 
 # -- upgrade ------------------------------------------------------------------------------------------------
 if NEXT_DIGEST=$(module_next 2> "$WORK/upgrade.log") && [ "$NEXT_DIGEST" != "$MODULE_DIGEST" ]; then
   picks_before=$(picks_now)
+  modules_before=$(module_digests emu-client)
   emu_window > "$WORK/upgrade.window" &
   window_pid=$!
   "$HELM" --kubeconfig "$WORK/kubeconfig" upgrade tailweight "$CHART_TGZ" --namespace "$TW_NS" \
@@ -32,25 +44,30 @@ if NEXT_DIGEST=$(module_next 2> "$WORK/upgrade.log") && [ "$NEXT_DIGEST" != "$MO
   upgraded=$?
   wait "$window_pid"
   read -r slow_share requests failed shares < "$WORK/upgrade.window"
+  wait_until 60 runs_module emu-client "$NEXT_DIGEST"
+  modules_after=$(module_digests emu-client)
   picks_after=$(picks_now)
-  if [ "$upgraded" = 0 ] && [ "$picks_after" -gt "$picks_before" ]; then
-    result upgrade "PASS helm upgrade to module @${NEXT_DIGEST:0:19}... under load: $failed failed of $requests requests in ${WINDOW_S} s, slow pod share $slow_share%, picks $picks_before -> $picks_after"
-  else result upgrade "FAIL helm upgrade exit $upgraded, picks $picks_before -> $picks_after, $(first_error "$WORK/upgrade.log")"; fi
+  if [ "$upgraded" = 0 ] && [ "$picks_after" -gt "$picks_before" ] && [ "$modules_after" = "${NEXT_DIGEST#sha256:}" ]; then
+    result upgrade "PASS helm upgrade to module @${NEXT_DIGEST:0:19}... under load: $failed failed of $requests requests in ${WINDOW_S} s, slow pod share $slow_share%, picks $picks_before -> $picks_after, client Envoy's module ${modules_before:0:12} -> ${modules_after:0:12}"
+  else result upgrade "FAIL helm upgrade exit $upgraded, picks $picks_before -> $picks_after, client Envoy's modules '$modules_before' -> '$modules_after', $(first_error "$WORK/upgrade.log")"; fi
 else result upgrade "FAIL new module: $(first_error "$WORK/upgrade.log") digest '${NEXT_DIGEST:-}'"; fi
 
-# -- uninstall ----------------------------------------------------------------------------------------------
-emu_window > "$WORK/uninstall.window" &
+# -- rollback -----------------------------------------------------------------------------------------------
+picks_before=$(picks_now)
+modules_before=$(module_digests emu-client)
+emu_window > "$WORK/rollback.window" &
 window_pid=$!
-"$HELM" --kubeconfig "$WORK/kubeconfig" uninstall tailweight --namespace "$TW_NS" > "$WORK/uninstall.log" 2>&1
-uninstalled=$?
-api -X DELETE "$SERVER/api/v1/namespaces/$TW_NS/pods/tailweight-aggregator-node-0" >/dev/null
+"$HELM" --kubeconfig "$WORK/kubeconfig" rollback tailweight 1 --namespace "$TW_NS" > "$WORK/rollback.log" 2>&1
+rolled_back=$?
 wait "$window_pid"
-read -r slow_share requests failed shares < "$WORK/uninstall.window"
-# Pods of the opted-in namespace start again once the chart is gone.
-if [ "$uninstalled" = 0 ] &&
-   mesh_create_pod emu-3 "$EMU_IMAGE" "[\"--admin-port\", \"9000\", \"--backend\", \"port=$EMU_PORT,workers=4,base_ms=$EMU_BASE_MS\"]" emu 2>> "$WORK/uninstall.log" &&
-   mesh_create_pod emu-client-2 "$(ctr_ images ls -q | grep '^tailweight.local/fortio:' | head -1)" \
-     "[\"load\", \"-qps\", \"5\", \"-t\", \"0\", \"http://$EMU_SERVICE_IP:$EMU_PORT/\"]" 2>> "$WORK/uninstall.log" &&
-   wait_until 120 mesh_pod_ready emu-3 && wait_until 120 mesh_pod_ready emu-client-2; then
-  result uninstall "PASS helm uninstall under load: $failed failed of $requests requests in ${WINDOW_S} s (slow pod share $slow_share%); new pods emu-3, emu-client-2 Ready afterwards"
-else result uninstall "FAIL helm uninstall exit $uninstalled, $(first_error "$WORK/uninstall.log"), emu-3 Ready: $(mesh_pod_ready emu-3 && echo yes || echo no)"; fi
+read -r slow_share requests failed shares < "$WORK/rollback.window"
+wait_until 60 runs_module emu-client "$MODULE_DIGEST"
+modules_after=$(module_digests emu-client)
+picks_after=$(picks_now)
+if [ "$rolled_back" = 0 ] && [ "$picks_after" -gt "$picks_before" ] && [ "$modules_after" = "${MODULE_DIGEST#sha256:}" ]; then
+  result rollback "PASS helm rollback to revision 1 under load: $failed failed of $requests requests in ${WINDOW_S} s, slow pod share $slow_share%, picks $picks_before -> $picks_after, client Envoy's module ${modules_before:0:12} -> ${modules_after:0:12}"
+else result rollback "FAIL helm rollback exit $rolled_back, picks $picks_before -> $picks_after, client Envoy's modules '$modules_before' -> '$modules_after', $(first_error "$WORK/rollback.log")"; fi
+
+# -- opt-out, opt-in and uninstall (leave.sh) ---------------------------------------------------------------
+# shellcheck source=leave.sh
+source "$HERE/leave.sh"

@@ -18,7 +18,8 @@
 # (make node-probe builds them all). With the proxy image the mesh pieces of mesh.sh follow the pod
 # (proxy-image, istiod, inject, sidecar), with the Fortio image also traffic, with the emulator
 # image the user's path of backends.sh (backends, baseline), and with the chart archive, the filter
-# module's OCI layout and oras, chart.sh (helm-install, steered).
+# module's OCI layout and oras, chart.sh (helm-install, steered), lifecycle.sh (upgrade, rollback)
+# and leave.sh (bootstrap, opt-out, opt-in, uninstall).
 # Exit status: 1 when a piece FAILs (a SKIP, for a binary not built, is not a failure), else 0.
 # Env: TW_CACHE (binaries, as build.sh), TW_NODE_KEEP=1 keeps the temp dir (logs).
 set -uo pipefail

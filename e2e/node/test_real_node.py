@@ -7,13 +7,15 @@ aggregator pod, which runs with istio-init's iptables in its netns and Envoy rea
 Fortio pod sends to it through both sidecars. Then the user's path (e2e/node/backends.sh): three
 injected pods of the project's emulator image, one slow, behind a Service, and a Fortio pod sending
 to it: every pod serves a share, and no request fails. Then the chart (e2e/node/chart.sh,
-lifecycle.sh): `helm install` of the packaged chart, the module fetched by the in-pod agent from a
-registry on the bridge, the slow pod's share falling, and `helm upgrade` to a new module digest and
-`helm uninstall` under load without a failed request. Every piece must PASS, and nothing the probe
-made may outlive it.
+lifecycle.sh, leave.sh): `helm install` of the packaged chart, the module fetched by the in-pod agent
+from a registry on the bridge, the slow pod's share falling; `helm upgrade` to a new module digest and
+`helm rollback` under load without a failed request, the client's Envoy running the new digest's
+module and then the first one's again; the namespace opted out (no module in old or new sidecars)
+and in again; `helm uninstall` under load, after which pods annotated with the chart's bootstrap
+override still start. Every piece must PASS, and nothing the probe made may outlive it.
 
-Opt-in (`make test-node`, ~3.5 min warm; not part of `make test`): needs root, the Debian packages
-scripts/install-deps.sh installs, `make node-bins mesh-bins` and the image archives, the chart
+Opt-in (`make test-node`, ~9 min warm on a loaded 2-core machine; not part of `make test`): needs
+root, the Debian packages scripts/install-deps.sh installs, `make node-bins mesh-bins` and the image archives, the chart
 archive and the module layout `make node-probe` builds. See docs/real-node.md for what each piece
 needs and what blocks it elsewhere.
 """
@@ -37,7 +39,7 @@ EMULATOR_IMAGE = ROOT / "build" / "node" / "emulator-image.tar"
 MODULE_LAYOUT = ROOT / "build" / "oci" / "tailweight-filter"
 PIECES = ["kernel", "containerd", "image", "ctr-run", "cni", "apiserver", "kubelet", "node-ready", "pod",
           "proxy-image", "istiod", "inject", "sidecar", "traffic", "backends", "baseline", "helm-install",
-          "steered", "upgrade", "uninstall"]
+          "steered", "upgrade", "rollback", "bootstrap", "opt-out", "opt-in", "uninstall"]
 
 
 def versions_env() -> dict[str, str]:
@@ -108,7 +110,7 @@ def test_the_kubelet_runs_pods_that_istiods_webhook_injected_and_they_talk_throu
     run = subprocess.run(["bash", str(PROBE), str(aggregator_image()), str(PAUSE_IMAGE), str(PROXY_IMAGE),
                           str(FORTIO_IMAGE), str(EMULATOR_IMAGE), str(chart_archive()), str(MODULE_LAYOUT),
                           str(oras())],
-                         capture_output=True, text=True, timeout=900)
+                         capture_output=True, text=True, timeout=1200)
     table = results(run.stdout)
     assert list(table) == PIECES, run.stdout + run.stderr[-4000:]
     for piece, lines in table.items():
@@ -136,11 +138,25 @@ def test_the_kubelet_runs_pods_that_istiods_webhook_injected_and_they_talk_throu
     after, requests, _, failed = re.search(window, table["steered"][0]).groups()
     assert int(requests) > 0 and int(failed) == 0
     assert float(after) < float(before) / 2
-    # Upgrade to a new module digest and uninstall, both under load: no request fails, and pods of
-    # the opted-in namespace start after the chart is gone.
-    assert re.search(r" 0 failed of [1-9]\d* requests", table["upgrade"][0])
+    # Upgrade to a new module digest and roll back, both under load: no request fails, and the
+    # client's Envoy swaps to the new digest's module and back to the first one's.
+    swap = r"client Envoy's module ([0-9a-f]{12}) -> ([0-9a-f]{12})"
+    for piece in ("upgrade", "rollback"):
+        assert re.search(r" 0 failed of [1-9]\d* requests", table[piece][0]), table[piece][0]
+    first, upgraded = re.search(swap, table["upgrade"][0]).groups()
+    assert first != upgraded
+    assert re.search(swap, table["rollback"][0]).groups() == (upgraded, first)
+    # Opted out under load: no request fails, the running and the new sidecars run no module; opted
+    # in again, both run the first module.
+    assert re.search(r" 0 failed of [1-9]\d* requests", table["opt-out"][0])
+    assert re.search(r"emu-client-3 \(no module, no filter stats, 0 failed of [1-9]\d*\)", table["opt-out"][0])
+    assert f"run module {first} again" in table["opt-in"][0]
+    # Uninstall under load: no request fails; pods of the namespace start afterwards, the one
+    # annotated with the chart's bootstrap override too (its ConfigMap kept), while a pod naming a
+    # missing ConfigMap cannot.
     assert re.search(r" 0 failed of [1-9]\d* requests", table["uninstall"][0])
-    assert "new pods emu-3, emu-client-2 Ready afterwards" in table["uninstall"][0]
+    assert "new pods emu-3, emu-client-2, emu-boot-3 (annotated) Ready afterwards" in table["uninstall"][0]
+    assert "emu-boot-missing (naming no ConfigMap) not Ready, FailedMount" in table["uninstall"][0]
     assert run.returncode == 0
 
     # Nothing outlives the probe: its work dir, processes, bridge and netns are gone.
