@@ -3,7 +3,8 @@
 Usage: python report_recorder.py LISTEN_IP UPSTREAM_PORT RECORD_FILE READY_FILE
 Listens on LISTEN_IP, a port of the kernel's choosing, reported in READY_FILE ({"port": P}).
 Forwards every request to 127.0.0.1:UPSTREAM_PORT unchanged and appends one JSON line per POST to
-RECORD_FILE: the Host (:authority), x-tailweight-shard and x-forwarded-client-cert headers, the
+RECORD_FILE: the Host (:authority), x-tailweight-shard, x-forwarded-client-cert and
+x-tailweight-sender-address (the caller's address, written by the aggregator's sidecar) headers, the
 report's reporter and cluster names (an attestation's cluster, endpoint and {principal: requests}
 of its sources), and the upstream status. This is the plaintext hop inside the
 pod (sidecar -> app), so the test sees what the mesh delivered without touching the mTLS leg.
@@ -56,6 +57,7 @@ def record(request: Request, status: int) -> None:
     line = json.dumps({"path": request.path, "host": request.headers.get("host"),
                        "shard": request.headers.get("x-tailweight-shard"),
                        "xfcc": request.headers.get("x-forwarded-client-cert"),
+                       "sender": request.headers.get("x-tailweight-sender-address"),
                        "reporter": reporter, "clusters": clusters, "status": status, **attested})
     with lock, open(record_file, "a") as f:
         f.write(line + "\n")

@@ -56,6 +56,9 @@ SHARD_HEADER = "x-tailweight-shard"
 ATTEST_PATH = "/v1/attest"
 # Reporter names of the reports tests invent (not a filter's).
 INVENTED_REPORTER = "invented-"
+# The header the aggregator's own inbound sidecar writes the caller's address into (the chart's
+# aggregator.senderAddress.header), which its --attest-address reads.
+SENDER_HEADER = "x-tailweight-sender-address"
 # Host numbers in the control plane's /24 (test_istio_smoke uses .10-.22 of the same one).
 CLIENT_HOST, INTRUDER_HOST, FIRST_REPLICA_HOST = 110, 111, 131
 BACKENDS = {"backend-a": 121, "backend-b": 122, "backend-c": 123}  # name -> host number
@@ -168,6 +171,24 @@ def grpc_pings(channel: grpc.Channel, count: int, streams: int, timeout_s: float
     return codes
 
 
+def bind_outbound_to_pod_ip(cp: ControlPlane, namespace: str, name: str, selector: dict[str, str],
+                            ip: str) -> None:
+    """The sidecar of the pods `selector` picks opens its connections to the aggregator from the
+    pod's own address `ip`, as every connection out of a real pod does (here the kernel would pick
+    127.0.0.1 for any loopback destination). The aggregator's sidecar then sees `ip` as the caller's
+    address (the chart's sender-address EnvoyFilter). An EnvoyFilter `name` of the harness only."""
+    cp.apply_yaml(yaml.safe_dump({
+        "apiVersion": "networking.istio.io/v1alpha3", "kind": "EnvoyFilter",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"workloadSelector": {"labels": selector}, "configPatches": [{
+            "applyTo": "CLUSTER",
+            "match": {"context": "SIDECAR_OUTBOUND", "cluster": {"service": AGG_HOST, "portNumber": PORT}},
+            "patch": {"operation": "MERGE", "value": {
+                "upstream_bind_config": {"source_address": {"address": ip, "port_value": 0}}}},
+        }]},
+    }))
+
+
 # ---------------------------------------------------------------------------------------------------
 # Aggregator replicas
 
@@ -211,7 +232,8 @@ class Replica:
 
     def attestations(self) -> list[dict]:
         """The attestations (POST /v1/attest) the mesh delivered to this replica: cluster, endpoint,
-        {principal: requests}, the x-forwarded-client-cert its sidecar wrote, the app's status."""
+        {principal: requests}, the x-forwarded-client-cert and sender address (SENDER_HEADER) its
+        sidecar wrote, the app's status."""
         return [r for r in self.posts() if r["path"] == ATTEST_PATH]
 
 
@@ -254,6 +276,8 @@ def start_replica(cp: ControlPlane, index: int) -> Replica:
                                       egress_hosts=("istio-system/*", f"./{AGG_HOST}"))
     cp.apply_workload_entry(AGG_NS, name, ip, labels, ports={"http": PORT}, service_account=service_account,
                             mtls=True)
+    # Its server-role filter attests under this address: its attestations leave from it too.
+    bind_outbound_to_pod_ip(cp, AGG_NS, f"{name}-source-address", {REPLICA_LABEL: str(index)}, ip)
     sidecar = cp.start_sidecar(AGG_NS, name, ip=ip, labels=labels, service_account=service_account,
                                extra_env={"ISTIO_PROMETHEUS_ANNOTATIONS": json.dumps(scrape)})
     listener = f"{ip}_{PORT}"

@@ -128,6 +128,8 @@ def mesh(control_plane) -> Mesh:
                               egress_ports={tm.PORT: "HTTP"}, hosts=(f"{tm.AGG_NS}/*",))
     # The client keeps Istio's default stats inclusion (its "wasm" prefix covers the filter's
     # wasmcustom.* metrics), as in a real cluster, plus its listeners' connection counts.
+    # The client's connections to the aggregator leave from its own address, as a pod's do.
+    tm.bind_outbound_to_pod_ip(cp, tm.CLIENT_NS, "client-source-address", {"app": "client"}, client_ip)
     mesh.client = cp.start_sidecar(tm.CLIENT_NS, "client", ip=client_ip, labels={"app": "client"},
                                    stats_inclusion=(DOWNSTREAM_CX_TOTAL,))
     mesh.intruder = cp.start_sidecar(tm.OTHER_NS, "intruder", ip=intruder_ip, labels={"app": "intruder"})
@@ -631,6 +633,76 @@ def test_destination_sidecar_stamps_and_attests_its_callers_over_mtls(mesh):
         # The next tests talk to the replicas: wait until every sidecar dropped the plugin and its
         # listeners settled (ten answered, unstamped requests in a row).
         wait_for(lambda: all(stamp() == "" for _ in range(10)), 90, "the replicas' sidecars without the plugin")
+
+
+def test_attestations_name_only_the_senders_own_address(mesh):
+    """The chart binds attestations to their sender (aggregator.senderAddress, on by default): istiod
+    pushes its EnvoyFilter to each replica's own inbound sidecar as the first HTTP filter of the
+    report port's listener, and the replicas run with --attest-address header:<its header>. Then
+    the client's pod (namespace `shop`, which attests for its services' clusters) POSTs
+    attestations through its own sidecar, over mTLS, to the aggregator: for its own address they
+    are accepted (204), for another pod's (a backend of the cluster) refused with 403 (the
+    aggregator's `attest_not_senders_address`), also when the client itself sends the header or an
+    x-forwarded-for naming that pod: the aggregator's sidecar overwrites the one and ignores the
+    other."""
+    deployment = mesh.cp.get_json("deployment", tm.AGG_NAME, "-n", tm.AGG_NS)
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert f"--attest-address=header:{tm.SENDER_HEADER}" in container["args"], container["args"]
+
+    def first_http_filter(replica: tm.Replica) -> dict | None:
+        """The first HTTP filter of the replica's inbound report listener, as its Envoy runs it."""
+        listener = replica.sidecar.listeners().get(f"{replica.ip}_{tm.PORT}")
+        if listener is None:
+            return None
+        for chain in listener["active_state"]["listener"]["filter_chains"]:
+            for f in chain["filters"]:
+                if f["name"] == "envoy.filters.network.http_connection_manager":
+                    return f["typed_config"]["http_filters"][0]
+        return None
+
+    for replica in mesh.live:
+        wait_for(lambda r=replica: (first_http_filter(r) or {}).get("name") == "tailweight.attest-sender-address",
+                 60, f"{replica.name}'s inbound listener led by the sender-address filter")
+        (mutation,) = first_http_filter(replica)["typed_config"]["mutations"]["request_mutations"]
+        assert mutation["append"]["header"] == {"key": tm.SENDER_HEADER,
+                                                "value": "%DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT%"}
+        assert mutation["append"]["append_action"] == "OVERWRITE_IF_EXISTS_OR_ADD"
+
+    client = mesh.client
+    other_pod = mesh.backends["backend-a"][0]
+    assert other_pod != client.ip
+    sent: list[str] = []
+
+    def attest(endpoint: str, headers: dict[str, str] | None = None) -> requests.Response:
+        """One attestation for `endpoint` of the cluster of `backend`, through the client's sidecar."""
+        incarnation = 7000 + len(sent)
+        sent.append(endpoint)
+        body = {"version": 1, "cluster": tm.cluster_of("backend"), "endpoint": endpoint,
+                "incarnation": incarnation, "interval_ms": 1000,
+                "sources": [{"principal": f"spiffe://cluster.local/ns/{tm.CLIENT_NS}/sa/client",
+                             "requests": 1, "errors": 0}]}
+        with requests.Session() as s:
+            s.trust_env = False
+            return s.post(f"http://{client.ip}:{tm.PORT}{tm.ATTEST_PATH}", json=body, timeout=10,
+                          headers={"Host": tm.AGG_HOST, **(headers or {})})
+
+    own, foreign = f"{client.ip}:{tm.PORT}", f"{other_pod}:{tm.PORT}"
+    r = attest(own)
+    assert r.status_code == 204, (r.status_code, r.text)
+    r = attest(foreign)
+    assert r.status_code == 403 and r.text.startswith(
+        f"endpoint: \"{foreign}\" is not the attesting sender's address {client.ip}"), (r.status_code, r.text)
+    forged = {tm.SENDER_HEADER: other_pod, "x-forwarded-for": other_pod}
+    r = attest(foreign, forged)
+    assert r.status_code == 403 and f"sender's address {client.ip} " in r.text, (r.status_code, r.text)
+    r = attest(own, forged)
+    assert r.status_code == 204, (r.status_code, r.text)
+    # What the replicas' sidecars delivered: the sender address was the client pod's every time.
+    mine = [a for rep in mesh.live for a in rep.attestations()
+            if a.get("endpoint") in (own, foreign) and a.get("clusters") == [tm.cluster_of("backend")]]
+    assert sorted((a["endpoint"], a["status"]) for a in mine) == sorted(
+        [(own, 204), (own, 204), (foreign, 403), (foreign, 403)]), mine
+    assert {a["sender"] for a in mine} == {client.ip}, mine
 
 
 def test_invented_reporter_ids_of_one_pod_are_one_principal(mesh):

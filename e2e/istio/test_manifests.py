@@ -551,6 +551,43 @@ def test_aggregator_takes_mtls_only(objects):
     assert peer["metadata"]["namespace"] == one(objects, "Deployment")["metadata"]["namespace"]
 
 
+def test_attestations_bound_to_the_senders_address_by_default_and_off_by_switch():
+    """By default (with attestations) the aggregator's own inbound sidecar, on its report port and
+    before every other HTTP filter, overwrites x-tailweight-sender-address with the connection's
+    own peer address (DIRECT: x-forwarded-for cannot move it), and the aggregator reads it
+    (--attest-address header:...). aggregator.senderAddress.enabled=false, or no attestations:
+    neither, so the aggregator keeps its default (unbound)."""
+    base = values_of("monitoring-values")
+    objects = render(base)
+    deployment = one(objects, "Deployment", "tailweight-aggregator")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--attest-address=header:x-tailweight-sender-address" in container["args"], container["args"]
+    envoyfilter = one(objects, "EnvoyFilter", "tailweight-aggregator-sender-address")
+    assert envoyfilter["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    selector = envoyfilter["spec"]["workloadSelector"]["labels"]
+    assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    (patch,) = envoyfilter["spec"]["configPatches"]
+    report_port = next(p for p in one(objects, "Service", "tailweight-aggregator")["spec"]["ports"]
+                       if p["name"] == "http")
+    assert patch["applyTo"] == "HTTP_FILTER" and patch["patch"]["operation"] == "INSERT_FIRST"
+    assert patch["match"] == {"context": "SIDECAR_INBOUND", "listener": {
+        "portNumber": report_port["port"],
+        "filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager"}}}}
+    (mutation,) = patch["patch"]["value"]["typed_config"]["mutations"]["request_mutations"]
+    assert mutation == {"append": {
+        "header": {"key": "x-tailweight-sender-address", "value": "%DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT%"},
+        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}}
+    renamed = render({**base, "aggregator": {**base.get("aggregator", {}), "senderAddress": {"header": "x-peer"}}})
+    (container,) = one(renamed, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--attest-address=header:x-peer" in container["args"]
+    for off in ({"aggregator": {**base.get("aggregator", {}), "senderAddress": {"enabled": False}}},
+                {"attestations": {"enabled": False}}):
+        objects = render({**base, **off})
+        (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+        assert not [a for a in container["args"] if a.startswith("--attest-address")], (off, container["args"])
+        assert not find(objects, "EnvoyFilter", "tailweight-aggregator-sender-address"), off
+
+
 def test_authorization_policy_admits_the_opted_in_namespaces(objects):
     policy = one(objects, "AuthorizationPolicy", "tailweight-aggregator")["spec"]
     assert policy["action"] == "ALLOW"

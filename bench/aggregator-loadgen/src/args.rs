@@ -66,6 +66,10 @@ pub(crate) struct LoadgenArgs {
     /// replaces the one of the same title in --md, its results the key `evidence_attacks` of --json.
     #[arg(long)]
     pub evidence_attacks: bool,
+    /// With --evidence-attacks: only the attestation fill (its baseline without attackers, then 1
+    /// and 4 attackers); its rows replace the fill rows in --md, its results the key `attest_fill`.
+    #[arg(long)]
+    pub attest_fill_only: bool,
     #[command(flatten)]
     pub attack: AttackArgs,
     /// The worst bodies instead (bodies.rs): peak RSS per body at each --memory-limits-mib; its

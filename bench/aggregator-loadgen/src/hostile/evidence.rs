@@ -2,7 +2,8 @@
 //! each on a fresh aggregator beside the fleet's honest reports at `--honest-rate`:
 //! - made-up endpoints: one principal reports 2,046 endpoints that do not exist in a cluster real
 //!   callers report (`made_up.rs`);
-//! - attestation fill by one principal, then by four (`attest_fill.rs`);
+//! - attestation fill by one principal, then by four, after the same driver without attackers
+//!   (`attest_fill.rs`; its rows: `fill_table.rs`);
 //! - three clients scraping `/metrics` back to back, against a baseline of the same run
 //!   (`scrape.rs`).
 //!
@@ -61,7 +62,7 @@ pub(crate) async fn run(binary: &Path, args: &LoadgenArgs) -> Result<EvidenceRes
     let loadavg_before = super::observe::loadavg();
     let (made_up, made_up_honest, made_up_rss_peak_mib) = made_up_run(binary, args).await?;
     let mut fills = Vec::new();
-    for attackers in [1, 4] {
+    for attackers in super::fill_table::ATTACKERS {
         eprintln!("attestation fill by {attackers}");
         fills.push(attest_fill::run(binary, args, attackers, args.attack.attack_secs).await?);
     }
@@ -79,24 +80,6 @@ pub(crate) async fn run(binary: &Path, args: &LoadgenArgs) -> Result<EvidenceRes
         loadavg_before,
         loadavg_after: super::observe::loadavg(),
     })
-}
-
-/// The refusal and shed counters of `metrics`, by reason: `reason=n, ...`.
-fn refusals(metrics: &std::collections::BTreeMap<String, f64>) -> String {
-    let counted: Vec<String> = metrics
-        .iter()
-        .filter(|(k, _)| k.contains("_rejected_total") || k.contains("_shed_total"))
-        .map(|(k, v)| {
-            let reason = k.split("reason=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or(k);
-            let kind = if k.contains("_shed_") { "shed" } else { "refused" };
-            format!("{kind} {reason}: {v:.0}")
-        })
-        .collect();
-    if counted.is_empty() {
-        "none".into()
-    } else {
-        counted.join(", ")
-    }
 }
 
 /// The reports due at a step's rate over its length (a report sent late, behind a slow answer on
@@ -144,33 +127,7 @@ pub(crate) fn markdown(r: &EvidenceResults) -> String {
         r.made_up_honest.p99_ms,
         mib(r.made_up_rss_peak_mib),
     );
-    for f in &r.fills {
-        md += &format!(
-            "| attestation fill by {} principal(s) of the service's namespace, {} sources each, back to back on \
-             4 connections each; honest reporters all new (no warm-up) | attestations sent {}, accepted (204) {}, \
-             refused {:?}; honest reports accepted {:.2}% (sent {} of {} due, refused by status {:?}), p99 {:.1} ms; honest renewals accepted {:.2}% ({} of {}); \
-             peak RSS {} of `--memory-limit-mib` {}; book bytes at the end {}; the aggregator's refusals (all \
-             principals) {} | peak RSS within the limit; honest \
-             reports and renewals accepted >= 99.9% (100% ideal) |\n",
-            f.attackers,
-            tailweight_wire::attest::MAX_SOURCES,
-            f.fills.sent,
-            f.fills.outcomes.get("204").copied().unwrap_or(0),
-            f.fills.outcomes.iter().filter(|(k, _)| k.as_str() != "204").collect::<Vec<_>>(),
-            f.honest_accepted_pct,
-            f.honest.sent,
-            due(&f.honest),
-            f.honest.refused_by_status,
-            f.honest.p99_ms,
-            f.renewals_accepted_pct,
-            f.renewals.outcomes.get("204").copied().unwrap_or(0),
-            f.renewals.sent,
-            mib(f.rss_peak_mib),
-            mib(f.memory_limit_mib),
-            f.book_bytes.map_or("-".into(), |b| format!("{:.1} MiB", b / 1048576.0)),
-            refusals(&f.aggregator_metrics),
-        );
-    }
+    md += &super::fill_table::rows(&r.fills);
     let s = &r.scrape;
     md += &format!(
         "| {} clients scraping `/metrics` back to back | honest reports accepted {:.2}% (sent {} of {} due, refused \
@@ -189,12 +146,15 @@ pub(crate) fn markdown(r: &EvidenceResults) -> String {
         s.scrapes_per_s,
         s.scrapes.outcomes,
     );
-    md += &format!("\nThe aggregator's refusals while scraped: {}.\n", refusals(&s.aggregator_metrics));
+    md += &format!("\nThe aggregator's refusals while scraped: {}.\n", super::observe::refusals(&s.aggregator_metrics));
     md
 }
 
 /// Run them, then publish the section and the key `evidence_attacks`.
 pub(crate) async fn publish(args: &LoadgenArgs) -> Result<(), String> {
+    if args.attest_fill_only {
+        return super::fill_table::publish(args).await;
+    }
     let binary = args.aggregator.as_ref().ok_or("--evidence-attacks needs --aggregator PATH")?;
     let results = run(binary, args).await?;
     let md = markdown(&results);
@@ -204,20 +164,6 @@ pub(crate) async fn publish(args: &LoadgenArgs) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn refusals_name_each_reason_and_whether_it_was_shed() {
-        let metrics = [
-            ("tailweight_reports_rejected_total{reason=\"memory_budget\"}", 7.0),
-            ("tailweight_requests_shed_total{reason=\"memory\"}", 3.0),
-            ("tailweight_book_bytes", 9.0),
-        ]
-        .map(|(k, v)| (k.to_string(), v))
-        .into_iter()
-        .collect();
-        assert_eq!(refusals(&metrics), "refused memory_budget: 7, shed memory: 3");
-        assert_eq!(refusals(&Default::default()), "none");
-    }
 
     #[test]
     fn due_is_the_rate_over_the_steps_length() {

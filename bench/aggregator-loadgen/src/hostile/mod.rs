@@ -27,6 +27,7 @@ mod attacks;
 mod attest_fill;
 mod evidence;
 mod fair;
+mod fill_table;
 mod fresh;
 mod made_up;
 mod markdown;

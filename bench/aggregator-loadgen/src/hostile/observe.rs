@@ -208,3 +208,40 @@ pub(crate) async fn aggregator_metrics(addr: SocketAddr) -> BTreeMap<String, f64
         .filter(|(_, v)| *v != 0.0)
         .collect()
 }
+
+/// The refusal and shed counters of `metrics`, by reason: `reason=n, ...`.
+pub(crate) fn refusals(metrics: &BTreeMap<String, f64>) -> String {
+    let counted: Vec<String> = metrics
+        .iter()
+        .filter(|(k, _)| k.contains("_rejected_total") || k.contains("_shed_total"))
+        .map(|(k, v)| {
+            let reason = k.split("reason=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or(k);
+            let kind = if k.contains("_shed_") { "shed" } else { "refused" };
+            format!("{kind} {reason}: {v:.0}")
+        })
+        .collect();
+    if counted.is_empty() {
+        "none".into()
+    } else {
+        counted.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_name_each_reason_and_whether_it_was_shed() {
+        let metrics = [
+            ("tailweight_reports_rejected_total{reason=\"memory_budget\"}", 7.0),
+            ("tailweight_requests_shed_total{reason=\"memory\"}", 3.0),
+            ("tailweight_book_bytes", 9.0),
+        ]
+        .map(|(k, v)| (k.to_string(), v))
+        .into_iter()
+        .collect();
+        assert_eq!(refusals(&metrics), "refused memory_budget: 7, shed memory: 3");
+        assert_eq!(refusals(&Default::default()), "none");
+    }
+}
