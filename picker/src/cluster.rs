@@ -396,7 +396,7 @@ impl Cluster {
         }
         self.prior_latency_us = median(&mut fresh).unwrap_or(p.default_latency_us);
         for e in &mut self.endpoints {
-            self.sampler_stale |= e.refresh_outpaced_view(now_us, p, self.prior_latency_us);
+            self.sampler_stale |= e.refresh_outpaced_view(now_us, p, self.prior_latency_us, self.readmit_weight);
         }
     }
 

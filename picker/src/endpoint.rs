@@ -328,14 +328,16 @@ impl Endpoint {
     /// and an endpoint that was slow and recovered kept the low weight of its slow spell for about
     /// 7 s after it was fast again (bench/results/slow-recover): drawn a quarter as often as the
     /// others, its share waited for the view. It outpaces the view at a tick where its fresh
-    /// estimate x `VIEW_OUTPACED_FACTOR` < the view's latency of it, and keeps doing so for
+    /// estimate x `VIEW_OUTPACED_FACTOR` < the view's latency of it while the view's weight of it is
+    /// below half of `readmit_weight` (an average live endpoint's: only where the view ranks it far
+    /// below the others, not a slower class of a mixed cluster), and keeps doing so for
     /// `stale_after` after the last such tick (the view's latency catches up before its weight
     /// does) while its estimate stays at normal latency (<= `NORMAL_LATENCY_FACTOR` x `prior_us`).
     /// Returns whether `outpaces_view` changed (the sampler's weights follow).
-    pub fn refresh_outpaced_view(&mut self, now_us: u64, p: &PickParams, prior_us: f64) -> bool {
+    pub fn refresh_outpaced_view(&mut self, now_us: u64, p: &PickParams, prior_us: f64, readmit_weight: f64) -> bool {
         let own_us = self.fresh_latency_us(now_us, p);
         if let (Some(own_us), Some(g)) = (own_us, self.global) {
-            if own_us * VIEW_OUTPACED_FACTOR < g.latency_us {
+            if own_us * VIEW_OUTPACED_FACTOR < g.latency_us && g.weight < readmit_weight / 2.0 {
                 self.outpaced_view_us = Some(now_us);
             }
         }
