@@ -385,7 +385,7 @@ impl Cluster {
 
     /// Once per tick: the prior is the median of the fresh latency estimates (like client-side WRR
     /// giving unweighted hosts the median weight), else of the aggregator's, else the default; and
-    /// the share of endpoints with a fresh estimate (`own_fresh_share`).
+    /// the share of endpoints with a fresh estimate (`own_fresh_share`); then `refresh_outpaced_view`.
     pub fn refresh_prior(&mut self, now_us: u64, p: &PickParams) {
         let fresh_view = self.view_fresh(now_us);
         let mut fresh: Vec<f64> = self.endpoints.iter().filter_map(|e| e.fresh_latency_us(now_us, p)).collect();
@@ -395,6 +395,9 @@ impl Cluster {
             fresh = self.endpoints.iter().filter_map(|e| e.global.map(|g| g.latency_us)).filter(|l| *l > 0.0).collect();
         }
         self.prior_latency_us = median(&mut fresh).unwrap_or(p.default_latency_us);
+        for e in &mut self.endpoints {
+            self.sampler_stale |= e.refresh_outpaced_view(now_us, p, self.prior_latency_us, self.readmit_weight);
+        }
     }
 
     /// Draw one endpoint slot with probability proportional to its sampling weight.

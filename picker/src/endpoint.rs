@@ -20,6 +20,10 @@ const MIN_SAMPLING_WEIGHT: f64 = 1e-3;
 /// A good answer within this factor of the endpoint's latency estimate is at normal latency.
 pub const NORMAL_LATENCY_FACTOR: f64 = 1.5;
 
+/// This proxy's own evidence outpaces the view when its fresh latency estimate of an endpoint is
+/// below the view's latency of it by this factor (see `Endpoint::refresh_outpaced_view`).
+pub const VIEW_OUTPACED_FACTOR: f64 = 2.0;
+
 /// The time constant of the fade (`faded`) is `stale_after / EVIDENCE_FADES` (2 s by default): by
 /// `stale_after`, where the prior takes over, an estimate's excess is down to exp(-2.5) = 8% of it.
 /// Faster (5: 1 s, and faded scores with requests in flight too) brought slowed endpoints back no
@@ -78,6 +82,11 @@ pub struct Endpoint {
     pub last_response_us: u64,
     /// The latest server-side load stamp this worker got from it (see `stamp`).
     pub stamp: Option<StampRecord>,
+    /// The last tick at which this proxy's own evidence outpaced the view (see
+    /// `refresh_outpaced_view`).
+    pub outpaced_view_us: Option<u64>,
+    /// Whether the view's weight is overruled by own evidence as of the last tick.
+    pub outpaces_view: bool,
 }
 
 /// Observations of this worker. Counters are cumulative (reports carry them as they are).
@@ -135,6 +144,8 @@ impl Endpoint {
             answered_well: false,
             last_response_us: now_us,
             stamp: None,
+            outpaced_view_us: None,
+            outpaces_view: false,
         }
     }
 
@@ -312,17 +323,43 @@ impl Endpoint {
         (q + 1.0) * u * (1.0 + p.error_penalty * f)
     }
 
+    /// Once per tick, with the cluster's prior: does this proxy's own evidence say the endpoint is
+    /// faster than the view knows? The view is seconds behind (reports, then the weights' smoothing),
+    /// and an endpoint that was slow and recovered kept the low weight of its slow spell for about
+    /// 7 s after it was fast again (bench/results/slow-recover): drawn a quarter as often as the
+    /// others, its share waited for the view. It outpaces the view at a tick where its fresh
+    /// estimate x `VIEW_OUTPACED_FACTOR` < the view's latency of it while the view's weight of it is
+    /// below half of `readmit_weight` (an average live endpoint's: only where the view ranks it far
+    /// below the others, not a slower class of a mixed cluster), and keeps doing so for
+    /// `stale_after` after the last such tick (the view's latency catches up before its weight
+    /// does) while its estimate stays at normal latency (<= `NORMAL_LATENCY_FACTOR` x `prior_us`).
+    /// Returns whether `outpaces_view` changed (the sampler's weights follow).
+    pub fn refresh_outpaced_view(&mut self, now_us: u64, p: &PickParams, prior_us: f64, readmit_weight: f64) -> bool {
+        let own_us = self.fresh_latency_us(now_us, p);
+        if let (Some(own_us), Some(g)) = (own_us, self.global) {
+            if own_us * VIEW_OUTPACED_FACTOR < g.latency_us && g.weight < readmit_weight / 2.0 {
+                self.outpaced_view_us = Some(now_us);
+            }
+        }
+        let recent = self.outpaced_view_us.is_some_and(|at| now_us.saturating_sub(at) < p.stale_after_us);
+        let outpaces = recent && own_us.is_some_and(|l| l <= NORMAL_LATENCY_FACTOR * prior_us);
+        let changed = outpaces != self.outpaces_view;
+        self.outpaces_view = outpaces;
+        changed
+    }
+
     /// Its weight in the draw of candidates: the aggregator's while the view is fresh (an ejected
     /// endpoint 0, unless its last answer here was a good one: this worker's own evidence is newer
     /// than the view's, and it draws at least as an average live endpoint, `readmit_weight` (see
     /// `Cluster::readmit_weight`), since the view's weight of an ejected endpoint follows its dead
-    /// capacity down to the floor: so the answers that readmit it at the aggregator come), else 1;
-    /// times its health's factor (0 while suspended or absent, a ramp's share).
+    /// capacity down to the floor: so the answers that readmit it at the aggregator come; one whose
+    /// own evidence `outpaces_view` draws at least as an average live endpoint too), else 1; times
+    /// its health's factor (0 while suspended or absent, a ramp's share).
     pub fn sampling_weight(&self, global_fresh: bool, readmit_weight: f64, now_us: u64) -> f64 {
         let base = match self.global {
             Some(g) if global_fresh => {
                 if !g.ejected {
-                    g.weight.max(MIN_SAMPLING_WEIGHT)
+                    g.weight.max(if self.outpaces_view { readmit_weight } else { MIN_SAMPLING_WEIGHT })
                 } else if self.last_success_us < self.last_response_us {
                     0.0
                 } else {

@@ -184,3 +184,36 @@ fn sampling_weight_is_the_fresh_view_times_health() {
     assert!(matches!(e.health.availability(), Availability::Suspended { .. }));
     assert_eq!(e.sampling_weight(false, 1.0, 2), 0.0);
 }
+
+#[test]
+fn own_evidence_faster_than_the_view_draws_as_an_average_endpoint_for_stale_after() {
+    let p = params();
+    let prior = 10_000.0;
+    let mut e = Endpoint::new("10.0.0.1:80", 0);
+    e.record(OK, 40_000, None, 0, &p);
+    e.global = Some(GlobalStats { weight: 0.3, inflight: 0.0, latency_us: 42_000.0, ejected: false, served_us: None });
+    assert!(!e.refresh_outpaced_view(0, &p, prior, 1.2), "slow here as in the view");
+    assert_eq!(e.sampling_weight(true, 1.2, 0), 0.3);
+    // Fast again: one answer after a while takes its estimate below half the view's latency.
+    e.fade_latency(900_000, &p, prior);
+    e.record(OK, 10_000, None, 900_000, &p);
+    assert!(e.local.latency.unwrap().value_us() * VIEW_OUTPACED_FACTOR < 42_000.0);
+    assert!(!e.refresh_outpaced_view(900_000, &p, prior, 0.6), "weight 0.3 is half an average one's: a class");
+    assert!(e.refresh_outpaced_view(900_000, &p, prior, 1.2));
+    assert_eq!(e.sampling_weight(true, 1.2, 900_000), 1.2, "an average live endpoint's");
+    assert_eq!(e.sampling_weight(false, 1.2, 900_000), 1.0, "no fresh view: 1 as always");
+    // The view catches up with its latency before its weight: own evidence still rules...
+    e.global.as_mut().unwrap().latency_us = 12_000.0;
+    e.record(OK, 10_000, None, 1_500_000, &p);
+    assert!(!e.refresh_outpaced_view(1_500_000, &p, prior, 1.2));
+    assert_eq!(e.sampling_weight(true, 1.2, 1_500_000), 1.2);
+    // ...for `stale_after` after the last tick it outpaced the view, or until it is slow here.
+    e.record(OK, 10_000, None, 1_899_000, &p);
+    assert!(e.refresh_outpaced_view(1_900_000, &p, prior, 1.2));
+    assert_eq!(e.sampling_weight(true, 1.2, 1_900_000), 0.3);
+    e.outpaced_view_us = Some(1_900_000);
+    assert!(e.refresh_outpaced_view(1_950_000, &p, prior, 1.2) && e.outpaces_view);
+    e.record(OK, 30_000, None, 1_960_000, &p);
+    assert!(e.refresh_outpaced_view(1_960_000, &p, prior, 1.2), "30 ms is not normal against a 10 ms prior");
+    assert_eq!(e.sampling_weight(true, 1.2, 1_960_000), 0.3);
+}
