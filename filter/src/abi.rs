@@ -122,4 +122,6 @@ extern "C" {
 #[link(wasm_import_module = "wasi_snapshot_preview1")]
 extern "C" {
     pub fn random_get(buf: *mut u8, buf_len: usize) -> u16;
+    pub fn environ_sizes_get(count: *mut usize, buffer_size: *mut usize) -> u16;
+    pub fn environ_get(entries: *mut *mut u8, buffer: *mut u8) -> u16;
 }

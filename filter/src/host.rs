@@ -5,6 +5,7 @@
 //! running `proxy_on_http_call_response`.
 
 use crate::abi::{self, BufferType, MapType, MetricType, STATUS_OK};
+use crate::environ::environ_value;
 use crate::pairs::serialize_pairs;
 use std::ptr::null_mut;
 use tailweight_sidecar::host::{
@@ -228,7 +229,7 @@ impl Host for WasmHost {
     }
 
     fn env(&self, name: &str) -> Option<String> {
-        std::env::var(name).ok().filter(|v| !v.is_empty())
+        environ_value(&environ_buffer()?, name)
     }
 
     /// Envoy 1.40 serves the node as `xds.node`; older hosts as `node`.
@@ -296,4 +297,18 @@ impl CallAnswer for WasmAnswer {
     fn body(&self, max: usize) -> Vec<u8> {
         buffer(BufferType::CallResponseBody, max.min(self.body_size))
     }
+}
+
+/// The VM's whole environment (`environ_get`'s buffer: `KEY=VALUE` strings, each NUL-ended), or
+/// None where the host has none or refuses the call.
+fn environ_buffer() -> Option<Vec<u8>> {
+    let (mut count, mut size) = (0usize, 0usize);
+    // SAFETY: the host writes one usize to each pointer.
+    if unsafe { abi::environ_sizes_get(&mut count, &mut size) } != 0 || size == 0 {
+        return None;
+    }
+    let mut entries = vec![null_mut::<u8>(); count];
+    let mut buffer = vec![0u8; size];
+    // SAFETY: the host writes `count` pointers and `size` bytes, the sizes it just gave.
+    (unsafe { abi::environ_get(entries.as_mut_ptr(), buffer.as_mut_ptr()) } == 0).then_some(buffer)
 }

@@ -4,13 +4,15 @@
 //! and its streams (`dispatch`, `contexts`). Every decision is tailweight-sidecar's and
 //! tailweight-picker's; nothing here but the host.
 //!
-//! Natively only the host-free modules build (context bookkeeping, header pairs), for their unit
+//! Natively only the host-free modules build (context bookkeeping, the environment, header pairs),
+//! for their unit
 //! tests (`make test-unit`); the host glue builds for wasm32 only.
 
 // Natively only the host-free modules build, and nothing calls them there but their tests.
 #![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 
 mod contexts;
+mod environ;
 mod pairs;
 
 // The host glue, for wasm32 only. One `cfg` per module, not a macro stating the list once:
