@@ -59,6 +59,8 @@ INVENTED_REPORTER = "invented-"
 # The header the aggregator's own inbound sidecar writes the caller's address into (the chart's
 # aggregator.senderAddress.header), which its --attest-address reads.
 SENDER_HEADER = "x-tailweight-sender-address"
+# The label of resources the harness makes for itself (not the chart's): uninstall leaves them.
+HARNESS_LABEL = "tailweight-e2e/harness"
 # Host numbers in the control plane's /24 (test_istio_smoke uses .10-.22 of the same one).
 CLIENT_HOST, INTRUDER_HOST, FIRST_REPLICA_HOST = 110, 111, 131
 BACKENDS = {"backend-a": 121, "backend-b": 122, "backend-c": 123}  # name -> host number
@@ -179,7 +181,7 @@ def bind_outbound_to_pod_ip(cp: ControlPlane, namespace: str, name: str, selecto
     address (the chart's sender-address EnvoyFilter). An EnvoyFilter `name` of the harness only."""
     cp.apply_yaml(yaml.safe_dump({
         "apiVersion": "networking.istio.io/v1alpha3", "kind": "EnvoyFilter",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace, "labels": {HARNESS_LABEL: "true"}},
         "spec": {"workloadSelector": {"labels": selector}, "configPatches": [{
             "applyTo": "CLUSTER",
             "match": {"context": "SIDECAR_OUTBOUND", "cluster": {"service": AGG_HOST, "portNumber": PORT}},
