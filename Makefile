@@ -15,7 +15,11 @@ NATIVE := --workspace --exclude tailweight-empty-filter
 # -ocimfs 400 (with #[inline(never)] on the tick's parts, sidecar/src/worker*): wasm-opt otherwise
 # inlines every function with one caller whatever its size, and the whole tick became one 25.8 KB
 # function whose compile V8 keeps ~8 MiB of Envoy's heap for: RSS at ready +22.7..22.9 MiB over the
-# empty filter with it, +14.3..15.1 without (three runs each, bench/results/overhead.md).
+# empty filter with it, +14.3..15.1 without (three runs each, bench/results/overhead.md). The same
+# holds below that: with the configuration parser, the worker's and the stamper's construction and
+# ticks, the balancer's tick and the health checker's tick out of line (#[inline(never)], all off
+# the request path) the largest function went from 12.9 KB to 6.5 KB and the RSS at ready from
+# +16.4..17.5 to +5.5..6.2 MiB over the empty filter (5 interleaved starts per setting, one run).
 WASM_OPT := wasm-opt -Os -ocimfs 400 --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int \
 	--enable-mutable-globals --enable-multivalue --enable-reference-types
 
@@ -31,9 +35,10 @@ build: wasm native
 
 # Filter: cargo release build for wasm32-unknown-unknown, then wasm-opt -Os. The module exports
 # only the callbacks it implements (filter/src/abi.rs), so the host skips every other one. Not
-# wasm32-wasip1: the filter needs one WASI call (random_get, imported by hand) and wasip1's std
-# links wasi-libc (its dlmalloc, environment reads for RUST_BACKTRACE, stderr writes for panics):
-# 166,624 bytes against 150,845 here, std's Rust dlmalloc instead of the C one (Cargo.toml).
+# wasm32-wasip1: the filter needs three WASI calls (random_get, environ_sizes_get, environ_get,
+# imported by hand) and wasip1's std links wasi-libc (its dlmalloc, environment reads for
+# RUST_BACKTRACE, stderr writes for panics): 166,624 bytes there against 151,733 here, std's Rust
+# dlmalloc instead of the C one (docs/configuration.md, "Size").
 FILTER_TARGET := wasm32-unknown-unknown
 wasm: deps
 	$(CARGO) build --locked --profile wasm-release --target $(FILTER_TARGET) -p tailweight-filter

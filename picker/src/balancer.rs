@@ -278,6 +278,7 @@ impl Balancer {
 
     /// Once per tick: forget what is unseen, move ramps and in-flight epochs, refresh priors.
     /// Returns the number of endpoints forgotten.
+    #[inline(never)] // out of line: V8's compile memory follows the largest function (Makefile, WASM_OPT)
     pub fn tick(&mut self, now_us: u64) -> usize {
         let (ttl, p) = (self.settings.endpoint_ttl_us, &self.settings.pick);
         let epoch = now_us / self.settings.inflight_epoch_us;
@@ -311,6 +312,7 @@ impl Balancer {
 
     /// Replace what we know of the other workers with their latest snapshots. A sibling's recent
     /// good answer from an endpoint is a sighting (it teaches or keeps the endpoint here too).
+    #[inline(never)] // out of line: V8's compile memory follows the largest function (Makefile, WASM_OPT)
     pub fn apply_siblings(&mut self, siblings: &[Part], now_us: u64) {
         let Balancer { settings, clusters, .. } = self;
         let (max_endpoints, ttl, slow_start) =

@@ -187,6 +187,7 @@ impl FilterConfig {
 /// `FieldError` until `parse`: one conversion, not one per field. Longer than 80 lines: one
 /// statement per configuration key, read in one place.
 #[allow(clippy::too_many_lines)]
+#[inline(never)] // out of line: V8's compile memory follows the largest function (Makefile, WASM_OPT)
 fn fields(members: &[(String, Value)]) -> Result<FilterConfig, FieldError> {
     let mut f = Fields::new("", members);
     let d = FilterConfig::default();
@@ -302,6 +303,7 @@ fn check_load_stamp_clusters(config: &FilterConfig, f: &Fields) -> Result<(), Fi
     }
 }
 
+#[inline(never)] // out of line: V8's compile memory follows the largest function (Makefile, WASM_OPT)
 fn parse_aggregator(members: &[(String, Value)]) -> Result<AggregatorConfig, FieldError> {
     let mut f = Fields::new("aggregator.", members);
     let cluster = f.required_string("cluster", 512);

@@ -39,6 +39,7 @@ pub struct Stamper {
 }
 
 impl Stamper {
+    #[inline(never)] // out of line: V8's compile memory follows the largest function (Makefile, WASM_OPT)
     pub fn new(config: &FilterConfig, host: &impl Host) -> Self {
         SharedData(host).init(host.random_u64());
         Stamper {
@@ -52,6 +53,7 @@ impl Stamper {
     }
 
     /// Publish this worker's count when it changed; read the other workers'.
+    #[inline(never)] // out of line: V8's compile memory follows the largest function (Makefile, WASM_OPT)
     pub fn tick(&mut self, host: &impl Host, now_us: u64) {
         if let Some(attester) = &mut self.attester {
             attester.tick(host, now_us);

@@ -52,6 +52,7 @@ pub struct Worker {
 }
 
 impl Worker {
+    #[inline(never)] // out of line: V8's compile memory follows the largest function (Makefile, WASM_OPT)
     pub fn new(config: FilterConfig, host: &impl Host) -> Self {
         let seed = host.random_u64();
         let shared = SharedData(host);
@@ -85,6 +86,7 @@ impl Worker {
 
     /// One tick at `now_us`; returns a new tick period when this worker's request rate calls for one
     /// (see `next_period`).
+    #[inline(never)] // out of line: V8's compile memory follows the largest function (Makefile, WASM_OPT)
     pub fn tick(&mut self, host: &impl Host, now_us: u64) -> Option<u64> {
         let forgotten = self.balancer.tick(now_us);
         self.metrics.endpoints_forgotten.add(host, forgotten as u64);
