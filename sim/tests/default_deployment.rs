@@ -41,14 +41,15 @@ fn the_chart_runs_the_aggregator_with_its_flags_defaults() {
     let v = values();
     assert_eq!(v["aggregator"]["extraArgs"].as_sequence().map(Vec::len), Some(0));
     assert_eq!(v["aggregator"]["extraEnv"].as_sequence().map(Vec::len), Some(0));
-    // The template's own flags are plumbing (where to listen, who is who, the memory budget), none
-    // a weighing parameter; its environment names only the log level and the CPU source.
+    // The template's own flags are plumbing (where to listen, who is who, the memory budget, where
+    // an attesting sender's address comes from), none a weighing parameter; its environment names
+    // only the log level and the CPU source.
     let flags: Vec<&str> = AGGREGATOR_TEMPLATE
         .lines()
         .filter_map(|l| l.trim().strip_prefix("- --"))
         .map(|f| f.split('=').next().unwrap_or(f))
         .collect();
-    assert_eq!(flags, ["listen", "read-only-listen", "log-format", "identity", "memory-limit-mib"]);
+    assert_eq!(flags, ["listen", "read-only-listen", "log-format", "identity", "memory-limit-mib", "attest-address"]);
     let env: Vec<&str> =
         AGGREGATOR_TEMPLATE.split("{name: TAILWEIGHT_").skip(1).filter_map(|s| s.split(',').next()).collect();
     assert_eq!(env, ["LOG", "CPU_URL"]);
