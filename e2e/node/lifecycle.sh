@@ -33,40 +33,48 @@ module_digests() {
 runs_module() { [ "$(module_digests "$1")" = "${2#sha256:}" ]; }
 picks_now() { tw_stats emu-client | awk -F': ' '$1 ~ /picks$/ {n += $2} END {print n + 0}'; }
 
-# -- upgrade ------------------------------------------------------------------------------------------------
-if NEXT_DIGEST=$(module_next 2> "$WORK/upgrade.log") && [ "$NEXT_DIGEST" != "$MODULE_DIGEST" ]; then
+# swap_under_load STEP DIGEST COMMAND...: COMMAND (its output appended to $WORK/STEP.log) in a load
+# window ($WORK/STEP.window), then until the client's Envoy runs the module of DIGEST (60 s at most).
+# Sets step_exit (COMMAND's), the window's slow_share, requests and failed, and the client's
+# picks_before/after and modules_before/after.
+swap_under_load() {
+  local step=$1 digest=$2 window_pid
+  shift 2
   picks_before=$(picks_now)
   modules_before=$(module_digests emu-client)
-  emu_window > "$WORK/upgrade.window" &
+  emu_window > "$WORK/$step.window" &
   window_pid=$!
-  "$HELM" --kubeconfig "$WORK/kubeconfig" upgrade tailweight "$CHART_TGZ" --namespace "$TW_NS" \
-    --values "$WORK/tw-values.yaml" --set "module.oci.digest=$NEXT_DIGEST" >> "$WORK/upgrade.log" 2>&1
-  upgraded=$?
+  "$@" >> "$WORK/$step.log" 2>&1
+  step_exit=$?
   wait "$window_pid"
-  read -r slow_share requests failed shares < "$WORK/upgrade.window"
-  wait_until 60 runs_module emu-client "$NEXT_DIGEST"
+  read -r slow_share requests failed _ < "$WORK/$step.window"
+  wait_until 60 runs_module emu-client "$digest"
   modules_after=$(module_digests emu-client)
   picks_after=$(picks_now)
-  if [ "$upgraded" = 0 ] && [ "$picks_after" -gt "$picks_before" ] && [ "$modules_after" = "${NEXT_DIGEST#sha256:}" ]; then
-    result upgrade "PASS helm upgrade to module @${NEXT_DIGEST:0:19}... under load: $failed failed of $requests requests in ${WINDOW_S} s, slow pod share $slow_share%, picks $picks_before -> $picks_after, client Envoy's module ${modules_before:0:12} -> ${modules_after:0:12}"
-  else result upgrade "FAIL helm upgrade exit $upgraded, picks $picks_before -> $picks_after, client Envoy's modules '$modules_before' -> '$modules_after', $(first_error "$WORK/upgrade.log")"; fi
+}
+# swapped DIGEST: the step exited 0, the picks kept growing and the client runs DIGEST's module only.
+swapped() { [ "$step_exit" = 0 ] && [ "$picks_after" -gt "$picks_before" ] && [ "$modules_after" = "${1#sha256:}" ]; }
+swap_figures() {
+  echo "$failed failed of $requests requests in ${WINDOW_S} s, slow pod share $slow_share%, picks $picks_before -> $picks_after, client Envoy's module ${modules_before:0:12} -> ${modules_after:0:12}"
+}
+swap_failure() {
+  echo "exit $step_exit, picks $picks_before -> $picks_after, client Envoy's modules '$modules_before' -> '$modules_after', $(first_error "$WORK/$1.log")"
+}
+
+# -- upgrade ------------------------------------------------------------------------------------------------
+if NEXT_DIGEST=$(module_next 2> "$WORK/upgrade.log") && [ "$NEXT_DIGEST" != "$MODULE_DIGEST" ]; then
+  swap_under_load upgrade "$NEXT_DIGEST" "$HELM" --kubeconfig "$WORK/kubeconfig" upgrade tailweight "$CHART_TGZ" \
+    --namespace "$TW_NS" --values "$WORK/tw-values.yaml" --set "module.oci.digest=$NEXT_DIGEST"
+  if swapped "$NEXT_DIGEST"; then
+    result upgrade "PASS helm upgrade to module @${NEXT_DIGEST:0:19}... under load: $(swap_figures)"
+  else result upgrade "FAIL helm upgrade $(swap_failure upgrade)"; fi
 else result upgrade "FAIL new module: $(first_error "$WORK/upgrade.log") digest '${NEXT_DIGEST:-}'"; fi
 
 # -- rollback -----------------------------------------------------------------------------------------------
-picks_before=$(picks_now)
-modules_before=$(module_digests emu-client)
-emu_window > "$WORK/rollback.window" &
-window_pid=$!
-"$HELM" --kubeconfig "$WORK/kubeconfig" rollback tailweight 1 --namespace "$TW_NS" > "$WORK/rollback.log" 2>&1
-rolled_back=$?
-wait "$window_pid"
-read -r slow_share requests failed shares < "$WORK/rollback.window"
-wait_until 60 runs_module emu-client "$MODULE_DIGEST"
-modules_after=$(module_digests emu-client)
-picks_after=$(picks_now)
-if [ "$rolled_back" = 0 ] && [ "$picks_after" -gt "$picks_before" ] && [ "$modules_after" = "${MODULE_DIGEST#sha256:}" ]; then
-  result rollback "PASS helm rollback to revision 1 under load: $failed failed of $requests requests in ${WINDOW_S} s, slow pod share $slow_share%, picks $picks_before -> $picks_after, client Envoy's module ${modules_before:0:12} -> ${modules_after:0:12}"
-else result rollback "FAIL helm rollback exit $rolled_back, picks $picks_before -> $picks_after, client Envoy's modules '$modules_before' -> '$modules_after', $(first_error "$WORK/rollback.log")"; fi
+swap_under_load rollback "$MODULE_DIGEST" "$HELM" --kubeconfig "$WORK/kubeconfig" rollback tailweight 1 --namespace "$TW_NS"
+if swapped "$MODULE_DIGEST"; then
+  result rollback "PASS helm rollback to revision 1 under load: $(swap_figures)"
+else result rollback "FAIL helm rollback $(swap_failure rollback)"; fi
 
 # -- opt-out, opt-in and uninstall (leave.sh) ---------------------------------------------------------------
 # shellcheck source=leave.sh
