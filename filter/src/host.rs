@@ -7,6 +7,7 @@
 use crate::abi::{self, BufferType, MapType, MetricType, STATUS_OK};
 use crate::environ::environ_value;
 use crate::pairs::serialize_pairs;
+use std::borrow::Cow;
 use std::ptr::null_mut;
 use tailweight_sidecar::host::{
     Attribute, CallAnswer, CallToken, Exchange, HeaderMap, Host, LogLevel, MetricId, MetricKind, OutgoingCall,
@@ -239,8 +240,9 @@ impl Host for WasmHost {
 }
 
 impl Exchange for WasmExchange {
-    fn header(&self, map: HeaderMap, name: &str) -> Option<String> {
-        map_value(map_type(map), name)
+    /// The host copies the value out: owned.
+    fn header(&self, map: HeaderMap, name: &str) -> Option<Cow<'_, str>> {
+        map_value(map_type(map), name).map(Cow::Owned)
     }
 
     /// Replace every value (a failure leaves the map as it was: nothing to do about it).

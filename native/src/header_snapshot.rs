@@ -17,9 +17,32 @@ use std::ffi::c_void;
 /// response headers and trailers).
 const MAPS: usize = 4;
 
+/// Entries a listing holds in place: a request's or a response's map rarely has more, so most
+/// hooks list without an allocation.
+const INLINE: usize = 16;
+
+/// One map's entries: in place up to `INLINE` (`heap` stays empty, unallocated), else in `heap`.
+struct Listing {
+    inline: [HeaderPair; INLINE],
+    len: usize,
+    heap: Vec<HeaderPair>,
+}
+
+impl Listing {
+    const NONE: Listing = Listing { inline: [HeaderPair::EMPTY; INLINE], len: 0, heap: Vec::new() };
+
+    fn entries(&self) -> &[HeaderPair] {
+        if self.heap.is_empty() {
+            &self.inline[..self.len.min(INLINE)]
+        } else {
+            &self.heap
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct HeaderSnapshots {
-    maps: [OnceCell<Vec<HeaderPair>>; MAPS],
+    maps: [OnceCell<Listing>; MAPS],
 }
 
 impl HeaderSnapshots {
@@ -31,7 +54,7 @@ impl HeaderSnapshots {
     /// the map changes (see `forget`).
     pub unsafe fn first<'a>(&'a self, filter: *mut c_void, header_type: u32, name: &str) -> Option<&'a [u8]> {
         let map = self.maps.get(header_type as usize)?.get_or_init(|| list(filter, header_type));
-        first_value(map, name)
+        first_value(map.entries(), name)
     }
 
     /// Map `header_type` changed: its next lookup lists it again.
@@ -44,16 +67,23 @@ impl HeaderSnapshots {
 
 /// Every header of one map. Entries Envoy did not write (it writes as many as it counted) stay
 /// empty, and a failed listing reads as no headers.
-unsafe fn list(filter: *mut c_void, header_type: u32) -> Vec<HeaderPair> {
+unsafe fn list(filter: *mut c_void, header_type: u32) -> Listing {
     let count = abi::envoy_dynamic_module_callback_http_get_headers_size(filter, header_type);
     if count == 0 {
-        return Vec::new();
+        return Listing::NONE;
     }
-    let mut entries = vec![HeaderPair::EMPTY; count];
-    if abi::envoy_dynamic_module_callback_http_get_headers(filter, header_type, entries.as_mut_ptr()) {
-        entries
+    let mut listing = Listing::NONE;
+    let out = if count <= INLINE {
+        listing.len = count;
+        listing.inline.as_mut_ptr()
     } else {
-        Vec::new()
+        listing.heap = vec![HeaderPair::EMPTY; count];
+        listing.heap.as_mut_ptr()
+    };
+    if abi::envoy_dynamic_module_callback_http_get_headers(filter, header_type, out) {
+        listing
+    } else {
+        Listing::NONE
     }
 }
 
@@ -101,13 +131,24 @@ mod tests {
     }
 
     #[test]
+    fn a_listing_in_place_holds_only_the_entries_written() {
+        let mut listing = Listing::NONE;
+        listing.inline[0] = pair("a", "1");
+        listing.inline[1] = pair("b", "2");
+        listing.len = 2;
+        assert_eq!(listing.entries().len(), 2);
+        // SAFETY: the entries point to static strings.
+        unsafe { assert_eq!(first_value(listing.entries(), "b"), Some(&b"2"[..])) };
+    }
+
+    #[test]
     fn a_map_forgotten_is_listed_again_and_other_maps_are_kept() {
         let mut snapshots = HeaderSnapshots::default();
-        let _ = snapshots.maps[0].set(vec![pair("a", "1")]);
-        let _ = snapshots.maps[2].set(vec![pair("b", "2")]);
+        let _ = snapshots.maps[0].set(Listing { heap: vec![pair("a", "1")], ..Listing::NONE });
+        let _ = snapshots.maps[2].set(Listing { heap: vec![pair("b", "2")], ..Listing::NONE });
         snapshots.forget(0);
         snapshots.forget(7);
         assert!(snapshots.maps[0].get().is_none());
-        assert_eq!(snapshots.maps[2].get().map(Vec::len), Some(1));
+        assert_eq!(snapshots.maps[2].get().map(|m| m.entries().len()), Some(1));
     }
 }

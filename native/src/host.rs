@@ -16,6 +16,7 @@ use crate::config_metrics::ConfigMetrics;
 use crate::header_snapshot::HeaderSnapshots;
 use crate::process_store;
 use crate::tick_schedule::Ticks;
+use std::borrow::Cow;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -177,9 +178,11 @@ impl NativeExchange {
 }
 
 impl Exchange for NativeExchange {
-    fn header(&self, map: HeaderMap, name: &str) -> Option<String> {
-        // SAFETY: `filter` is this hook's stream; the value is copied at once.
-        unsafe { self.headers.first(self.filter, header_type(map), name) }.map(text_lossy)
+    /// Borrowed from the hook's listing of the map (copied only when not UTF-8).
+    fn header(&self, map: HeaderMap, name: &str) -> Option<Cow<'_, str>> {
+        // SAFETY: `filter` is this hook's stream; the value lives as long as the listing, which
+        // the exchange drops before the hook returns or when the map changes (`&mut self`).
+        unsafe { self.headers.first(self.filter, header_type(map), name) }.map(String::from_utf8_lossy)
     }
 
     fn set_header(&mut self, map: HeaderMap, name: &str, value: &str) {

@@ -60,7 +60,7 @@ impl Attester {
     /// At a request's headers: its source principal and the local address it arrived on.
     pub fn served_request(&self, exchange: &impl Exchange) -> ServedRequest {
         let source = match &self.source_header {
-            Some(header) => exchange.header(HeaderMap::Request, header),
+            Some(header) => exchange.header(HeaderMap::Request, header).map(String::from),
             None => exchange.text_attribute(Attribute::PeerPrincipal),
         };
         ServedRequest { local: exchange.text_attribute(Attribute::LocalAddress), source }

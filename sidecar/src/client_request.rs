@@ -70,20 +70,22 @@ impl ClientRequest {
     pub fn on_request_headers(&mut self, w: &mut Worker, host: &impl Host, exchange: &mut impl Exchange) {
         check_direction_once(&mut w.direction_checked, w.config.role, host, exchange);
         let header = w.config.header.as_str();
-        let incoming = exchange.header(HeaderMap::Request, header);
-        if let Some(value) = &incoming {
-            if w.config.trust_incoming_header && is_override_value(value) {
-                w.metrics.incoming_header_trusted.inc(host);
-                return;
+        let incoming = match exchange.header(HeaderMap::Request, header) {
+            Some(value) if w.config.trust_incoming_header && is_override_value(&value) => {
+                return w.metrics.incoming_header_trusted.inc(host);
             }
-            w.metrics.incoming_header_replaced.inc(host);
-        }
+            Some(_) => {
+                w.metrics.incoming_header_replaced.inc(host);
+                true
+            }
+            None => false,
+        };
         let cluster = match exchange.text_attribute(Attribute::ClusterName) {
             Some(c) if w.config.steers(&c) => c,
-            Some(_) => return clear(exchange, header, incoming.is_some()),
+            Some(_) => return clear(exchange, header, incoming),
             None => {
                 w.metrics.untracked.inc(host);
-                return clear(exchange, header, incoming.is_some());
+                return clear(exchange, header, incoming);
             }
         };
         let now = host.now_us();
@@ -107,14 +109,16 @@ impl ClientRequest {
             Some(Pick::Paused) => w.metrics.paused.inc(host),
             None => {}
         }
-        if self.chosen_len.is_none() && incoming.is_some() {
+        if self.chosen_len.is_none() && incoming {
             exchange.remove_header(HeaderMap::Request, header);
         }
         if !untracked {
             self.grpc =
                 exchange.header(HeaderMap::Request, "content-type").is_some_and(|t| t.starts_with("application/grpc"));
             let protocol = if self.grpc { CheckProtocol::Grpc } else { CheckProtocol::Http };
-            w.balancer.note_user_request(&cluster, protocol, now, || exchange.header(HeaderMap::Request, ":authority"));
+            w.balancer.note_user_request(&cluster, protocol, now, || {
+                exchange.header(HeaderMap::Request, ":authority").map(String::from)
+            });
             self.cluster = Some(cluster);
             self.started_us = now;
         }
@@ -229,12 +233,14 @@ fn read_stamp(
     served: Option<&str>,
     now_us: u64,
 ) {
-    let Some(value) = exchange.header(HeaderMap::Response, LOAD_STAMP_HEADER) else { return };
+    let Some(parsed) = exchange.header(HeaderMap::Response, LOAD_STAMP_HEADER).map(|v| LoadStamp::parse(&v)) else {
+        return;
+    };
     exchange.remove_header(HeaderMap::Response, LOAD_STAMP_HEADER);
     if !w.config.reads_stamps_of(cluster) {
         return w.metrics.stamps_untrusted.inc(host);
     }
-    match LoadStamp::parse(&value) {
+    match parsed {
         Ok(stamp) => {
             if let Some(served) = served {
                 w.balancer.note_stamp(cluster, served, stamp, now_us);

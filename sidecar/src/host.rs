@@ -14,6 +14,8 @@
 //!
 //! Every method answers; none fails loudly: a host failure reads as absent (`None`, `false`, empty).
 
+use std::borrow::Cow;
+
 /// A metric as the host defined it.
 pub type MetricId = u32;
 /// A call out, as the host numbered it; its answer comes back with the same token.
@@ -100,8 +102,9 @@ pub trait Host {
 
 /// The request being served (see the module docs).
 pub trait Exchange {
-    /// A header's value (a value that is not UTF-8 reads lossily).
-    fn header(&self, map: HeaderMap, name: &str) -> Option<String>;
+    /// A header's value (a value that is not UTF-8 reads lossily), borrowed from the host's map
+    /// where the shell can: a request pays for no copy of the headers it only looks at.
+    fn header(&self, map: HeaderMap, name: &str) -> Option<Cow<'_, str>>;
     /// Replace every value of a header.
     fn set_header(&mut self, map: HeaderMap, name: &str, value: &str);
     fn remove_header(&mut self, map: HeaderMap, name: &str);

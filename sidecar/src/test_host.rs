@@ -10,6 +10,7 @@
 use crate::host::{Attribute, CallAnswer, CallToken, Exchange, HeaderMap, Host, LogLevel, MetricKind, OutgoingCall};
 use crate::shared_store::SharedStore;
 use crate::{Plugin, Stream};
+use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use tailweight_math::rng::Rng;
@@ -321,8 +322,8 @@ impl TestExchange {
 }
 
 impl Exchange for TestExchange {
-    fn header(&self, map: HeaderMap, name: &str) -> Option<String> {
-        self.map(map).iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+    fn header(&self, map: HeaderMap, name: &str) -> Option<Cow<'_, str>> {
+        self.map(map).iter().find(|(n, _)| n == name).map(|(_, v)| Cow::Borrowed(v.as_str()))
     }
 
     fn set_header(&mut self, map: HeaderMap, name: &str, value: &str) {

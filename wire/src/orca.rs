@@ -88,9 +88,10 @@ impl From<ProtobufError> for OrcaError {
     }
 }
 
+/// A report in its TEXT or JSON form. Whitespace is HTTP's (ASCII): a header value has no other.
 pub fn parse(header: &str) -> Result<OrcaLoad, OrcaError> {
-    let header = header.trim();
-    let (format, body) = header.split_once(char::is_whitespace).unwrap_or((header, ""));
+    let header = header.trim_ascii();
+    let (format, body) = header.split_once(|c: char| c.is_ascii_whitespace()).unwrap_or((header, ""));
     match format {
         "TEXT" => parse_text(body),
         "JSON" => parse_json(body),
@@ -100,15 +101,40 @@ pub fn parse(header: &str) -> Result<OrcaLoad, OrcaError> {
 
 fn parse_text(body: &str) -> Result<OrcaLoad, OrcaError> {
     let mut load = OrcaLoad::default();
-    for pair in body.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (key, value) =
-            pair.split_once('=').ok_or_else(|| OrcaError::NotKeyValue(crate::json::clip(pair, 40).to_string()))?;
+    for pair in split_at_ascii(body, b',').map(str::trim_ascii).filter(|p| !p.is_empty()) {
+        let (key, value) = split_at_ascii(pair, b'=')
+            .next()
+            .filter(|key| key.len() < pair.len())
+            .and_then(|key| Some((key, pair.get(key.len() + 1..)?)))
+            .ok_or_else(|| OrcaError::NotKeyValue(crate::json::clip(pair, 40).to_string()))?;
+        let key = key.trim_ascii();
         // The key goes into a one-line error: escaped (a newline stays visible) and cut short.
-        let not_a_number = || OrcaError::NotANumber(crate::json::escaped(key.trim(), 40));
-        let value = crate::json::number(value.trim()).ok_or_else(not_a_number)?;
-        set(&mut load, key.trim(), value)?;
+        let not_a_number = || OrcaError::NotANumber(crate::json::escaped(key, 40));
+        let value = crate::json::number(value.trim_ascii()).ok_or_else(not_a_number)?;
+        set(&mut load, key, value)?;
     }
     Ok(load)
+}
+
+/// The parts of `text` between the ASCII byte `separator`s (as `str::split`, by a plain byte scan:
+/// a report is a few dozen bytes, too short for `memchr`'s set-up to pay off).
+fn split_at_ascii(text: &str, separator: u8) -> impl Iterator<Item = &str> {
+    debug_assert!(separator.is_ascii());
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let part = rest?;
+        match part.bytes().position(|b| b == separator) {
+            // An ASCII byte is a character of its own: both sides are whole UTF-8.
+            Some(at) => {
+                rest = part.get(at + 1..);
+                part.get(..at)
+            }
+            None => {
+                rest = None;
+                Some(part)
+            }
+        }
+    })
 }
 
 fn parse_json(body: &str) -> Result<OrcaLoad, OrcaError> {
@@ -244,6 +270,24 @@ mod tests {
         // Found by fuzzing: a key with a newline made a two-line error.
         assert_eq!(parse("TEXT a\nb=x").unwrap_err().to_string(), "endpoint-load-metrics: a\\nb is not a number");
         assert_eq!(parse("BIN abc"), Err(OrcaError::UnknownFormat("BIN abc".into())));
+    }
+
+    #[test]
+    fn split_at_ascii_is_str_split() {
+        for text in ["", ",", "a", "a,b", ",a,,b,", "ü,é=ß,,"] {
+            let ours: Vec<&str> = split_at_ascii(text, b',').collect();
+            let std: Vec<&str> = text.split(',').collect();
+            assert_eq!(ours, std, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn whitespace_is_http_whitespace() {
+        let l = parse(" \tTEXT\tcpu_utilization = 0.5 ,\teps=\t2\r\n").unwrap();
+        assert_eq!((l.cpu_utilization, l.eps), (Some(0.5), Some(2.0)));
+        // A no-break space is not HTTP whitespace: part of the value, which is then no number.
+        assert_eq!(parse("TEXT eps=\u{a0}2"), Err(OrcaError::NotANumber("eps".into())));
+        assert!(matches!(parse("TEXT\u{a0}eps=2"), Err(OrcaError::UnknownFormat(_))));
     }
 
     #[test]

@@ -357,7 +357,11 @@ pub(super) fn decimal_value(text: &str) -> f64 {
         Some(rest) => (true, rest),
         None => (false, text),
     };
-    let (digits_part, exponent_part) = rest.split_once(['e', 'E']).unwrap_or((rest, ""));
+    // The exponent's letter is ASCII, so its index splits the text (`get`: no panic path, whose
+    // message formatting would add kilobytes to the filter).
+    let at = rest.bytes().position(|b| matches!(b, b'e' | b'E')).unwrap_or(rest.len());
+    let digits_part = rest.get(..at).unwrap_or(rest);
+    let exponent_part = rest.get(at + 1..).unwrap_or("");
     let mut mantissa = 0u64;
     let mut exponent = 0i64;
     let mut significant = 0u32;
