@@ -5,7 +5,8 @@
 use crate::cswrr_periods::Periods;
 use crate::policy::prequal_config::PrequalConfig;
 use crate::scenario::{
-    action_name, positive, Action, BackendGroup, Protocol, Retries, Scenario, Service, HARNESS_ONLY, POLICIES, SIM_ONLY,
+    action_name, positive, Action, BackendGroup, Protocol, Retries, Scenario, Service, HARNESS_ONLY, NATIVE_SHELL,
+    POLICIES, SIM_ONLY,
 };
 use crate::server::EndpointSpec;
 use crate::variant::Variant;
@@ -197,7 +198,7 @@ fn refuse_mesh_keys(s: &Scenario) -> Result<(), String> {
     if s.segments.is_some() {
         return harness_only("segments".into());
     }
-    for p in s.policies.iter().flatten() {
+    for p in s.policies.iter().flatten().filter(|p| !NATIVE_SHELL.contains(&p.as_str())) {
         check_policy(p)?;
     }
     Ok(())
@@ -341,6 +342,13 @@ mod tests {
         let err = Setup::resolve(&stamps.unwrap(), &Overrides::default()).unwrap_err();
         assert!(err.contains("server_sidecars/stamping_backends"), "{err}");
         assert!(check_policy("tailweight_stamps").unwrap_err().contains("the harness's only"));
+        // The native shell's policies listed in a file are left to the harness; asked for by name, refused.
+        let native =
+            Scenario::parse(&SEED.replace("policies: [", "policies: [tailweight_native, tailweight_native_local, "));
+        let setup = Setup::resolve(&native.unwrap(), &Overrides::default()).unwrap();
+        assert!(setup.policies.contains(&"tailweight".to_string()));
+        assert!(setup.policies.iter().all(|p| !NATIVE_SHELL.contains(&p.as_str())), "{:?}", setup.policies);
+        assert!(check_policy("tailweight_native").unwrap_err().contains("the harness's only"));
         let leave = SEED.replace("policies:", "events: [{at_s: 2, backends: [3], action: leave}]\npolicies:");
         let err = Setup::resolve(&Scenario::parse(&leave).unwrap(), &Overrides::default()).unwrap_err();
         assert!(err.contains("events[0].action leave (the endpoint set changing): the simulator does not"), "{err}");

@@ -44,6 +44,11 @@ pub const SIM_ONLY: &[&str] = &["peak_ewma", "prequal", "ideal"];
 pub const HARNESS_ONLY: &[&str] =
     &["tailweight_stamps", "tailweight_native_local", "tailweight_native", "tailweight_native_lb"];
 
+/// The native shell's policies: a scenario may list them (the harness runs them beside the Wasm
+/// shell's); the simulator leaves them out of a scenario's list, as it runs their decisions as
+/// `tailweight`'s and `tailweight_local`'s, and refuses them only when asked for by name.
+pub const NATIVE_SHELL: &[&str] = &["tailweight_native_local", "tailweight_native", "tailweight_native_lb"];
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
@@ -443,7 +448,7 @@ mod tests {
     #[test]
     fn policies_must_suit_the_destinations() {
         let with = |extra: &str| Scenario::parse(&SEED.replacen("policies:", &format!("{extra}\npolicies:"), 1));
-        let stamps = SEED.replace("tailweight]", "tailweight_stamps]");
+        let stamps = SEED.replace("tailweight_native]", "tailweight_stamps]");
         assert!(Scenario::parse(&stamps).unwrap_err().contains("tailweight_stamps needs server_sidecars: true"));
         let err = with("server_sidecars: true").unwrap_err();
         assert!(err.contains("operator cannot run with server_sidecars"), "{err}");
