@@ -60,6 +60,9 @@ print(json.dumps({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
 tw_replica_ready() {
   kc -n "$TW_NS" get pod "tailweight-aggregator-node-$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True
 }
+# tw_aggregator_slice_applied: the EndpointSlice written (retried by the caller: the apiserver may
+# answer a loaded machine's first attempt with an error).
+tw_aggregator_slice_applied() { { tw_aggregator_slice | kc apply -f -; } >> "$WORK/helm-install.log" 2>&1; }
 tw_aggregator_ready() {
   local i
   for ((i = 0; i < AGG_REPLICAS; i++)); do tw_replica_ready "$i" || return 1; done
@@ -94,10 +97,10 @@ YAML
 
 # -- helm-install ------------------------------------------------------------------------------------------
 if tw_install > "$WORK/helm-install.log" 2>&1; then
-  if wait_until 120 tw_aggregator_ready && tw_aggregator_slice | kc apply -f - >> "$WORK/helm-install.log" 2>&1 &&
+  if wait_until 120 tw_aggregator_ready && wait_until 30 tw_aggregator_slice_applied &&
      wait_until 60 client_runs_module; then
     result helm-install "PASS $(basename "$CHART_TGZ") installed, $AGG_REPLICAS aggregator pods Ready, module $REG_ADDR/tailweight-filter@${MODULE_DIGEST:0:19}... running in the client sidecar"
-  else result helm-install "FAIL aggregator pods Ready: $(tw_aggregator_ready && echo yes || echo no), client tailweight stats: $(tw_stats emu-client | wc -l), $(cat "$WORK/pod-logs/${MESH_NS}_emu-client_"*/istio-proxy/*.log 2>/dev/null | grep -m1 -iE 'wasm.*(error|fail)' | cut -c1-300)"; return 0; fi
+  else result helm-install "FAIL aggregator pods Ready: $(tw_aggregator_ready && echo yes || echo no), slice: $(tail -1 "$WORK/helm-install.log" | cut -c1-200), client tailweight stats: $(tw_stats emu-client | wc -l), $(cat "$WORK/pod-logs/${MESH_NS}_emu-client_"*/istio-proxy/*.log 2>/dev/null | grep -m1 -iE 'wasm.*(error|fail)' | cut -c1-300)"; return 0; fi
 else result helm-install "FAIL $(first_error "$WORK/helm-install.log")"; return 0; fi
 
 # -- steered: the same window with tailweight ---------------------------------------------------------------
