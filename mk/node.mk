@@ -30,12 +30,12 @@ $(NODE_PAUSE_IMAGE): $(NODE_PAUSE) $(ORAS) e2e/node/pack-image.sh
 	bash e2e/node/pack-image.sh $(ORAS) $(NODE_PAUSE) pause probe $@
 
 NODE_IMAGES := image-aggregator $(NODE_PAUSE_IMAGE) image-node-proxy $(NODE_FORTIO_IMAGE) image-emulator \
-	oci-wasm chart-package
+	oci-wasm chart-package cli-static
 NODE_CHART = $(BUILD)/charts/tailweight-$(TW_VERSION).tgz
 
 node-probe: node-bins mesh-bins $(NODE_IMAGES)
 	bash e2e/node/probe.sh $(AGGREGATOR_IMAGE) $(NODE_PAUSE_IMAGE) $(NODE_PROXY_IMAGE) $(NODE_FORTIO_IMAGE) \
-		$(EMULATOR_IMAGE) $(NODE_CHART) $(OCI_LAYOUT) $(ORAS)
+		$(EMULATOR_IMAGE) $(NODE_CHART) $(OCI_LAYOUT) $(ORAS) $(CLI_STATIC)
 
 # e2e/node/test_real_node.py: the probe as a test (every piece PASS, nothing left behind); ~8-10 min warm
 # on a loaded 2-core machine (docs/real-node.md).

@@ -3,6 +3,7 @@
 #   bootstrap  a pod annotated sidecar.istio.io/bootstrapOverride: tailweight-sidecar-bootstrap (the
 #              chart's optional ConfigMap; Istio's injector mounts it as a required volume) starts,
 #              and its Envoy's bootstrap carries the override
+#   dashboard  (dashboard.sh) the dashboard's queries answered by Prometheus scraping these pods
 #   opt-out    `helm upgrade` with no service left in the namespace (docs/istio.md: a namespace is
 #              opted in by the chart's `services`, as a client or as a service's own namespace) in
 #              a window: its failed requests; then emu-client's Envoy runs no module, and new pods
@@ -10,7 +11,7 @@
 #              without the filter, the new Fortio's requests all answered
 #   opt-in     `helm upgrade` with the first values again: emu-client and the new Fortio run the
 #              first module
-#   uninstall  `helm uninstall`, the aggregator pod deleted as its ReplicaSet would be; the failed
+#   uninstall  `helm uninstall`, the aggregator pods deleted as their ReplicaSet would; the failed
 #              requests of the window around it; then new pods of the namespace start and reach
 #              Ready: an emulator, a Fortio, and the annotated pod again (helm kept its ConfigMap),
 #              while a pod naming a ConfigMap that does not exist cannot start (the trap the kept
@@ -66,6 +67,10 @@ if fortio_pod emu-boot 2 "$BOOTSTRAP_CONFIGMAP" 2> "$WORK/bootstrap.log" &&
   result bootstrap "PASS pod emu-boot annotated sidecar.istio.io/bootstrapOverride: $BOOTSTRAP_CONFIGMAP Ready, its Envoy's bootstrap carries the override"
 else result bootstrap "FAIL emu-boot Ready: $(mesh_pod_ready emu-boot && echo yes || echo no), $(first_error "$WORK/bootstrap.log")"; fi
 
+# -- dashboard: the dashboard's queries against Prometheus scraping these pods (dashboard.sh) -----------------
+# shellcheck source=dashboard.sh
+source "$HERE/dashboard.sh"
+
 # -- opt-out: no service of the namespace in the chart's values ---------------------------------------------
 sed 's/^services: .*/services: []/' "$WORK/tw-values.yaml" > "$WORK/tw-values-opt-out.yaml"
 emu_window > "$WORK/opt-out.window" &
@@ -100,7 +105,9 @@ emu_window > "$WORK/uninstall.window" &
 window_pid=$!
 helm_ uninstall tailweight --namespace "$TW_NS" > "$WORK/uninstall.log" 2>&1
 uninstalled=$?
-api -X DELETE "$SERVER/api/v1/namespaces/$TW_NS/pods/tailweight-aggregator-node-0" >/dev/null
+for ((i = 0; i < AGG_REPLICAS; i++)); do
+  api -X DELETE "$SERVER/api/v1/namespaces/$TW_NS/pods/tailweight-aggregator-node-$i" >/dev/null
+done
 wait "$window_pid"
 read -r slow_share requests failed shares < "$WORK/uninstall.window"
 # Pods of the namespace start again once the chart is gone, the annotated one too (helm kept its

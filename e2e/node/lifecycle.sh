@@ -31,7 +31,6 @@ module_digests() {
 }
 # runs_module NAME DIGEST: pod NAME's Envoy runs the module of DIGEST (sha256:...) and no other.
 runs_module() { [ "$(module_digests "$1")" = "${2#sha256:}" ]; }
-picks_now() { tw_stats emu-client | awk -F': ' '$1 ~ /picks$/ {n += $2} END {print n + 0}'; }
 
 # swap_under_load STEP DIGEST COMMAND...: COMMAND (its output appended to $WORK/STEP.log) in a load
 # window ($WORK/STEP.window), then until the client's Envoy runs the module of DIGEST (60 s at most).

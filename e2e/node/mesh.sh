@@ -1,5 +1,5 @@
 # The mesh pieces of the real-node probe (issue 40), sourced by probe.sh once its pod ran (it uses
-# probe.sh's WORK, SERVER, NODE, SUBNET, BRIDGE, api, ctr_, start, result, wait_until, free_port):
+# probe.sh's WORK, SERVER, NODE, SUBNET, BRIDGE, GATEWAY, api, kc, ctr_, start, result, wait_until, free_port):
 #   proxy-image  the project's proxy image (pack-proxy-image.sh) imported, and Envoy, pilot-agent and
 #                iptables-nft run from it by runc
 #   istiod       istiod (pilot-discovery, as the Istio e2e runs it) beside the apiserver, with the
@@ -20,9 +20,7 @@ ISTIOD="$BIN/pilot-discovery-$ISTIO_VERSION"
 ISTIO_CRDS="$TW_CACHE/istio/crds-$ISTIO_API_VERSION.yaml"
 ISTIOD_CHART="$TW_CACHE/istio/istiod-chart-$ISTIO_VERSION"
 HELM="$BIN/helm-$HELM_VERSION"
-GATEWAY="${SUBNET%.0/24}.1"   # the bridge's own address (host-local's gateway, set by the cni piece)
 MESH_NS=tw-mesh
-kc() { kubectl --kubeconfig "$WORK/kubeconfig" --request-timeout=30s "$@"; }
 
 # Both pods: Envoy keeps every stat (Istio's bootstrap keeps a few by default), and the app starts
 # once its sidecar is ready (the client's first requests would otherwise find no Envoy).
@@ -92,7 +90,9 @@ echo "networks: {}" > "$WORK/istiod/networks.yaml"
 cat > "$WORK/istiod/mesh.yaml" <<EOF
 rootNamespace: istio-system
 trustDomain: cluster.local
-enablePrometheusMerge: false
+# Istio's default: the injector points the pods' prometheus.io annotations at the agent's 15020,
+# which serves Envoy's stats with the application's metrics (the aggregator's, for its ServiceMonitor).
+enablePrometheusMerge: true
 accessLogFile: ""
 defaultConfig:
   discoveryAddress: "$GATEWAY:$P_XDS"

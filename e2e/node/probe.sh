@@ -11,15 +11,18 @@
 #   node-ready  the kubelet registers its Node and it turns Ready
 #   pod         a pod bound to that node (spec.nodeName) reaches Running with the aggregator image,
 #               and its /healthz answers on the pod IP
+#   streaming   `kubectl port-forward` to that pod, `kubectl logs` and `exec`: the apiserver reaches the
+#               kubelet at the Node's InternalIP (the bridge's address) with a client certificate
 # Everything it starts runs in its own process group and is stopped by PID; the bridge, netns,
 # cgroups, mounts and iptables rules it or the kubelet created are removed at exit. Needs root.
 # Usage: probe.sh AGGREGATOR_IMAGE_TAR PAUSE_IMAGE_TAR [PROXY_IMAGE_TAR [FORTIO_IMAGE_TAR
-#          [EMULATOR_IMAGE_TAR [CHART_TGZ MODULE_OCI_LAYOUT ORAS]]]]
+#          [EMULATOR_IMAGE_TAR [CHART_TGZ MODULE_OCI_LAYOUT ORAS [CLI]]]]]
 # (make node-probe builds them all). With the proxy image the mesh pieces of mesh.sh follow the pod
 # (proxy-image, istiod, inject, sidecar), with the Fortio image also traffic, with the emulator
 # image the user's path of backends.sh (backends, baseline), and with the chart archive, the filter
-# module's OCI layout and oras, chart.sh (helm-install, steered), lifecycle.sh (upgrade, rollback)
-# and leave.sh (bootstrap, opt-out, opt-in, uninstall).
+# module's OCI layout and oras, chart.sh (helm-install, steered), with the tailweight CLI cli.sh
+# (cli, replicas), then lifecycle.sh (upgrade, rollback) and leave.sh (bootstrap, opt-out, opt-in,
+# uninstall).
 # Exit status: 1 when a piece FAILs (a SKIP, for a binary not built, is not a failure), else 0.
 # Env: TW_CACHE (binaries, as build.sh), TW_NODE_KEEP=1 keeps the temp dir (logs).
 set -uo pipefail
@@ -31,6 +34,7 @@ PROXY_TAR=${3:-}   # with it, the mesh pieces (mesh.sh) follow the pod
 FORTIO_TAR=${4:-}  # and with it, Fortio's pod sends through both sidecars (traffic)
 EMULATOR_TAR=${5:-}  # and with it, emulated backends with a slow pod (backends.sh)
 CHART_TGZ=${6:-} MODULE_LAYOUT=${7:-} ORAS=${8:-}   # and the chart installed (chart.sh)
+TW_CLI=${9:-}      # and the CLI against the node's pods and both aggregator replicas (cli.sh)
 HERE=$(cd "$(dirname "$0")" && pwd)
 TW_CACHE=${TW_CACHE:-$HOME/.cache/tailweight}
 # shellcheck source=../istio/build/versions.env
@@ -45,6 +49,8 @@ TAG=$(basename "$WORK" | tr -dc 'a-z0-9' | tail -c 6)
 BRIDGE="twn${TAG}"               # <= 15 characters
 NETNS="tw-node-$TAG"
 SUBNET="10.$((200 + RANDOM % 50)).$((RANDOM % 250)).0/24"
+GATEWAY="${SUBNET%.0/24}.1"   # the bridge's own address (host-local's gateway, set by the cni piece)
+NODE="tw-node-$TAG"
 CTR_SOCK="$WORK/state/containerd.sock"
 PIDS=()           # process-group leaders we started, stopped newest first
 PODS_CREATED=()   # NAMESPACE/NAME of the pods we created, deleted first at exit
@@ -243,6 +249,15 @@ mkdir -p "$WORK/pki" && (
   echo "subjectAltName=IP:127.0.0.1,DNS:localhost" > san.ext &&
   openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out apiserver.crt &&
   openssl ecparam -name prime256v1 -genkey -noout -out sa.key && openssl ec -in sa.key -pubout -out sa.pub &&
+  # The kubelet's serving certificate, for the address the apiserver dials (the Node's InternalIP,
+  # on the bridge), and the apiserver's client certificate to the kubelet (port-forward, exec, logs).
+  openssl req "${ec[@]}" -nodes -subj "/CN=system:node:$NODE/O=system:nodes" -keyout kubelet.key -out kubelet.csr &&
+  echo "subjectAltName=IP:$GATEWAY,DNS:$NODE" > kubelet.ext &&
+  openssl x509 -req -in kubelet.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile kubelet.ext -out kubelet.crt &&
+  openssl req "${ec[@]}" -nodes -subj "/CN=kube-apiserver-kubelet-client/O=system:masters" \
+    -keyout kubelet-client.key -out kubelet-client.csr &&
+  echo "extendedKeyUsage=clientAuth" > client.ext &&
+  openssl x509 -req -in kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile client.ext -out kubelet-client.crt &&
   echo "$TOKEN,admin,admin,\"system:masters\"" > tokens.csv
 ) > "$WORK/pki.log" 2>&1
 ETCD_PORT=$(free_port); PEER_PORT=$(free_port); API_PORT=$(free_port)
@@ -259,13 +274,14 @@ start kube-apiserver "$APISERVER" "--etcd-servers=http://127.0.0.1:$ETCD_PORT" \
   "--service-account-key-file=$WORK/pki/sa.pub" "--service-account-signing-key-file=$WORK/pki/sa.key" \
   --api-audiences=https://kubernetes.default.svc.cluster.local,istio-ca --enable-aggregator-routing=true \
   --disable-admission-plugins=ServiceAccount --service-cluster-ip-range=10.96.0.0/16 \
-  --endpoint-reconciler-type=none --enable-priority-and-fairness=false --profiling=false
+  --endpoint-reconciler-type=none --enable-priority-and-fairness=false --profiling=false \
+  "--kubelet-client-certificate=$WORK/pki/kubelet-client.crt" "--kubelet-client-key=$WORK/pki/kubelet-client.key" \
+  "--kubelet-certificate-authority=$WORK/pki/ca.crt" --kubelet-preferred-address-types=InternalIP
 if wait_until 90 api -f "$SERVER/readyz"; then result apiserver "PASS $K8S_VERSION on $SERVER"
 else result apiserver "FAIL $(first_error "$WORK/kube-apiserver.log")"; exit 1; fi
 
 # -- kubelet ------------------------------------------------------------------------------------------
 [ -x "$KUBELET" ] || { result kubelet "SKIP $KUBELET not built (bash e2e/istio/build/build.sh kubelet)"; exit 0; }
-NODE="tw-node-$TAG"
 cat > "$WORK/kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
@@ -274,12 +290,18 @@ clusters: [{name: tw, cluster: {server: "$SERVER", certificate-authority: "$WORK
 users: [{name: admin, user: {token: $TOKEN}}]
 contexts: [{name: tw, context: {cluster: tw, user: admin}}]
 EOF
+kc() { kubectl --kubeconfig "$WORK/kubeconfig" --request-timeout=30s "$@"; }
 mkdir -p "$WORK/manifests" "$WORK/kubelet" "$WORK/pod-logs"
 cat > "$WORK/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+# The apiserver reaches the kubelet (port-forward, exec, logs) at the Node's InternalIP (--node-ip):
+# the bridge's own address, with a certificate of the probe's CA; callers authenticate by a client
+# certificate of that CA (the apiserver's), nobody anonymously.
+address: $GATEWAY
 port: $(free_port)
+tlsCertFile: $WORK/pki/kubelet.crt
+tlsPrivateKeyFile: $WORK/pki/kubelet.key
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: $(free_port)
@@ -289,15 +311,18 @@ failCgroupV1: false
 containerRuntimeEndpoint: unix://$CTR_SOCK
 staticPodPath: $WORK/manifests
 podLogsDir: $WORK/pod-logs
-authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
+authentication: {anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: $WORK/pki/ca.crt}}
 authorization: {mode: AlwaysAllow}
 resolvConf: ""
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
 EOF
+# The kubelet serves on the bridge's address: the cni piece made the bridge and gave it that address.
+ip -4 addr show dev "$BRIDGE" 2>/dev/null | grep -q "inet $GATEWAY/" ||
+  { result kubelet "FAIL the bridge $BRIDGE has no address $GATEWAY to serve on (see the cni piece)"; exit 1; }
 start kubelet "$KUBELET" --config "$WORK/kubelet.yaml" --kubeconfig "$WORK/kubeconfig" \
-  --root-dir "$WORK/kubelet" --cert-dir "$WORK/kubelet/pki" --hostname-override "$NODE" --v=2
+  --root-dir "$WORK/kubelet" --cert-dir "$WORK/kubelet/pki" --hostname-override "$NODE" --node-ip "$GATEWAY" --v=2
 node_ready() {
   api "$SERVER/api/v1/nodes/$NODE" | python3 -c '
 import json,sys; c={x["type"]: x["status"] for x in json.load(sys.stdin)["status"]["conditions"]}; sys.exit(c.get("Ready") != "True")'
@@ -333,6 +358,25 @@ if wait_until 90 pod_running; then
 else
   result pod "FAIL $(pod_field 's.get("phase"), [c.get("state") for c in s.get("containerStatuses", [])], s.get("conditions")' 2>&1 | cut -c1-400)"
 fi
+
+# -- streaming: the apiserver reaches the kubelet (port-forward, logs) --------------------------------
+# port_forward NAME NAMESPACE POD PORT: `kubectl port-forward` in the background as NAME (apiserver ->
+# the kubelet at the Node's InternalIP -> containerd's stream server -> the pod's netns); sets PF_ADDR
+# to its local address and PF_PID to its process group.
+port_forward() {
+  start "$1" kc -n "$2" port-forward --address 127.0.0.1 "pod/$3" ":$4"
+  PF_PID=${PIDS[-1]}
+  wait_until 20 grep -q '^Forwarding from 127.0.0.1:' "$WORK/$1.log" || return 1
+  PF_ADDR=$(sed -n 's/^Forwarding from \(127\.0\.0\.1:[0-9]*\) .*/\1/p' "$WORK/$1.log" | head -1)
+}
+stop_group() { [ "${1:-0}" -gt 1 ] || return 0; kill -TERM -- "-$1" 2>/dev/null; wait_until 10 group_gone "$1"; }
+if port_forward pf-probe default tw-node-probe 8080 && curl -sf --max-time 5 -o /dev/null "http://$PF_ADDR/healthz" &&
+   kc -n default logs tw-node-probe > "$WORK/logs-probe.log" 2>&1 &&
+   kc -n default exec tw-node-probe -- /usr/local/bin/tailweight-aggregator --help > "$WORK/exec-probe.log" 2>&1 &&
+   grep -qi usage "$WORK/exec-probe.log"; then
+  result streaming "PASS kubectl port-forward pod/tw-node-probe :8080 -> $PF_ADDR, /healthz answered; kubectl logs read; kubectl exec ran the aggregator's --help"
+else result streaming "FAIL $(first_error "$WORK/pf-probe.log") $(first_error "$WORK/logs-probe.log" 2>/dev/null) $(first_error "$WORK/exec-probe.log" 2>/dev/null)"; fi
+stop_group "$PF_PID"
 
 # -- the mesh: istiod's injection on pods of this node (mesh.sh) --------------------------------------
 if [ -n "$PROXY_TAR" ]; then

@@ -14,6 +14,10 @@ module and then the first one's again; the namespace opted out (no module in old
 and in again; `helm uninstall` under load, after which pods annotated with the chart's bootstrap
 override still start. Every piece must PASS, and nothing the probe made may outlive it.
 
+Between steered and the upgrade, the CLI (e2e/node/cli.sh): `tailweight endpoints --pod` reaches the
+client's sidecar through the apiserver's port-forward to the kubelet, names the emulator pods, and
+asks both aggregator replicas (the chart's replicas: 2), every invocation answered.
+
 Opt-in (`make test-node`, ~9 min warm on a loaded 2-core machine; not part of `make test`): needs
 root, the Debian packages scripts/install-deps.sh installs, `make node-bins mesh-bins` and the image archives, the chart
 archive and the module layout `make node-probe` builds. See docs/real-node.md for what each piece
@@ -38,8 +42,9 @@ FORTIO_IMAGE = ROOT / "build" / "node" / "fortio-image.tar"
 EMULATOR_IMAGE = ROOT / "build" / "node" / "emulator-image.tar"
 MODULE_LAYOUT = ROOT / "build" / "oci" / "tailweight-filter"
 PIECES = ["kernel", "containerd", "image", "ctr-run", "cni", "apiserver", "kubelet", "node-ready", "pod",
-          "proxy-image", "istiod", "inject", "sidecar", "traffic", "backends", "baseline", "helm-install",
-          "steered", "upgrade", "rollback", "bootstrap", "opt-out", "opt-in", "uninstall"]
+          "streaming", "proxy-image", "istiod", "inject", "sidecar", "traffic", "backends", "baseline",
+          "helm-install", "steered", "cli", "replicas", "upgrade", "rollback", "bootstrap", "dashboard",
+          "opt-out", "opt-in", "uninstall"]
 
 
 def versions_env() -> dict[str, str]:
@@ -57,6 +62,10 @@ def aggregator_image() -> Path:
 
 def chart_archive() -> Path:
     return ROOT / "build" / "charts" / f"tailweight-{version()}.tgz"
+
+
+def cli() -> Path:
+    return ROOT / "target" / "x86_64-unknown-linux-musl" / "release" / "tailweight"
 
 
 def oras() -> Path:
@@ -86,7 +95,7 @@ def missing_prerequisites() -> list[str]:
         if not part.exists():
             missing.append(f"{part} (make mesh-bins)")
     for image in (aggregator_image(), PAUSE_IMAGE, PROXY_IMAGE, FORTIO_IMAGE, EMULATOR_IMAGE, chart_archive(),
-                  MODULE_LAYOUT / "index.json", oras()):
+                  MODULE_LAYOUT / "index.json", oras(), cli()):
         if not image.exists():
             missing.append(f"{image} (make node-probe builds it)")
     return missing
@@ -109,7 +118,7 @@ def test_the_kubelet_runs_pods_that_istiods_webhook_injected_and_they_talk_throu
     rules_before = set(iptables_rules())
     run = subprocess.run(["bash", str(PROBE), str(aggregator_image()), str(PAUSE_IMAGE), str(PROXY_IMAGE),
                           str(FORTIO_IMAGE), str(EMULATOR_IMAGE), str(chart_archive()), str(MODULE_LAYOUT),
-                          str(oras())],
+                          str(oras()), str(cli())],
                          capture_output=True, text=True, timeout=1200)
     table = results(run.stdout)
     assert list(table) == PIECES, run.stdout + run.stderr[-4000:]
@@ -118,6 +127,8 @@ def test_the_kubelet_runs_pods_that_istiods_webhook_injected_and_they_talk_throu
             assert line.startswith("PASS"), f"{piece}: {line}\n{run.stderr[-4000:]}"
     assert len(table["ctr-run"]) == 2  # overlayfs and native snapshotters
     assert re.match(r"PASS Running, IP 10\.\d+\.\d+\.\d+, /healthz answered", table["pod"][0])
+    # The apiserver reaches the kubelet: port-forward, logs and exec stream through it.
+    assert "/healthz answered; kubectl logs read; kubectl exec ran" in table["streaming"][0]
     # The webhook added Istio's init container and sidecar to the pod the probe created.
     injected = table["inject"][0].split(": ", 1)[1].split()
     assert {"istio-init", "istio-proxy", "server"} == set(injected)
@@ -134,10 +145,21 @@ def test_the_kubelet_runs_pods_that_istiods_webhook_injected_and_they_talk_throu
     assert all(float(share) > 0 for share in shares.split())
     # The packaged chart installed; the client's sidecar runs the module the agent fetched from the
     # registry on the bridge, and the slow pod's share falls below half of what it was.
-    assert "installed, aggregator pod Ready" in table["helm-install"][0]
+    assert "installed, 2 aggregator pods Ready" in table["helm-install"][0]
     after, requests, _, failed = re.search(window, table["steered"][0]).groups()
     assert int(requests) > 0 and int(failed) == 0
     assert float(after) < float(before) / 2
+    # The CLI, through the apiserver's port-forward to the client pod, names every endpoint by its
+    # pod, with the owning replica's weight and the picker's latency; the slow pod has the smallest
+    # share.
+    shares = {pod: float(share) for pod, share in re.findall(
+        r"(emu-\d) ([\d.]+)% weight [\d.]+ latency [\d.]+ms", table["cli"][0])}
+    assert set(shares) == {"emu-0", "emu-1", "emu-2"}, table["cli"][0]
+    assert min(shares, key=shares.get) == "emu-2", table["cli"][0]
+    # Two replicas: one holds the cluster, the other answers 404; the CLI asks both and never fails.
+    assert re.search(r"node-\d 200", table["replicas"][0]) and re.search(r"node-\d 404", table["replicas"][0])
+    runs = re.search(r"(\d+) errors in (\d+) invocations, weights in (\d+)", table["replicas"][0]).groups()
+    assert runs[0] == "0" and runs[1] == runs[2] and int(runs[1]) >= 20, table["replicas"][0]
     # Upgrade to a new module digest and roll back, both under load: no request fails, and the
     # client's Envoy swaps to the new digest's module and back to the first one's.
     swap = r"client Envoy's module ([0-9a-f]{12}) -> ([0-9a-f]{12})"
@@ -146,6 +168,10 @@ def test_the_kubelet_runs_pods_that_istiods_webhook_injected_and_they_talk_throu
     first, upgraded = re.search(swap, table["upgrade"][0]).groups()
     assert first != upgraded
     assert re.search(swap, table["rollback"][0]).groups() == (upgraded, first)
+    # Prometheus scraping the node's pods as the chart's monitors say answers the dashboard's queries:
+    # every panel has series but those a healthy node leaves empty.
+    with_data, panels = map(int, re.search(r"(\d+) of (\d+) panels with series", table["dashboard"][0]).groups())
+    assert panels == 12 and with_data >= 10, table["dashboard"][0]
     # Opted out under load: no request fails, the running and the new sidecars run no module; opted
     # in again, both run the first module.
     assert re.search(r" 0 failed of [1-9]\d* requests", table["opt-out"][0])
