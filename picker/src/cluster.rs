@@ -20,6 +20,7 @@
 use crate::endpoint::{Endpoint, GlobalStats};
 use crate::health::HealthChange;
 use crate::health_check::CheckTarget;
+use crate::own_evidence::own_fresh_share;
 use crate::params::PickParams;
 use crate::stamp_record::StampRecord;
 use crate::steering::Steering;
@@ -165,10 +166,10 @@ impl Cluster {
         self.prior_latency_us
     }
 
-    /// As of the last tick: `fresh / known`, the endpoints known here with a latency estimate of
-    /// this proxy's own (its workers') younger than `stale_after` over all known (0 with none). How
-    /// much this proxy's own counts say about the cluster: near 1 when it reaches every endpoint
-    /// every few seconds, low when it is one of many proxies that each reach an endpoint rarely.
+    /// As of the last tick: the share of the cluster this proxy has a fresh latency estimate of
+    /// (`own_evidence::own_fresh_share`). How much its own counts say about the cluster: near 1
+    /// when it reaches every endpoint every few seconds, low when it is one of many proxies that
+    /// each reach an endpoint rarely.
     pub fn own_fresh_share(&self) -> f64 {
         self.own_fresh_share
     }
@@ -389,8 +390,8 @@ impl Cluster {
     pub fn refresh_prior(&mut self, now_us: u64, p: &PickParams) {
         let fresh_view = self.view_fresh(now_us);
         let mut fresh: Vec<f64> = self.endpoints.iter().filter_map(|e| e.fresh_latency_us(now_us, p)).collect();
-        self.own_fresh_share =
-            if self.endpoints.is_empty() { 0.0 } else { fresh.len() as f64 / self.endpoints.len() as f64 };
+        let listed_unknown = if fresh_view { self.suggestions.len() + self.unproven.len() } else { 0 };
+        self.own_fresh_share = own_fresh_share(fresh.len(), self.endpoints.len(), listed_unknown);
         if fresh.is_empty() && fresh_view {
             fresh = self.endpoints.iter().filter_map(|e| e.global.map(|g| g.latency_us)).filter(|l| *l > 0.0).collect();
         }

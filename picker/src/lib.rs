@@ -28,6 +28,7 @@ mod health_check;
 mod inflight;
 mod inspect;
 mod outcome;
+mod own_evidence;
 mod params;
 mod snapshot;
 mod stamp_record;

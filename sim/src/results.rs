@@ -4,7 +4,7 @@
 use crate::engine::{Measured, SERIES_WINDOW_NS};
 use crate::settle::SETTLE;
 use crate::setup::{EventAction, Setup};
-use crate::steady::{steady_state, SteadyState, COLD_START_BAND, STEADY_SHARE};
+use crate::steady::{p99_by_second_ms, steady_state, SteadyState, COLD_START_BAND, STEADY_SHARE};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -64,6 +64,8 @@ pub struct PolicyResult {
     pub reactions: Vec<Reaction>,
     /// The steady-state p99 and how long the cold start took (see `steady`).
     pub steady_state: Option<SteadyState>,
+    /// p99 (ms) of the requests that arrived in each second of the run, warm-up included.
+    pub p99_by_second_ms: Vec<f64>,
     /// Requests that waited in their client for a free connection (connection limit only).
     pub delayed: u64,
     /// Every request simulated (warm-up included), the wall time it took, and their ratio.
@@ -148,6 +150,7 @@ impl PolicyResult {
             per_endpoint_share,
             reactions: reactions(setup, m),
             steady_state: steady_state(&m.per_second, setup.warmup_ns as f64 / 1e9, setup.end_ns() as f64 / 1e9),
+            p99_by_second_ms: p99_by_second_ms(&m.per_second),
             delayed: m.delayed,
             simulated_requests: m.arrivals,
             wall_s,

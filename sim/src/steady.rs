@@ -50,6 +50,15 @@ pub fn steady_state(per_second: &[Histogram], warmup_s: f64, end_s: f64) -> Opti
     })
 }
 
+/// The p99 (ms) of each one-second window of `per_second`, 0 for a window without requests: the
+/// series the cold start is read from.
+pub fn p99_by_second_ms(per_second: &[Histogram]) -> Vec<f64> {
+    per_second
+        .iter()
+        .map(|h| if h.count() == 0 { 0.0 } else { (h.quantile(0.99) as f64 / 1e3).round() / 1e3 })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,6 +83,9 @@ mod tests {
         // A late slow second (past the band) moves the end of the cold start there.
         run[5] = second(&[40; 100]);
         assert_eq!(steady_state(&run, 2.0, 10.0).unwrap().cold_start_s, 6.0);
+        let series = p99_by_second_ms(&run);
+        assert_eq!(series.len(), 10);
+        assert!((series[0] - 500.0).abs() <= 4.0 && (series[5] - 40.0).abs() <= 0.32, "{series:?}");
     }
 
     #[test]
@@ -82,5 +94,6 @@ mod tests {
         assert_eq!(steady_state(&run, 2.0, 6.0).unwrap().cold_start_s, 0.0);
         let empty: Vec<Histogram> = (0..6).map(|_| Histogram::default()).collect();
         assert_eq!(steady_state(&empty, 2.0, 6.0), None);
+        assert_eq!(p99_by_second_ms(&empty), vec![0.0; 6]);
     }
 }

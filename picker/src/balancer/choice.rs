@@ -43,7 +43,7 @@ pub(super) fn first_choice(
 /// Do stamps decide this cluster's picks? Only with `load_stamp_max_age_us` > 0, once its
 /// responses have brought a stamp (a cluster whose destinations write none, or whose stamps are
 /// not read, keeps the two-choice pick), and while at most `load_stamp_max_fresh_share` of its
-/// endpoints known here have a fresh latency estimate of this proxy's own.
+/// endpoints (known here or listed by a fresh view) have a fresh latency estimate of this proxy's own.
 fn reads_stamps(cluster: &Cluster, p: &PickParams) -> bool {
     p.load_stamp_max_age_us > 0
         && !cluster.stamped().is_empty()
