@@ -102,10 +102,7 @@ pub fn parse(header: &str) -> Result<OrcaLoad, OrcaError> {
 fn parse_text(body: &str) -> Result<OrcaLoad, OrcaError> {
     let mut load = OrcaLoad::default();
     for pair in split_at_ascii(body, b',').map(str::trim_ascii).filter(|p| !p.is_empty()) {
-        let (key, value) = split_at_ascii(pair, b'=')
-            .next()
-            .filter(|key| key.len() < pair.len())
-            .and_then(|key| Some((key, pair.get(key.len() + 1..)?)))
+        let (key, value) = split_once_ascii(pair, b'=')
             .ok_or_else(|| OrcaError::NotKeyValue(crate::json::clip(pair, 40).to_string()))?;
         let key = key.trim_ascii();
         // The key goes into a one-line error: escaped (a newline stays visible) and cut short.
@@ -116,18 +113,25 @@ fn parse_text(body: &str) -> Result<OrcaLoad, OrcaError> {
     Ok(load)
 }
 
-/// The parts of `text` between the ASCII byte `separator`s (as `str::split`, by a plain byte scan:
-/// a report is a few dozen bytes, too short for `memchr`'s set-up to pay off).
-fn split_at_ascii(text: &str, separator: u8) -> impl Iterator<Item = &str> {
+/// `text.split_once(separator)` for an ASCII byte, by a plain byte scan: a report is a few dozen
+/// bytes, too short for `memchr`'s set-up to pay off. An ASCII byte is a character of its own, so
+/// both sides are whole UTF-8 (`get`: no panic path, whose formatting would add kilobytes to the
+/// filter).
+fn split_once_ascii(text: &str, separator: u8) -> Option<(&str, &str)> {
     debug_assert!(separator.is_ascii());
+    let at = text.bytes().position(|b| b == separator)?;
+    Some((text.get(..at)?, text.get(at + 1..)?))
+}
+
+/// The parts of `text` between the ASCII byte `separator`s, as `str::split` (`split_once_ascii`).
+fn split_at_ascii(text: &str, separator: u8) -> impl Iterator<Item = &str> {
     let mut rest = Some(text);
     std::iter::from_fn(move || {
         let part = rest?;
-        match part.bytes().position(|b| b == separator) {
-            // An ASCII byte is a character of its own: both sides are whole UTF-8.
-            Some(at) => {
-                rest = part.get(at + 1..);
-                part.get(..at)
+        match split_once_ascii(part, separator) {
+            Some((head, tail)) => {
+                rest = Some(tail);
+                Some(head)
             }
             None => {
                 rest = None;
