@@ -25,6 +25,8 @@ DASHBOARD = paths.REPO / "charts" / "tailweight" / "dashboards" / "tailweight.js
 SCRAPE_S = 1.0
 # Grafana's $__rate_interval is at least four scrape intervals.
 RATE_INTERVAL = "8s"
+# Seconds of load in the healthy phase: longer than its checks take on a loaded host.
+HEALTHY_S = 30
 VARIABLES = ("namespace", "pod", "cluster", "endpoint", "aggregator")
 # Each variable at "All" (its allValue), as a viewer of everything has them.
 ALL = dict.fromkeys(VARIABLES, ".*")
@@ -97,10 +99,10 @@ def test_every_panel_has_data_filters_by_its_variables_and_a_failing_endpoint_sh
         proc.popen.wait(seconds + 60)
         return fortio.counts(fortio.read(out))
 
-    alone_load = load("healthy-alone", alone, 6, wait=False)
-    total, errors = load("healthy", proxy, 6)
-    alone_load.popen.wait(60)
-    assert errors == 0 and total >= 500
+    # Load runs through every check of the healthy phase: each rate panel then has a live rate, and
+    # a check that finds a window empty (a scrape loop stalled on a loaded host) polls again.
+    alone_load = load("healthy-alone", alone, HEALTHY_S, wait=False)
+    healthy_load = load("healthy", proxy, HEALTHY_S, wait=False)
 
     def dead_panels(selected):
         return {title: expr for title, exprs in selected.items() for expr in exprs if not prom.query(expr)}
@@ -108,12 +110,12 @@ def test_every_panel_has_data_filters_by_its_variables_and_a_failing_endpoint_sh
     def all_panels_have_data():
         dead = dead_panels(queries)
         assert not dead, f"panels without data: {dead}"
+        # The share panel: per cluster, the endpoints' shares add up to 1, every endpoint picked.
+        shares = {r["metric"]["upstream_endpoint"]: float(r["value"][1]) for r in prom.query(queries[SHARES][0])}
+        assert set(shares) == set(backends.addresses) and abs(sum(shares.values()) - 1) < 1e-6, shares
         return True
 
     wait_for(all_panels_have_data, 30, "every panel's queries to return data", prom.proc, interval_s=1.0)
-    # The share panel: per cluster, the endpoints' shares add up to 1, every endpoint picked.
-    shares = {r["metric"]["upstream_endpoint"]: float(r["value"][1]) for r in prom.query(queries[SHARES][0])}
-    assert set(shares) == set(backends.addresses) and abs(sum(shares.values()) - 1) < 1e-6, shares
     ejected = {r["metric"]["upstream_endpoint"]: float(r["value"][1]) for r in prom.query(queries[EJECTIONS][0])}
     assert ejected == {a: 0.0 for a in backends.addresses}, ejected
 
@@ -130,21 +132,32 @@ def test_every_panel_has_data_filters_by_its_variables_and_a_failing_endpoint_sh
     chosen = {"namespace": NAMESPACE, "pod": VIEWED, "cluster": cluster, "endpoint": backends.addresses[0],
               "aggregator": AGGREGATOR_POD}
     one = panel_queries(chosen)
-    assert set(dead_panels(one)) == {NEVER}, dead_panels(one)
     allowed = {"namespace": {NAMESPACE, AGGREGATOR_NAMESPACE}, "pod": {VIEWED, AGGREGATOR_POD},
                "upstream_cluster": {cluster}, "upstream_endpoint": {backends.addresses[0]}}
-    for title, exprs in one.items():
-        for expr in exprs:
-            for row in prom.query(expr):
-                assert all(row["metric"][k] in values for k, values in allowed.items() if k in row["metric"]), \
-                    (title, row)
-    assert [r["metric"]["upstream_endpoint"] for r in prom.query(one[SHARES][0])] == [backends.addresses[0]]
+
+    def the_choice_only():
+        dead = dead_panels(one)
+        assert set(dead) == {NEVER}, dead
+        for title, exprs in one.items():
+            for expr in exprs:
+                for row in prom.query(expr):
+                    assert all(row["metric"][k] in values for k, values in allowed.items() if k in row["metric"]), \
+                        (title, row)
+        assert [r["metric"]["upstream_endpoint"] for r in prom.query(one[SHARES][0])] == [backends.addresses[0]]
+        return True
+
+    wait_for(the_choice_only, 30, "every panel to show the one chosen", prom.proc, interval_s=1.0)
     alone_only = panel_queries({**chosen, "pod": ALONE})
     assert not prom.query(alone_only[AGE][0]) and prom.query(alone_only[NEVER][0])
     # Values no series carries: every panel is empty, so no query escapes the variables.
     nothing = panel_queries(dict.fromkeys(VARIABLES, "no-such-value"))
     escaping = [(title, expr) for title, exprs in nothing.items() for expr in exprs if prom.query(expr)]
     assert not escaping, escaping
+
+    for proc in (alone_load, healthy_load):
+        proc.popen.wait(HEALTHY_S + 60)
+    total, errors = fortio.counts(fortio.read(tmp_path / "healthy.json"))
+    assert errors == 0 and total >= 500
 
     failing = backends.addresses[1]
     backends.event([1], "fail")
