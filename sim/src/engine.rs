@@ -12,7 +12,7 @@ use crate::policy::{Choice, Ctx, Outcome, Policy};
 use crate::queue::{timer_of, Queue, EV_DONE, EV_REJECT, EV_SCENARIO, EV_TIMER, EV_WINDOW};
 use crate::server::{Server, Status};
 use crate::setup::{EventAction, Setup};
-use crate::steady::SECOND_NS;
+use crate::steady::{OPENING_NS, SECOND_NS};
 use std::collections::{BTreeSet, VecDeque};
 
 /// How long a refused or failing endpoint takes to answer (a 503 or a connection refused).
@@ -49,8 +49,9 @@ pub struct Measured {
     pub latency: Histogram,
     pub recorded: u64,
     pub errors: u64,
-    /// Requests sent to each endpoint (recorded part).
+    /// Requests sent to each endpoint (recorded part), and in the run's opening (`OPENING_NS`).
     pub per_endpoint: Vec<u64>,
+    pub opening_per_endpoint: Vec<u64>,
     /// Time waited in the endpoint's queue before service, and service time (recorded part).
     pub wait_sum_ns: f64,
     pub service_sum_ns: f64,
@@ -131,6 +132,7 @@ impl<'s, P: Policy> Engine<'s, P> {
             outstanding: 0,
             m: Measured {
                 per_endpoint: vec![0; n],
+                opening_per_endpoint: vec![0; n],
                 per_endpoint_wait_ns: vec![0.0; n],
                 per_endpoint_served: vec![0; n],
                 sent_series: vec![0; windows],
@@ -270,6 +272,9 @@ impl<'s, P: Policy> Engine<'s, P> {
     fn note_sent(&mut self, e: u32, now: u64) {
         let w = ((now / SERIES_WINDOW_NS) as usize).min(self.m.sent_series.len() - 1);
         self.m.sent_series[w] += 1;
+        if now < OPENING_NS {
+            self.m.opening_per_endpoint[e as usize] += 1;
+        }
         let mut mask = self.event_mask[e as usize];
         while mask != 0 {
             let i = mask.trailing_zeros() as usize;

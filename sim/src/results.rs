@@ -29,6 +29,9 @@ pub struct GroupShare {
     pub capacity_share: f64,
     /// Mean time its requests waited in the endpoints' queues before service (recorded part).
     pub mean_wait_ms: f64,
+    /// Share of the requests sent in the run's opening (`steady::OPENING_NS`, warm-up included)
+    /// that the group's endpoints got.
+    pub opening_share: f64,
 }
 
 /// How traffic to an event's endpoints settled, defined as the benchmark harness does (`settle`:
@@ -117,10 +120,17 @@ impl PolicyResult {
                 share: 0.0,
                 capacity_share: 0.0,
                 mean_wait_ms: 0.0,
+                opening_share: 0.0,
             });
             g.endpoints += 1;
             g.share += share;
             g.capacity_share += spec.capacity_rps() / capacity;
+        }
+        let opening_total = m.opening_per_endpoint.iter().sum::<u64>().max(1) as f64;
+        for (spec, sent) in setup.endpoints.iter().zip(&m.opening_per_endpoint) {
+            if let Some(g) = groups.get_mut(&spec.group) {
+                g.opening_share += *sent as f64 / opening_total;
+            }
         }
         let mut waits: BTreeMap<usize, (f64, u64)> = BTreeMap::new();
         for (i, spec) in setup.endpoints.iter().enumerate() {
@@ -267,18 +277,19 @@ impl RunResult {
             STEADY_SHARE * 100.0,
             COLD_START_BAND
         );
-        out += "| policy | p50 ms | p90 ms | p99 ms | p99.9 ms | mean ms | steady p99 ms | cold start s | errors | share by group % | settle s after events | requests | sim req/s (wall) |\n";
-        out += "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |\n";
+        out += "| policy | p50 ms | p90 ms | p99 ms | p99.9 ms | mean ms | steady p99 ms | cold start s | errors | share by group % | first 3 s share by group % | settle s after events | requests | sim req/s (wall) |\n";
+        out += "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | ---: | ---: |\n";
         for p in &self.policies {
             let l = &p.latency_ms;
             let shares: Vec<String> = p.groups.iter().map(|g| format!("{:.1}", g.share * 100.0)).collect();
+            let opening: Vec<String> = p.groups.iter().map(|g| format!("{:.1}", g.opening_share * 100.0)).collect();
             let reactions: Vec<String> =
                 p.reactions.iter().map(|r| r.settle_s.map_or("never".into(), |t| format!("{t:.1}"))).collect();
             let (steady_p99, cold_start) = p
                 .steady_state
                 .map_or(("n/a".into(), "n/a".into()), |s| (fmt_ms(s.p99_ms), format!("{:.0}", s.cold_start_s)));
             out += &format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2e} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2e} |\n",
                 p.policy,
                 fmt_ms(l.p50),
                 fmt_ms(l.p90),
@@ -289,6 +300,7 @@ impl RunResult {
                 cold_start,
                 p.errors,
                 shares.join(" / "),
+                opening.join(" / "),
                 if reactions.is_empty() { "n/a".into() } else { reactions.join(", ") },
                 p.requests,
                 p.requests_per_wall_s,

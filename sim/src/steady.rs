@@ -17,6 +17,9 @@ pub const SECOND_NS: u64 = 1_000_000_000;
 pub const STEADY_SHARE: f64 = 0.5;
 /// A window has settled while its p99 is within this factor of the steady-state p99.
 pub const COLD_START_BAND: f64 = 1.25;
+/// The opening of a run whose requests per endpoint group are counted apart (`GroupShare::opening_share`):
+/// the seconds in which proxies start without a view from the aggregator.
+pub const OPENING_NS: u64 = 3 * SECOND_NS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct SteadyState {

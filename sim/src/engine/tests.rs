@@ -44,3 +44,18 @@ fn a_recovery_naming_several_backends_brings_each_back() {
     assert!(servers[0].errors > 20 && servers[3].errors > 20, "both failed for a second");
     assert!(servers.iter().enumerate().all(|(i, s)| s.errors == 0 || i == 0 || i == 3));
 }
+
+#[test]
+fn the_opening_counts_the_sends_of_the_first_seconds_per_endpoint() {
+    // 4 s at 200 rps under round robin: the first 3 s hold ~600 of the ~800 sends, spread evenly.
+    let text = "name: t\nseed: 3\nwarmup_s: 1\nduration_s: 3\n\
+                backends: [{count: 6, workers: 2, base_ms: 10, speed: 1.0, jitter: 0.0}]\n\
+                clients: {count: 4, qps: 200, connections: 16}\n";
+    let setup = Setup::resolve(&Scenario::parse(text).unwrap(), &Overrides::default()).unwrap();
+    let arrivals = Arrivals::poisson(setup.qps, setup.clients, setup.service, setup.end_ns(), setup.seed);
+    let m = Engine::new(&setup, RoundRobin::new(setup.clients, 6, 1), arrivals).run();
+    let opening: u64 = m.opening_per_endpoint.iter().sum();
+    assert!((500..=700).contains(&opening), "{opening}");
+    assert!(opening < m.arrivals, "the last second is not in the opening");
+    assert!(m.opening_per_endpoint.iter().all(|&n| n * 6 > opening * 4 / 5), "{:?}", m.opening_per_endpoint);
+}
