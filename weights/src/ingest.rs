@@ -103,23 +103,33 @@ pub(crate) fn enter_cluster(
 /// Enter `who`'s report `e` of `endpoint` (and cut its superseded incarnations' observations to
 /// their new expiry); true if it is the incarnation's first observation there. A report that does
 /// not renew the observation (see `renews`) updates it without moving its expiry, and enters none.
+/// A first observation rated at once (new counters, see `observation::new_counters_us`) ends the
+/// superseded incarnations' observations there now: the new counters hold the requests since the
+/// restart, and the old window's rate, of the same traffic before it, would count them twice (a
+/// live twin's next report enters it again).
 fn observe(endpoint: &mut EndpointRecord, e: &EndpointReport, who: &Entering) -> bool {
-    for (other, until) in who.superseded.iter().copied().flatten() {
-        if let Some(o) = endpoint.obs.get_mut(other) {
-            o.expires_us = o.expires_us.min(*until);
-        }
-    }
-    match endpoint.obs.get_mut(&who.id) {
+    let first = match endpoint.obs.get_mut(&who.id) {
         Some(o) => {
             let expires_us = match renews(e, Some(o.requests), who.max_seen_age_us) {
                 true => who.expires_us,
                 false => o.expires_us.min(who.expires_us),
             };
             o.update(e, who.incarnation, who.interval_us, expires_us, who.now_us);
-            false
+            None
         }
         None if renews(e, None, who.max_seen_age_us) => {
-            let first = Observation::first(e, who.incarnation, who.principal, who.expires_us, who.now_us);
+            Some(Observation::first(e, who.incarnation, who.principal, who.interval_us, who.expires_us, who.now_us))
+        }
+        None => None,
+    };
+    let rated_at_once = first.as_ref().is_some_and(|o| o.window_until_us > who.now_us);
+    for (other, until) in who.superseded.iter().copied().flatten() {
+        if let Some(o) = endpoint.obs.get_mut(other) {
+            o.expires_us = o.expires_us.min(if rated_at_once { who.now_us } else { *until });
+        }
+    }
+    match first {
+        Some(first) => {
             endpoint.obs.insert(who.id, first);
             true
         }
