@@ -42,12 +42,13 @@ pub(crate) struct Observation {
 
 impl Observation {
     /// The observation a reporter's first report of an endpoint begins (its reporter's interval
-    /// `interval_us`): at once a window over the counters when they are new (see `new_counters_us`),
-    /// else a window that starts now.
+    /// `interval_us`): at once a window over its counters when they are new, `new_counters` long
+    /// (see `new_counters_us`), else a window that starts now.
     pub fn first(
         e: &EndpointReport,
         incarnation: u64,
         principal: u32,
+        new_counters: Option<u64>,
         interval_us: u64,
         expires_us: u64,
         now_us: u64,
@@ -71,7 +72,7 @@ impl Observation {
             counted_inflight: 0.0,
             served_us: None,
         };
-        if let Some(window_us) = new_counters_us(e.counted_ms, interval_us) {
+        if let Some(window_us) = new_counters.filter(|w| *w > 0) {
             (o.requests, o.errors, o.latency_sum_us) = (0, 0, 0);
             o.window_start_us = now_us.saturating_sub(window_us);
             o.close_window(e, window_us, interval_us, now_us);

@@ -18,7 +18,7 @@ fn counters(requests: u64, counted_ms: Option<u64>) -> EndpointReport {
 }
 
 fn first(e: &EndpointReport, now: u64) -> Observation {
-    Observation::first(e, 1, 0, INTERVAL, now + 3 * SEC, now)
+    Observation::first(e, 1, 0, new_counters_us(e.counted_ms, INTERVAL), INTERVAL, now + 3 * SEC, now)
 }
 
 #[test]

@@ -1,8 +1,12 @@
-//! A reporter's first report of an endpoint whose counters are new (`counted_ms` within two
-//! intervals) counts its requests at once (`observation::new_counters_us`); older or unsaid
-//! counters start a window at the report, as reporters before the field were counted.
+//! With `rate_new_counters`, a reporter's first report of an endpoint whose counters are new
+//! (`counted_ms` within two intervals) counts its requests at once (`observation::new_counters_us`);
+//! older or unsaid counters, and every first report without it, start a window at the report.
 
 use super::*;
+
+fn rating_new_counters() -> World {
+    World::new(WeightParams { rate_new_counters: true, ..WeightParams::default() })
+}
 
 /// `w`'s next second: each of `reporters` (name, requests of A this second, how long its counters
 /// have counted) reports, then a recompute.
@@ -18,7 +22,7 @@ fn step_counted(w: &mut World, reporters: &[(&str, u64, Option<u64>)]) {
 
 #[test]
 fn a_first_report_of_new_counters_gives_the_rate_at_once() {
-    let mut w = World::new(WeightParams::default());
+    let mut w = rating_new_counters();
     step_counted(&mut w, &[("r0", 50, Some(900)), ("r1", 80, Some(1_600))]);
     assert_eq!(w.decision(A).qps, 50.0 + 50.0, "50 over one interval, 80 over 1.6 s");
     step_counted(&mut w, &[("r0", 50, Some(1_900)), ("r1", 50, Some(2_600))]);
@@ -28,7 +32,7 @@ fn a_first_report_of_new_counters_gives_the_rate_at_once() {
 #[test]
 fn a_first_report_of_old_or_unsaid_counters_starts_a_window_at_the_report() {
     for counted in [None, Some(2_500), Some(86_400_000)] {
-        let mut w = World::new(WeightParams::default());
+        let mut w = rating_new_counters();
         step_counted(&mut w, &[("r0", 50, counted)]);
         assert_eq!(w.decision(A).qps, 0.0, "{counted:?}");
         step_counted(&mut w, &[("r0", 50, counted.map(|c| c + 1_000))]);
@@ -38,7 +42,7 @@ fn a_first_report_of_old_or_unsaid_counters_starts_a_window_at_the_report() {
 
 #[test]
 fn a_restarted_reporters_new_counters_replace_its_old_window_at_once() {
-    let mut w = World::new(WeightParams::default());
+    let mut w = rating_new_counters();
     for s in 1..=5 {
         step_counted(&mut w, &[("r0#1", 50, Some(s * 1_000))]);
     }
@@ -49,4 +53,13 @@ fn a_restarted_reporters_new_counters_replace_its_old_window_at_once() {
     assert_eq!(w.decision(A).qps, 60.0);
     step_counted(&mut w, &[("r0#2", 60, Some(2_000))]);
     assert_eq!(w.decision(A).qps, 60.0);
+}
+
+#[test]
+fn by_default_new_counters_start_a_window_at_the_report_too() {
+    let mut w = World::new(WeightParams::default());
+    step_counted(&mut w, &[("r0", 50, Some(900))]);
+    assert_eq!(w.decision(A).qps, 0.0);
+    step_counted(&mut w, &[("r0", 50, Some(1_900))]);
+    assert_eq!(w.decision(A).qps, 50.0);
 }
