@@ -122,8 +122,8 @@ fn observe(endpoint: &mut EndpointRecord, e: &EndpointReport, who: &Entering) ->
         }
         None if renews(e, None, who.max_seen_age_us) => {
             let new_counters = who.rate_new_counters.then(|| new_counters_us(e.counted_ms, who.interval_us)).flatten();
-            let (interval_us, expires_us) = (who.interval_us, who.expires_us);
-            Some(Observation::first(e, who.incarnation, who.principal, new_counters, interval_us, expires_us, who.now_us))
+            let (incarnation, principal, interval_us) = (who.incarnation, who.principal, who.interval_us);
+            Some(Observation::first(e, incarnation, principal, new_counters, interval_us, who.expires_us, who.now_us))
         }
         None => None,
     };

@@ -157,20 +157,22 @@ impl Observation {
 /// A reporter's first report of an endpoint whose counters began `counted` ago (`counted_ms`) with
 /// `counted <= NEW_COUNTERS_INTERVALS x interval` holds only requests the book has never counted
 /// (an observation of the same counters that ended would have lived a reporter ttl, 3 intervals,
-/// past its last report), so its first window is the counters over
+/// past its last report), so its first window (with `WeightParams::rate_new_counters`) is the
+/// counters over
 ///
 /// `window = max(counted, interval)`: rates `qps = requests / window` (errors alike)
 ///
 /// and not one that starts at the report, which leaves them out (the cold start undercounts every
 /// endpoint's rate, and its CPU capacity, until each pair's second report). Not over `counted`
-/// alone: counters start at the first request to the endpoint, so a pair that sees one request a
+/// alone: counters start at a request (the proxy's first contact with the endpoint), so a pair that sees one request a
 /// minute would be rated `1 / counted`, far above it, whenever its first report came soon after;
 /// over at least an interval, the time until the next window replaces this one, every request
 /// counts once, as in the windows after it. None (a window from the report on): absent (a reporter
 /// that does not say), or longer (counters the book may have counted: an endpoint observed again).
 pub(crate) fn new_counters_us(counted_ms: Option<u64>, interval_us: u64) -> Option<u64> {
     let counted_us = counted_ms?.saturating_mul(1_000);
-    (interval_us > 0 && counted_us <= interval_us.saturating_mul(NEW_COUNTERS_INTERVALS)).then(|| counted_us.max(interval_us))
+    (interval_us > 0 && counted_us <= interval_us.saturating_mul(NEW_COUNTERS_INTERVALS))
+        .then(|| counted_us.max(interval_us))
 }
 
 /// How many of its reporter's intervals a pair's counters may have counted for its first report to
