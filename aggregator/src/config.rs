@@ -141,6 +141,13 @@ pub struct ServiceConfig {
     /// compare a fresh stamp against it.
     #[arg(long, env = "TAILWEIGHT_VIEW_INFLIGHT", default_value_t = WeightParams::default().view_inflight, value_parser = PossibleValuesParser::new(["last", "mean"]).try_map(|s| s.parse::<ViewInflight>()))]
     pub view_inflight: ViewInflight,
+    /// Rate a sidecar's first report of an endpoint whose counters are new (its `counted_ms` at
+    /// most two report intervals) over those counters at once, instead of from its next report:
+    /// the mesh's cold start counts every request. Off by default: it also counts the pairs found
+    /// again in steady state, and the weights then follow capacity exactly, which made the tail at
+    /// 70% load worse in the simulator (sim/README.md, "Cold start").
+    #[arg(long, env = "TAILWEIGHT_RATE_NEW_COUNTERS", default_value_t = WeightParams::default().rate_new_counters, action = clap::ArgAction::Set, value_parser = clap::value_parser!(bool))]
+    pub rate_new_counters: bool,
     /// Slow start, in milliseconds: an endpoint new to a cluster known for longer than this gets a
     /// weight ramping from 10% to its full share over this long while the book cannot rate its
     /// capacity yet; a measured capacity already carries its warm-up (0 = off).
@@ -281,6 +288,7 @@ impl ServiceConfig {
             failure_cost_us: self.failure_cost_ms * 1e3,
             backlog_drain_us: self.backlog_drain_ms * 1e3,
             view_inflight: self.view_inflight,
+            rate_new_counters: self.rate_new_counters,
             slow_start_us: self.slow_start_ms.saturating_mul(1_000),
             error_penalty: self.error_penalty,
             vote_cap: self.vote_cap,
@@ -432,6 +440,14 @@ mod tests {
         assert_eq!(c.weight_params().unwrap().orca_max_age_us, 1_500_000);
         let e = ServiceConfig::try_parse_from(["tailweight-aggregator", "--orca-max-age-ms", "4000000"]).unwrap_err();
         assert!(e.to_string().contains("--orca-max-age-ms"), "{e}");
+    }
+
+    #[test]
+    fn rate_new_counters_is_off_unless_set() {
+        let parse = |args: &[&str]| ServiceConfig::try_parse_from([&["tailweight-aggregator"], args].concat());
+        assert!(!parse(&[]).unwrap().weight_params().unwrap().rate_new_counters);
+        assert!(parse(&["--rate-new-counters", "true"]).unwrap().weight_params().unwrap().rate_new_counters);
+        assert!(parse(&["--rate-new-counters", "yes"]).unwrap_err().to_string().contains("--rate-new-counters"));
     }
 
     #[test]

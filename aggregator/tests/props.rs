@@ -35,6 +35,7 @@ fn endpoint() -> impl Strategy<Value = EndpointReport> {
                     cpu,
                     cpu_age_ms,
                     seen_age_ms: latency_ewma_us.checked_rem(7),
+                    counted_ms: cpu_age_ms.map(|a| a % 4_000 + 7),
                 }
             },
         )

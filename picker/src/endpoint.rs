@@ -97,6 +97,9 @@ pub struct LocalStats {
     pub requests: u64,
     pub errors: u64,
     pub latency_sum_us: u64,
+    /// When the counters above started from zero (the endpoint's first contact here): reports say
+    /// how long they have been counting (`EndpointReport::counted_ms`).
+    pub counting_since_us: u64,
     /// Peak-EWMA of the time to first response headers of successful requests.
     pub latency: Option<PeakEwma>,
     /// ORCA utilisation and when it was received.
@@ -136,7 +139,7 @@ impl Endpoint {
     pub fn new(address: &str, now_us: u64) -> Self {
         Endpoint {
             address: address.to_string(),
-            local: LocalStats::default(),
+            local: LocalStats { counting_since_us: now_us, ..LocalStats::default() },
             siblings: SiblingStats::default(),
             global: None,
             health: Health::default(),

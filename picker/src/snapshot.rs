@@ -41,6 +41,7 @@ pub fn of_clusters<'a>(
                         cpu: l.cpu.map(|(cpu, _)| cpu),
                         cpu_age_ms: l.cpu.map(|(_, at)| age_ms(now_us, at)),
                         seen_age_ms: e.answered_well.then(|| age_ms(now_us, e.last_success_us)),
+                        counted_ms: Some(age_ms(now_us, l.counting_since_us)),
                     }
                 })
                 .collect();
@@ -60,8 +61,9 @@ pub struct Part<'a> {
 }
 
 /// Merge all workers' snapshots as of `now_us`: counters and in-flight add up; the freshest latency
-/// estimate and utilisation win (ages re-based to `now_us`). Clusters and endpoints in the order they
-/// first appear.
+/// estimate and utilisation win (ages re-based to `now_us`); the sums have counted since the earliest
+/// of their parts began (the longest `counted_ms`; absent if any part does not say). Clusters and
+/// endpoints in the order they first appear.
 pub fn merge(parts: &[Part], now_us: u64) -> Vec<ClusterReport> {
     let mut out: Vec<ClusterReport> = Vec::new();
     // Positions in `out`: of each cluster, and of each endpoint within its cluster.
@@ -77,7 +79,9 @@ pub fn merge(parts: &[Part], now_us: u64) -> Vec<ClusterReport> {
             });
             let (merged, index) = (&mut out[ci].endpoints, &mut endpoint_at[ci]);
             for e in &cluster.endpoints {
+                let mut first = false;
                 let ei = *index.entry(e.address.clone()).or_insert_with(|| {
+                    first = true;
                     merged.push(EndpointReport { address: e.address.clone(), ..Default::default() });
                     merged.len() - 1
                 });
@@ -96,6 +100,11 @@ pub fn merge(parts: &[Part], now_us: u64) -> Vec<ClusterReport> {
                 if let Some(seen) = e.seen_age_ms.map(|a| a.saturating_add(extra_ms)) {
                     m.seen_age_ms = Some(m.seen_age_ms.map_or(seen, |known| known.min(seen)));
                 }
+                let counted = e.counted_ms.map(|c| c.saturating_add(extra_ms));
+                m.counted_ms = match first {
+                    true => counted,
+                    false => m.counted_ms.zip(counted).map(|(known, c)| known.max(c)),
+                };
                 if let (Some(cpu), Some(cpu_age)) = (e.cpu, e.cpu_age_ms) {
                     let cpu_age = cpu_age.saturating_add(extra_ms);
                     if m.cpu_age_ms.is_none_or(|a| cpu_age < a) {
@@ -128,6 +137,7 @@ mod tests {
             cpu: None,
             cpu_age_ms: None,
             seen_age_ms: Some(age),
+            counted_ms: Some(age),
         }
     }
 
@@ -153,6 +163,32 @@ mod tests {
         assert_eq!((e1.latency_ewma_us, e1.latency_age_ms), (1_000, 50));
         assert_eq!(e1.seen_age_ms, Some(50), "the most recent good answer of any worker");
         assert_eq!(merged[0].endpoints[1].latency_age_ms, 100);
+    }
+
+    #[test]
+    fn merged_counters_have_counted_since_the_earliest_part_began() {
+        let now = 1_000_000;
+        let part = |counted: Option<u64>| {
+            vec![ClusterReport {
+                name: "c".into(),
+                endpoints: vec![EndpointReport { counted_ms: counted, ..ep("10.0.0.1:80", 1, 0, 1, 0) }],
+            }]
+        };
+        let (a, b, unsaid) = (part(Some(500)), part(Some(300)), part(None));
+        // b's 300 ms as of a write 250 ms ago: 550 ms now, longer than a's 500.
+        let merged = merge(
+            &[
+                Part { written_us: now, live: true, clusters: &a },
+                Part { written_us: now - 250_000, live: false, clusters: &b },
+            ],
+            now,
+        );
+        assert_eq!(merged[0].endpoints[0].counted_ms, Some(550));
+        // A part that does not say leaves the sum's span unknown, in either order.
+        for parts in [[&a, &unsaid], [&unsaid, &a]] {
+            let parts = parts.map(|clusters| Part { written_us: now, live: true, clusters });
+            assert_eq!(merge(&parts, now)[0].endpoints[0].counted_ms, None);
+        }
     }
 
     #[test]

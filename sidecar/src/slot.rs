@@ -10,7 +10,7 @@
 use tailweight_wire::reply::{ClusterView, EndpointView};
 use tailweight_wire::report::{ClusterReport, EndpointReport};
 
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 
 /// One VM's published snapshot.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -70,6 +70,7 @@ impl Slot {
                 w.option_f64(e.cpu);
                 w.option_varint(e.cpu_age_ms);
                 w.option_varint(e.seen_age_ms);
+                w.option_varint(e.counted_ms);
             }
         }
         w.0
@@ -91,6 +92,7 @@ impl Slot {
                 cpu: r.option_f64(),
                 cpu_age_ms: r.option_varint(),
                 seen_age_ms: r.option_varint(),
+                counted_ms: r.option_varint(),
             }),
         });
         r.end()?;
@@ -354,6 +356,7 @@ mod tests {
                             cpu: Some(0.62),
                             cpu_age_ms: Some(900),
                             seen_age_ms: Some(35),
+                            counted_ms: Some(86_400_000),
                         },
                         EndpointReport { address: "[2001:db8::1]:443".into(), ..Default::default() },
                     ],
@@ -411,6 +414,6 @@ mod tests {
         // A forged count far beyond the bytes left is refused before anything is reserved.
         let forged = [VERSION, 0, 0xff, 0xff, 0xff, 0xff, 0x0f];
         assert_eq!(Slot::decode(&forged), Err(SlotError::Truncated));
-        assert_eq!(SlotError::Version(1).to_string(), "shared-data record of version 1, this filter reads 2");
+        assert_eq!(SlotError::Version(1).to_string(), "shared-data record of version 1, this filter reads 3");
     }
 }

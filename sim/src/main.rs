@@ -33,7 +33,8 @@ options:
   --variant LIST         research variant of tailweight's deployment (default: none, the default
                          deployment): view_inflight=last|mean (the aggregator's --view-inflight),
                          orca_max_age_ms=N, smoothing_ms=N (aggregator parameters), subset=N (each
-                         proxy's cluster is a deterministic subset of N), probe_stamps=X
+                         proxy's cluster is a deterministic subset of N), probe_stamps=X,
+                         rate_new_counters (the aggregator's --rate-new-counters)
   --prequal LIST         Prequal's parameters (default: the paper's): legacy (first: the simulator's
                          earlier Prequal), probes=X, pool=N, max_age_ms=N, reuse=N|paper, delta=X,
                          remove=X, q_rif=X, rif_history=N|pool, latency=rif|ewma, answer=arrival|send,

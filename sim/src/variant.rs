@@ -25,16 +25,21 @@ pub struct Variant {
     /// which reaches the pick as a load stamp a round trip after sending (0: no probes). Only
     /// with load stamps on (`load_stamp_max_age_ms` in the filter configuration).
     pub probe_stamps: f64,
+    /// The aggregator's `--rate-new-counters`: a proxy's first report of an endpoint whose
+    /// counters are new is rated over them at once.
+    pub rate_new_counters: bool,
 }
 
 impl Variant {
-    /// `view_inflight=last|mean,orca_max_age_ms=N,smoothing_ms=N,subset=N,probe_stamps=X` in any
-    /// order (`mean_inflight` is `view_inflight=mean`); empty: the default deployment.
+    /// `view_inflight=last|mean,orca_max_age_ms=N,smoothing_ms=N,subset=N,probe_stamps=X,
+    /// rate_new_counters` in any order (`mean_inflight` is `view_inflight=mean`); empty: the
+    /// default deployment.
     pub fn parse(text: &str) -> Result<Variant, String> {
         let mut v = Variant::default();
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match item.split_once('=') {
                 None if item == "mean_inflight" => v.view_inflight = Some(ViewInflight::Mean),
+                None if item == "rate_new_counters" => v.rate_new_counters = true,
                 Some(("view_inflight", mode)) => {
                     v.view_inflight = Some(mode.trim().parse().map_err(|e| format!("variant: {e}"))?)
                 }
@@ -61,7 +66,7 @@ impl Variant {
                 }
                 _ => {
                     return Err(format!(
-                    "variant: {item:?} is unknown (known: view_inflight=last|mean, mean_inflight, orca_max_age_ms=N, smoothing_ms=N, subset=N, probe_stamps=X)"
+                    "variant: {item:?} is unknown (known: view_inflight=last|mean, mean_inflight, rate_new_counters, orca_max_age_ms=N, smoothing_ms=N, subset=N, probe_stamps=X)"
                 ))
                 }
             }
@@ -80,6 +85,7 @@ impl Variant {
             orca_max_age_us: self.orca_max_age_ms.map_or(defaults.orca_max_age_us, |ms| ms * 1_000),
             smoothing_us: self.smoothing_ms.map_or(defaults.smoothing_us, |ms| ms as f64 * 1e3),
             view_inflight: self.view_inflight.unwrap_or(defaults.view_inflight),
+            rate_new_counters: self.rate_new_counters || defaults.rate_new_counters,
             ..defaults
         }
     }
@@ -101,6 +107,9 @@ impl Variant {
         }
         if self.probe_stamps > 0.0 {
             parts.push(format!("probe_stamps={}", self.probe_stamps));
+        }
+        if self.rate_new_counters {
+            parts.push("rate_new_counters".to_string());
         }
         parts.join(",")
     }
@@ -136,12 +145,14 @@ mod tests {
 
     #[test]
     fn variants_parse_and_refuse_unknown_items_naming_them() {
-        let v = Variant::parse("view_inflight=last, subset=20,orca_max_age_ms=3000,probe_stamps=1.5").unwrap();
+        let v = Variant::parse("view_inflight=last, subset=20,orca_max_age_ms=3000,probe_stamps=1.5,rate_new_counters")
+            .unwrap();
         let expected = Variant {
             subset: 20,
             view_inflight: Some(ViewInflight::Last),
             orca_max_age_ms: Some(3000),
             probe_stamps: 1.5,
+            rate_new_counters: true,
             ..Default::default()
         };
         assert_eq!(v, expected);
@@ -160,6 +171,7 @@ mod tests {
         let v = Variant::parse("view_inflight=last,orca_max_age_ms=3000,smoothing_ms=5000").unwrap();
         let p = v.weight_params();
         assert_eq!((p.view_inflight, p.orca_max_age_us, p.smoothing_us), (ViewInflight::Last, 3_000_000, 5e6));
+        assert!(Variant::parse("rate_new_counters").unwrap().weight_params().rate_new_counters);
     }
 
     #[test]

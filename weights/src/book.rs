@@ -139,7 +139,7 @@ impl WeightBook {
         let p = &self.params;
         let interval_us = p.interval_us(report.interval_ms);
         let expires_us = now_us.saturating_add(p.reporter_ttl_us(interval_us));
-        let max_seen_age_us = p.max_seen_age_us;
+        let (max_seen_age_us, rate_new_counters) = (p.max_seen_age_us, p.rate_new_counters);
         let Entered { id, superseded, mut routes } =
             self.enter_incarnation(report, principal, interval_us, expires_us, now_us);
         let WeightBook { clusters, principals, observations, next_layout, bytes, .. } = self;
@@ -156,6 +156,7 @@ impl WeightBook {
             interval_us,
             expires_us,
             max_seen_age_us,
+            rate_new_counters,
             now_us,
         };
         let mut totals = Totals { observations, bytes, next_layout };

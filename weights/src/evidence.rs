@@ -201,7 +201,7 @@ pub(crate) fn enter(
                 &mut list[at]
             }
             None => {
-                let served = Observation::first(&counts, a.incarnation, 0, expires_us, now_us);
+                let served = Observation::first(&counts, a.incarnation, 0, None, interval_us, expires_us, now_us);
                 list.push(SourceRecord { served, proven_until_us: 0 });
                 list.last_mut().expect("just pushed")
             }

@@ -3,7 +3,7 @@
 //! and the counts and bytes that grow with them (`memory.rs`).
 
 use crate::memory::{CLUSTER, ENDPOINT, OBSERVATION};
-use crate::observation::Observation;
+use crate::observation::{new_counters_us, Observation};
 use crate::record::{ClusterRecord, EndpointRecord, PrincipalRecord, Totals};
 use crate::route::Route;
 use std::collections::HashMap;
@@ -21,6 +21,8 @@ pub(crate) struct Entering<'a> {
     pub expires_us: u64,
     /// `WeightParams::max_seen_age_us`.
     pub max_seen_age_us: u64,
+    /// `WeightParams::rate_new_counters`.
+    pub rate_new_counters: bool,
     pub now_us: u64,
 }
 
@@ -103,23 +105,36 @@ pub(crate) fn enter_cluster(
 /// Enter `who`'s report `e` of `endpoint` (and cut its superseded incarnations' observations to
 /// their new expiry); true if it is the incarnation's first observation there. A report that does
 /// not renew the observation (see `renews`) updates it without moving its expiry, and enters none.
+/// A first observation rated at once (new counters, see `new_counters_us`, with
+/// `WeightParams::rate_new_counters`) ends the
+/// superseded incarnations' observations there now: the new counters hold the requests since the
+/// restart, and the old window's rate, of the same traffic before it, would count them twice (a
+/// live twin's next report enters it again).
 fn observe(endpoint: &mut EndpointRecord, e: &EndpointReport, who: &Entering) -> bool {
-    for (other, until) in who.superseded.iter().copied().flatten() {
-        if let Some(o) = endpoint.obs.get_mut(other) {
-            o.expires_us = o.expires_us.min(*until);
-        }
-    }
-    match endpoint.obs.get_mut(&who.id) {
+    let first = match endpoint.obs.get_mut(&who.id) {
         Some(o) => {
             let expires_us = match renews(e, Some(o.requests), who.max_seen_age_us) {
                 true => who.expires_us,
                 false => o.expires_us.min(who.expires_us),
             };
             o.update(e, who.incarnation, who.interval_us, expires_us, who.now_us);
-            false
+            None
         }
         None if renews(e, None, who.max_seen_age_us) => {
-            let first = Observation::first(e, who.incarnation, who.principal, who.expires_us, who.now_us);
+            let new_counters = who.rate_new_counters.then(|| new_counters_us(e.counted_ms, who.interval_us)).flatten();
+            let (incarnation, principal, interval_us) = (who.incarnation, who.principal, who.interval_us);
+            Some(Observation::first(e, incarnation, principal, new_counters, interval_us, who.expires_us, who.now_us))
+        }
+        None => None,
+    };
+    let rated_at_once = first.as_ref().is_some_and(|o| o.window_until_us > who.now_us);
+    for (other, until) in who.superseded.iter().copied().flatten() {
+        if let Some(o) = endpoint.obs.get_mut(other) {
+            o.expires_us = o.expires_us.min(if rated_at_once { who.now_us } else { *until });
+        }
+    }
+    match first {
+        Some(first) => {
             endpoint.obs.insert(who.id, first);
             true
         }

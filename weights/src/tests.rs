@@ -55,6 +55,7 @@ impl World {
                     cpu: t.cpu,
                     cpu_age_ms: t.cpu.map(|_| 0),
                     seen_age_ms: Some(0),
+                    counted_ms: None,
                 }
             })
             .collect();
@@ -1367,6 +1368,7 @@ fn reports_land_on_their_endpoints_when_indices_move_and_orders_change() {
 }
 
 mod evidence;
+mod first_window;
 mod truncation;
 mod voices;
 

@@ -88,6 +88,7 @@ fn report(s: Shape, r: usize, round: u64) -> Report {
                         cpu: (r % 2 == 0).then_some(0.4),
                         cpu_age_ms: Some(100),
                         seen_age_ms: Some(10),
+                        counted_ms: None,
                     })
                     .collect(),
             })

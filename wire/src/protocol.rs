@@ -17,6 +17,8 @@ pub const SHARD_HEADER: &str = "x-tailweight-shard";
 pub const MAX_NAME_LEN: usize = 512;
 pub const MAX_INFLIGHT: u32 = 1_000_000;
 pub const MAX_LATENCY_US: u64 = 3_600_000_000; // one hour
+/// The longest counting span a report may give (`EndpointReport::counted_ms`): ten years.
+pub const MAX_COUNTED_MS: u64 = 315_360_000_000;
 pub const MAX_CPU: f64 = 1_000.0;
 pub const MAX_WEIGHT: f64 = 1e6;
 pub const INTERVAL_MS: std::ops::RangeInclusive<u32> = 10..=600_000;

@@ -78,6 +78,7 @@ fn report(case: &Case, reporter: &str, round: u64, errors: u64, latency_us: u64)
                 cpu: None,
                 cpu_age_ms: None,
                 seen_age_ms: Some(0),
+                counted_ms: None,
             }
         })
         .collect();

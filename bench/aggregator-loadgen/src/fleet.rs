@@ -59,6 +59,7 @@ impl Fleet {
                     cpu: None,
                     cpu_age_ms: None,
                     seen_age_ms: Some(20),
+                    counted_ms: None,
                 }
             })
             .collect();

@@ -268,6 +268,18 @@ fn an_endpoint_failing_from_its_first_request_is_tracked_and_suspended() {
     assert!(a.seen_age_ms.is_some());
 }
 
+#[test]
+fn a_report_says_since_when_each_endpoints_counters_count() {
+    let mut b = balancer();
+    learn(&mut b, &[A], 200 * MS);
+    learn(&mut b, &[B], 900 * MS);
+    b.complete(C, None, &ok(A, 5 * MS), 1_000 * MS);
+    let report = b.snapshot(1_500 * MS);
+    let counted = |address| report[0].endpoints.iter().find(|e| e.address == address).unwrap().counted_ms;
+    // From each one's first contact here, whatever came after.
+    assert_eq!((counted(A), counted(B)), (Some(1_300), Some(600)));
+}
+
 /// A balancer with `explore_ratio` that knows A, and a fresh view suggesting B (weight 3 to A's 1).
 fn knowing_a_with_b_suggested(explore_ratio: f64) -> Balancer {
     let mut b =
@@ -477,6 +489,7 @@ fn sibling_inflight_counts_and_dead_siblings_do_not() {
             requests: 1,
             inflight: 50,
             seen_age_ms: Some(0),
+            counted_ms: None,
             ..Default::default()
         }],
     }];
@@ -510,6 +523,7 @@ fn siblings_share_discoveries_and_latency() {
             latency_ewma_us: 4_000,
             latency_age_ms: 10,
             seen_age_ms: Some(20),
+            counted_ms: None,
             ..Default::default()
         }],
     }];
@@ -527,6 +541,7 @@ fn siblings_share_discoveries_and_latency() {
             latency_ewma_us: 4_000,
             latency_age_ms: 1,
             seen_age_ms: Some(ttl_ms),
+            counted_ms: None,
             ..Default::default()
         }],
     }];

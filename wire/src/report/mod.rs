@@ -11,7 +11,7 @@ pub mod read;
 #[cfg(test)]
 mod tests;
 
-use crate::protocol::{Limits, MAX_CPU, MAX_INFLIGHT, MAX_LATENCY_US};
+use crate::protocol::{Limits, MAX_COUNTED_MS, MAX_CPU, MAX_INFLIGHT, MAX_LATENCY_US};
 use crate::validate::Invalid;
 use crate::validate::{
     check_clusters, check_interval, check_name, check_range, check_unique_addresses, check_version,
@@ -63,6 +63,12 @@ pub struct EndpointReport {
     /// Age of the last good answer this reporter got from the endpoint (what keeps it tracked).
     #[cfg_attr(feature = "serde", serde(default))]
     pub seen_age_ms: Option<u64>,
+    /// How long this reporter's counters of the endpoint (`requests`, `errors`, `latency_sum_us`)
+    /// have been counting: the time since they started from zero. Absent: not said (older
+    /// reporters). At most `MAX_COUNTED_MS`, and never shorter than `seen_age_ms` (a good answer
+    /// they counted came after they began).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub counted_ms: Option<u64>,
 }
 
 impl EndpointReport {
@@ -93,6 +99,9 @@ impl Report {
                     let problem = format!("{} is above one hour", e.latency_ewma_us);
                     return Err(Invalid::field(at() + ".latency_ewma_us", problem));
                 }
+                if let Some(counted) = e.counted_ms {
+                    check_counted(at, counted, e.seen_age_ms)?;
+                }
                 if let Some(cpu) = e.cpu {
                     // The field name is only formatted for the error (this runs per endpoint).
                     if !in_range(cpu, MAX_CPU) {
@@ -102,6 +111,23 @@ impl Report {
             }
         }
         Ok(())
+    }
+}
+
+/// A counting span (`EndpointReport::counted_ms`) is at most `MAX_COUNTED_MS` and at least the age of
+/// the last good answer (`seen_age_ms`): counters cannot have begun after an answer they counted.
+fn check_counted(at: impl Fn() -> String, counted_ms: u64, seen_age_ms: Option<u64>) -> Result<(), Invalid> {
+    if counted_ms > MAX_COUNTED_MS {
+        return Err(Invalid::field(at() + ".counted_ms", format!("{counted_ms} is above ten years")));
+    }
+    match seen_age_ms {
+        Some(seen) if seen > counted_ms => {
+            let problem = format!(
+                "{counted_ms} is shorter than seen_age_ms ({seen}): the counters would have begun after a good answer they counted"
+            );
+            Err(Invalid::field(at() + ".counted_ms", problem))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -124,6 +150,7 @@ pub mod samples {
             cpu: Some(0.625),
             cpu_age_ms: Some(100),
             seen_age_ms: Some(7),
+            counted_ms: Some(900),
         }
     }
 }

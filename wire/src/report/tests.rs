@@ -63,7 +63,8 @@ fn a_written_report_is_the_document_of_the_protocol() {
         "clusters": [
             {"name": "outbound|8080||svc.ns.svc.cluster.local", "endpoints": [
                 {"address": "10.0.0.1:8080", "requests": 10, "errors": 1, "latency_sum_us": 9000, "inflight": 2,
-                 "latency_ewma_us": 1000, "latency_age_ms": 5, "cpu": 0.625, "cpu_age_ms": 100, "seen_age_ms": 7},
+                 "latency_ewma_us": 1000, "latency_age_ms": 5, "cpu": 0.625, "cpu_age_ms": 100, "seen_age_ms": 7,
+                 "counted_ms": 900},
                 {"address": "[::1]:80", "requests": 0, "errors": 0, "latency_sum_us": 0, "inflight": 0,
                  "latency_ewma_us": 0, "latency_age_ms": 0},
             ]},
@@ -80,6 +81,7 @@ fn a_written_report_is_the_document_of_the_protocol() {
 mod read {
     use super::super::read::{parse_report, ReportError};
     use super::*;
+    use crate::protocol::MAX_COUNTED_MS;
     use crate::test_support::{address, unique_by, NAME};
     use proptest::prelude::*;
 
@@ -94,13 +96,16 @@ mod read {
         let latency = (0..=crate::protocol::MAX_LATENCY_US, any::<u64>());
         // Utilisation as the filter writes it: 6 decimals (what survives the round trip exactly).
         let cpu = proptest::option::of((0u64..=1_000_000_000).prop_map(|micros| micros as f64 / 1e6));
-        let optional = (cpu, proptest::option::of(any::<u64>()), proptest::option::of(any::<u64>()));
+        // A counting span at least the good answer's age (what `validate` holds it to).
+        let seen_and_counted = (proptest::option::of(any::<u64>()), proptest::option::of(0..=MAX_COUNTED_MS))
+            .prop_map(|(seen, counted)| (seen.map(|s| counted.map_or(s, |c| s.min(c))), counted));
+        let optional = (cpu, proptest::option::of(any::<u64>()), seen_and_counted);
         (0u32..1_000_000, counters, latency, optional).prop_map(
             |(
                 at,
                 (requests, errors, latency_sum_us, inflight),
                 (latency_ewma_us, latency_age_ms),
-                (cpu, cpu_age_ms, seen_age_ms),
+                (cpu, cpu_age_ms, (seen_age_ms, counted_ms)),
             )| {
                 EndpointReport {
                     address: address(at),
@@ -113,6 +118,7 @@ mod read {
                     cpu,
                     cpu_age_ms,
                     seen_age_ms,
+                    counted_ms,
                 }
             },
         )
@@ -154,6 +160,20 @@ mod read {
         assert!(parse_report(v.to_string().as_bytes(), &Limits::default()).is_ok());
     }
 
+    /// A report of a reporter that does not say how long its counters have counted (written before
+    /// `counted_ms`) reads as before: every other field, and no span.
+    #[test]
+    fn a_report_without_counted_ms_reads_as_before() {
+        let mut v = value();
+        for e in v["clusters"][0]["endpoints"].as_array_mut().unwrap() {
+            e.as_object_mut().unwrap().remove("counted_ms");
+        }
+        let read = parse_report(v.to_string().as_bytes(), &Limits::default()).unwrap();
+        let mut expected = report();
+        expected.clusters[0].endpoints.iter_mut().for_each(|e| e.counted_ms = None);
+        assert_eq!(read, expected);
+    }
+
     fn rejected(mutate: impl FnOnce(&mut serde_json::Value)) -> String {
         let mut v = value();
         mutate(&mut v);
@@ -183,6 +203,15 @@ mod read {
             (Box::new(|v| v["clusters"][0]["endpoints"][0]["inflight"] = json!(2_000_000)), "inflight: 2000000"),
             (Box::new(|v| v["clusters"][0]["endpoints"][0]["latency_ewma_us"] = json!(u64::MAX)), "above one hour"),
             (Box::new(|v| v["clusters"][0]["name"] = json!("")), "clusters[0].name"),
+            (
+                Box::new(|v| v["clusters"][0]["endpoints"][1]["counted_ms"] = json!(MAX_COUNTED_MS + 1)),
+                "clusters[0].endpoints[1].counted_ms: 315360000001 is above ten years",
+            ),
+            (
+                Box::new(|v| v["clusters"][0]["endpoints"][0]["counted_ms"] = json!(6)),
+                "clusters[0].endpoints[0].counted_ms: 6 is shorter than seen_age_ms (7): the counters would have begun after a good answer they counted",
+            ),
+            (Box::new(|v| v["clusters"][0]["endpoints"][0]["counted_ms"] = json!(-5)), "malformed report"),
             (
                 Box::new(|v| {
                     let c = v["clusters"][0].clone();

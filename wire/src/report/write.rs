@@ -39,7 +39,11 @@ pub fn write_report(report: &Report) -> Vec<u8> {
                 out.extend_from_slice(b",\"cpu\":");
                 json::write_decimal6(&mut out, cpu);
             }
-            for (key, n) in [(&b",\"cpu_age_ms\":"[..], e.cpu_age_ms), (b",\"seen_age_ms\":", e.seen_age_ms)] {
+            for (key, n) in [
+                (&b",\"cpu_age_ms\":"[..], e.cpu_age_ms),
+                (b",\"seen_age_ms\":", e.seen_age_ms),
+                (b",\"counted_ms\":", e.counted_ms),
+            ] {
                 if let Some(n) = n {
                     json::write_u64_member(&mut out, key, n);
                 }

@@ -139,6 +139,7 @@ pub(crate) fn endpoint(address: String, requests: u64, errors: u64, latency_us: 
         cpu: None,
         cpu_age_ms: None,
         seen_age_ms: Some(10),
+        counted_ms: None,
     }
 }
 
