@@ -34,9 +34,10 @@ POLICIES = ("round_robin", "least_request", "cswrr_orca", "operator", "tailweigh
 REPORTING_POLICIES = ("tailweight", "tailweight_stamps", "tailweight_native")
 CLUSTER = "backends"
 # The client filter's stamp settings under `tailweight_stamps`: the simulator's best configuration
-# (sim/README.md, "Closing the gap"): stamps 20 ms, read only while own evidence is thin, and only
-# from CLUSTER (whose destinations' sidecars write them: the filter reads no other cluster's).
-STAMP_READING = {"load_stamp_max_age_ms": 20, "load_stamp_max_fresh_share": 0.5, "load_stamp_clusters": [CLUSTER]}
+# (sim/README.md, "Closing the gap"): stamps 20 ms, read while own evidence is not rich
+# (`load_stamp_max_fresh_share`: the filter's default), and only from CLUSTER (whose destinations'
+# sidecars write them: the filter reads no other cluster's).
+STAMP_READING = {"load_stamp_max_age_ms": 20, "load_stamp_clusters": [CLUSTER]}
 # The filter configuration of a destination's sidecar that writes load stamps.
 STAMPING_SERVER_CONFIG = {"role": "server"}
 LOCAL_APP_CLUSTER = "local_app"

@@ -577,7 +577,7 @@ def test_tailweight_plugin_config_reports_to_the_aggregator_cluster():
     assert plugin_config_for("tailweight_local") == {}
     assert plugin_config_for("tailweight_stamps") == {
         "aggregator": {"cluster": "tailweight_aggregator", "report_interval_ms": 1000}, "load_stamp_max_age_ms": 20,
-        "load_stamp_max_fresh_share": 0.5, "load_stamp_clusters": ["backends"]}
+        "load_stamp_clusters": ["backends"]}
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
