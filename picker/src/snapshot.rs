@@ -101,10 +101,7 @@ pub fn merge(parts: &[Part], now_us: u64) -> Vec<ClusterReport> {
                     m.seen_age_ms = Some(m.seen_age_ms.map_or(seen, |known| known.min(seen)));
                 }
                 let counted = e.counted_ms.map(|c| c.saturating_add(extra_ms));
-                m.counted_ms = match first {
-                    true => counted,
-                    false => m.counted_ms.zip(counted).map(|(known, c)| known.max(c)),
-                };
+                m.counted_ms = if first { counted } else { m.counted_ms.zip(counted).map(|(known, c)| known.max(c)) };
                 if let (Some(cpu), Some(cpu_age)) = (e.cpu, e.cpu_age_ms) {
                     let cpu_age = cpu_age.saturating_add(extra_ms);
                     if m.cpu_age_ms.is_none_or(|a| cpu_age < a) {
