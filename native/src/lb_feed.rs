@@ -125,6 +125,15 @@ pub fn balanced(cluster: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// The tests that publish plugins run one at a time: each stands for worker 1 on its own test
+    /// thread, and a `with_feed` that tries the other test's worker-1 plugin holds it for that try,
+    /// so the other's own `with_feed` found it busy (in Envoy one thread is worker 1).
+    static PUBLISHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn publishing() -> std::sync::MutexGuard<'static, ()> {
+        PUBLISHING.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     #[test]
     fn a_cluster_is_balanced_while_an_instance_lives() {
         balance("c1");
@@ -138,6 +147,7 @@ mod tests {
 
     #[test]
     fn no_balancer_before_a_worker_is_known_or_without_a_client_plugin() {
+        let _one_at_a_time = publishing();
         assert!(with_feed("c", |f| f.is_none()));
         let plugins: Arc<WorkerPlugins> = Arc::from(vec![Mutex::new(Plugin::Disabled)]);
         publish(&plugins, None);
@@ -162,6 +172,7 @@ mod tests {
 
     #[test]
     fn a_worker_reads_its_own_plugins_balancer_unless_a_tick_holds_it() {
+        let _one_at_a_time = publishing();
         const CLUSTER: &str = "outbound|80||feed.test";
         let (plugins, now) = plugins_that_learned(CLUSTER);
         publish(&plugins, None);
@@ -193,6 +204,7 @@ mod tests {
 
     #[test]
     fn picks_count_into_the_filter_configs_counter_until_it_is_withdrawn() {
+        let _one_at_a_time = publishing();
         const CLUSTER: &str = "outbound|80||counted.test";
         let (plugins, _) = plugins_that_learned(CLUSTER);
         publish(&plugins, Some(PickCounter { config_envoy: 7, id: 3, update: count }));
