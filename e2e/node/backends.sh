@@ -83,7 +83,7 @@ for p in sorted(json.load(sys.stdin)["items"], key=lambda p: p["metadata"]["name
 }
 # rolled_out NAMESPACE DEPLOYMENT: the Deployment's controller finished (every replica updated,
 # available, and no old one left).
-rolled_out() { kc -n "$1" rollout status "deployment/$2" --timeout=5s; }
+rolled_out() { kc -n "$1" rollout status "deployment/$2" --timeout=5s > /dev/null; }
 # emu_pods_ready: both Deployments rolled out with EMU_PODS Ready pods, and the Service's EndpointSlice
 # (the controller's) names exactly their addresses; sets EMU_NAMES (the slow pod last) and EMU_IPS.
 emu_pods_ready() {
@@ -109,14 +109,25 @@ if ctr_ images import --base-name tailweight.local/emulator "$EMULATOR_TAR" > "$
 else result backends "FAIL $(first_error "$WORK/backends.log")"; return 0; fi
 
 # -- baseline: Fortio to the Service, Istio's balancing alone ---------------------------------------------
-# emu_counts: the emulators' counters, then the client Envoy's completed requests and 200s, one line.
-# Both Envoy counters come from one /stats read (two reads would count requests completed between them).
+# client_counts: the client Envoy's completed requests and 2xx of the emu cluster, from one /stats read
+# (two reads would count requests completed between them) filtered to those counters; a read missing
+# either (cut short on a loaded machine: 2xx sorts first) is retried, 5 times at most.
+client_counts() {
+  local try out
+  for ((try = 0; try < 5; try++)); do
+    out=$(nsenter -t "$(mesh_pod_pid emu-client istio-proxy)" -n curl -s --max-time 10 -G \
+        --data-urlencode 'filter=upstream_rq_(2xx|completed)$' "http://127.0.0.1:15000/stats" |
+      awk -F': ' -v c="$EMU_OUTBOUND.upstream_rq_completed" -v ok="$EMU_OUTBOUND.upstream_rq_2xx" \
+        '$1 == c {completed = $2} $1 == ok {good = $2} END {if (completed != "" && good != "") print completed, good}')
+    [ -n "$out" ] && { echo "$out"; return 0; }
+  done
+  echo "0 0"
+}
+# emu_counts: the emulators' counters, then client_counts, one line.
 emu_counts() {
   local i line=""
   for ((i = 0; i < EMU_PODS; i++)); do line+="$(emu_served "${EMU_NAMES[i]}") "; done
-  echo "$line$(nsenter -t "$(mesh_pod_pid emu-client istio-proxy)" -n curl -s --max-time 3 "http://127.0.0.1:15000/stats" |
-    awk -F': ' -v c="$EMU_OUTBOUND.upstream_rq_completed" -v ok="$EMU_OUTBOUND.upstream_rq_2xx" \
-      '$1 == c {completed = $2} $1 == ok {good = $2} END {print completed + 0, good + 0}')"
+  echo "$line$(client_counts)"
 }
 # emu_window: counts over WINDOW_S seconds -> emu_delta's line.
 emu_window() {

@@ -64,7 +64,7 @@ YAML
 
 # -- helm-install ------------------------------------------------------------------------------------------
 if tw_install > "$WORK/helm-install.log" 2>&1; then
-  if wait_until 180 tw_aggregator_ready && wait_until 60 client_runs_module; then
+  if wait_until 180 tw_aggregator_ready && wait_until 120 client_runs_module; then
     result helm-install "PASS $(basename "$CHART_TGZ") installed, $AGG_REPLICAS aggregator pods Ready (${AGG_PODS[*]}, Deployment rolled out, EndpointSlice by the controller), module $REG_ADDR/tailweight-filter@${MODULE_DIGEST:0:19}... running in the client sidecar"
   else result helm-install "FAIL aggregator ready: $(tw_aggregator_ready && echo yes || echo no) (pods $(ready_pods "$TW_NS" "$AGG_SELECTOR" | paste -sd' '), slice $(slice_ready_ips "$TW_NS" tailweight-aggregator)), client tailweight stats: $(tw_stats emu-client | wc -l), $(cat "$WORK/pod-logs/${MESH_NS}_emu-client_"*/istio-proxy/*.log 2>/dev/null | grep -m1 -iE 'wasm.*(error|fail)' | cut -c1-300)"; return 0; fi
 else result helm-install "FAIL $(first_error "$WORK/helm-install.log")"; return 0; fi
