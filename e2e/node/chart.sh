@@ -24,7 +24,10 @@ TW_VERSION_CHART=$(tar -xzOf "$CHART_TGZ" tailweight/Chart.yaml | sed -n 's/^app
 tw_stats() {
   nsenter -t "$(mesh_pod_pid "$1" istio-proxy)" -n curl -s --max-time 3 "http://127.0.0.1:15000/stats" | grep -i tailweight
 }
-client_runs_module() { tw_stats emu-client | grep -q .; }
+# client_runs_module: the client sidecar has the filter's stats. (`grep -c` reads all of its input: under
+# pipefail a `grep -q` that quits at the first line fails the pipeline once the writer, with hundreds
+# of per-endpoint lines still to write, takes SIGPIPE.)
+client_runs_module() { [ "$(tw_stats emu-client | grep -c .)" -gt 0 ]; }
 # picks_now: the client sidecar's tailweight picks, its total counter (with per-endpoint metrics on
 # there is also one counter per endpoint, which starts again from 0 when a module swap drops the
 # scope that held it).

@@ -37,10 +37,10 @@ fortio_pod() {
     "[\"load\", \"-qps\", \"$2\", \"-t\", \"0\", \"http://$EMU_SERVICE_IP:$EMU_PORT/\"]"
 }
 # has_bootstrap_override NAME: pod NAME's Envoy runs with the chart's bootstrap (its memory release,
-# in the bootstrap section of /config_dump).
+# in the bootstrap section of /config_dump; counted, not `grep -q`: see client_runs_module).
 has_bootstrap_override() {
-  nsenter -t "$(mesh_pod_pid "$1" istio-proxy)" -n curl -s --max-time 5 "http://127.0.0.1:15000/config_dump" |
-    grep -q '"memory_release_interval"'
+  [ "$(nsenter -t "$(mesh_pod_pid "$1" istio-proxy)" -n curl -s --max-time 5 "http://127.0.0.1:15000/config_dump" |
+    grep -c '"memory_release_interval"')" -gt 0 ]
 }
 # filter_stats NAME: how many of the filter's stats pod NAME's Envoy has (the module's are
 # wasmcustom.*; Envoy's own stats of the aggregator's cluster also name tailweight).
