@@ -1,5 +1,6 @@
-# A real node on this machine (issue 40): Debian's containerd + runc + CNI plugins, the kubelet built
-# from the pinned k8s.io/kubernetes module (e2e/istio/build/build.sh kubelet), the project's own images
+# A real node on this machine (issue 40): Debian's containerd + runc + CNI plugins, the kubelet,
+# kube-controller-manager and kube-scheduler built from the pinned k8s.io/kubernetes module
+# (e2e/istio/build/build.sh), the project's own images
 # imported with `ctr` (the aggregator's, a pause image from e2e/node/pause, the sidecar proxy image and
 # Fortio's), then istiod's injection and traffic through two sidecars (e2e/node/mesh.sh). Opt-in: not part of
 # `make test`; needs root. Prints which pieces run here and the exact error of those that do not; see
@@ -13,9 +14,10 @@ NODE_FORTIO := $(BUILD)/node/fortio
 NODE_FORTIO_IMAGE := $(BUILD)/node/fortio-image.tar
 EMULATOR_IMAGE := $(BUILD)/node/emulator-image.tar
 
-# Only what the probe runs: etcd, kube-apiserver and the kubelet (~8 min cold on 2 cores, then ~1 s).
+# Only what the probe runs: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and the kubelet
+# (each ~8 min cold on 2 cores, then ~1 s).
 node-bins: deps
-	bash e2e/istio/build/build.sh etcd kube-apiserver kubelet
+	bash e2e/istio/build/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubelet
 
 # The mesh pieces (e2e/node/mesh.sh): istiod, the Istio CRDs, Helm and istiod's chart for its injector,
 # and the OCI registry chart.sh serves the filter module from.

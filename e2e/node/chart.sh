@@ -5,10 +5,11 @@
 #                 `helm install` of the packaged chart (make chart-package) into namespace tailweight
 #                 with services [emu.tw-mesh:8080], the module by digest from that registry and the
 #                 aggregator image the probe imported (pull policy Never), two replicas, and the
-#                 filter's per-endpoint metrics on (what the CLI reads); the aggregator pods are
-#                 created from the chart's Deployment template (no controller-manager), its Service's
-#                 EndpointSlice written here; PASS once both are Ready and the client sidecar runs
-#                 the module (its tailweight stats appear)
+#                 filter's per-endpoint metrics on (what the CLI reads); the chart's Deployment
+#                 makes the aggregator pods through its ReplicaSet, the scheduler binds them, the
+#                 endpointslice controller writes its Service's EndpointSlice; PASS once the
+#                 Deployment rolled out, the slice names both pods and the client sidecar runs the
+#                 module (its tailweight stats appear)
 #   steered       the baseline's window again with tailweight steering: the slow pod's share, the
 #                 failed requests, and the client sidecar's tailweight counters
 # Then, given the CLI, cli.sh (cli, replicas), and lifecycle.sh.
@@ -23,49 +24,25 @@ TW_VERSION_CHART=$(tar -xzOf "$CHART_TGZ" tailweight/Chart.yaml | sed -n 's/^app
 tw_stats() {
   nsenter -t "$(mesh_pod_pid "$1" istio-proxy)" -n curl -s --max-time 3 "http://127.0.0.1:15000/stats" | grep -i tailweight
 }
-client_runs_module() { tw_stats emu-client | grep -q .; }
+# client_runs_module: the client sidecar has the filter's stats. (`grep -c` reads all of its input: under
+# pipefail a `grep -q` that quits at the first line fails the pipeline once the writer, with hundreds
+# of per-endpoint lines still to write, takes SIGPIPE.)
+client_runs_module() { [ "$(tw_stats emu-client | grep -c .)" -gt 0 ]; }
 # picks_now: the client sidecar's tailweight picks, its total counter (with per-endpoint metrics on
 # there is also one counter per endpoint, which starts again from 0 when a module swap drops the
 # scope that held it).
 picks_now() { tw_stats emu-client | awk -F': ' '$1 == "wasmcustom.tailweight.picks" {n += $2} END {print n + 0}'; }
 
-# tw_aggregator_pod I: the Deployment's pod template as pod tailweight-aggregator-node-I bound to the
-# node, as its ReplicaSet would make it.
-tw_aggregator_pod() {
-  kc -n "$TW_NS" get deployment tailweight-aggregator -o json | python3 -c '
-import json, sys
-d = json.load(sys.stdin); t = d["spec"]["template"]
-pod = {"apiVersion": "v1", "kind": "Pod",
-       "metadata": {"name": "tailweight-aggregator-node-" + sys.argv[2], "namespace": d["metadata"]["namespace"],
-                    "labels": t["metadata"].get("labels", {}), "annotations": t["metadata"].get("annotations", {})},
-       "spec": dict(t["spec"], nodeName=sys.argv[1])}
-print(json.dumps(pod))' "$NODE" "$1"
-}
-# tw_aggregator_slice: the aggregator Service's EndpointSlice, one endpoint a replica (the container
-# ports by name).
-tw_aggregator_slice() {
-  kc -n "$TW_NS" get pods -o json | python3 -c '
-import json, sys
-pods = [p for p in json.load(sys.stdin)["items"] if p["metadata"]["name"].startswith("tailweight-aggregator-node-")]
-ports = [c for c in pods[0]["spec"]["containers"] if c["name"] != "istio-proxy"][0]["ports"]
-print(json.dumps({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-  "metadata": {"name": "tailweight-aggregator-node", "namespace": pods[0]["metadata"]["namespace"],
-               "labels": {"kubernetes.io/service-name": "tailweight-aggregator"}},
-  "addressType": "IPv4",
-  "endpoints": [{"addresses": [p["status"]["podIP"]], "conditions": {"ready": True}, "nodeName": p["spec"]["nodeName"],
-                 "targetRef": {"kind": "Pod", "name": p["metadata"]["name"], "namespace": p["metadata"]["namespace"]}}
-                for p in pods],
-  "ports": [{"name": x["name"], "port": x["containerPort"], "protocol": "TCP"} for x in ports if "name" in x]}))'
-}
-tw_replica_ready() {
-  kc -n "$TW_NS" get pod "tailweight-aggregator-node-$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True
-}
-# tw_aggregator_slice_applied: the EndpointSlice written (retried by the caller: the apiserver may
-# answer a loaded machine's first attempt with an error).
-tw_aggregator_slice_applied() { { tw_aggregator_slice | kc apply -f -; } >> "$WORK/helm-install.log" 2>&1; }
+AGG_SELECTOR=app.kubernetes.io/name=tailweight-aggregator,app.kubernetes.io/instance=tailweight
+# tw_aggregator_ready: the chart's Deployment rolled out with AGG_REPLICAS Ready pods, and its
+# Service's EndpointSlice (the controller's) names exactly their addresses; sets AGG_PODS (by name).
 tw_aggregator_ready() {
-  local i
-  for ((i = 0; i < AGG_REPLICAS; i++)); do tw_replica_ready "$i" || return 1; done
+  local pods
+  rolled_out "$TW_NS" tailweight-aggregator || return 1
+  pods=$(ready_pods "$TW_NS" "$AGG_SELECTOR")
+  [ "$(echo "$pods" | grep -c .)" = "$AGG_REPLICAS" ] || return 1
+  mapfile -t AGG_PODS < <(echo "$pods" | awk '{print $1}')
+  [ "$(slice_ready_ips "$TW_NS" tailweight-aggregator)" = "$(echo "$pods" | awk '{print $2}' | sort | paste -sd' ')" ]
 }
 
 tw_install() {
@@ -83,24 +60,16 @@ aggregator:
   replicas: $AGG_REPLICAS
   image: {repository: "${AGG_IMAGE%:*}", tag: "${AGG_IMAGE##*:}", pullPolicy: Never}
 YAML
-  kc create namespace "$TW_NS" &&
+  kc create namespace "$TW_NS" && NAMESPACES_CREATED+=("$TW_NS") &&
   "$HELM" --kubeconfig "$WORK/kubeconfig" install tailweight "$CHART_TGZ" --namespace "$TW_NS" \
-    --values "$WORK/tw-values.yaml" &&
-  local i
-  for ((i = 0; i < AGG_REPLICAS; i++)); do
-    tw_aggregator_pod "$i" > "$WORK/tw-aggregator-pod-$i.json" &&
-    api -f -X POST -H 'Content-Type: application/json' --data @"$WORK/tw-aggregator-pod-$i.json" \
-      "$SERVER/api/v1/namespaces/$TW_NS/pods" > /dev/null || return 1
-    PODS_CREATED+=("$TW_NS/tailweight-aggregator-node-$i")
-  done
+    --values "$WORK/tw-values.yaml"
 }
 
 # -- helm-install ------------------------------------------------------------------------------------------
 if tw_install > "$WORK/helm-install.log" 2>&1; then
-  if wait_until 120 tw_aggregator_ready && wait_until 30 tw_aggregator_slice_applied &&
-     wait_until 60 client_runs_module; then
-    result helm-install "PASS $(basename "$CHART_TGZ") installed, $AGG_REPLICAS aggregator pods Ready, module $REG_ADDR/tailweight-filter@${MODULE_DIGEST:0:19}... running in the client sidecar"
-  else result helm-install "FAIL aggregator pods Ready: $(tw_aggregator_ready && echo yes || echo no), slice: $(tail -1 "$WORK/helm-install.log" | cut -c1-200), client tailweight stats: $(tw_stats emu-client | wc -l), $(cat "$WORK/pod-logs/${MESH_NS}_emu-client_"*/istio-proxy/*.log 2>/dev/null | grep -m1 -iE 'wasm.*(error|fail)' | cut -c1-300)"; return 0; fi
+  if wait_until 180 tw_aggregator_ready && wait_until 120 client_runs_module; then
+    result helm-install "PASS $(basename "$CHART_TGZ") installed, $AGG_REPLICAS aggregator pods Ready (${AGG_PODS[*]}, Deployment rolled out, EndpointSlice by the controller), module $REG_ADDR/tailweight-filter@${MODULE_DIGEST:0:19}... running in the client sidecar"
+  else result helm-install "FAIL aggregator ready: $(tw_aggregator_ready && echo yes || echo no) (pods $(ready_pods "$TW_NS" "$AGG_SELECTOR" | paste -sd' '), slice $(slice_ready_ips "$TW_NS" tailweight-aggregator)), client tailweight stats: $(tw_stats emu-client | wc -l), $(cat "$WORK/pod-logs/${MESH_NS}_emu-client_"*/istio-proxy/*.log 2>/dev/null | grep -m1 -iE 'wasm.*(error|fail)' | cut -c1-300)"; return 0; fi
 else result helm-install "FAIL $(first_error "$WORK/helm-install.log")"; return 0; fi
 
 # -- steered: the same window with tailweight ---------------------------------------------------------------

@@ -20,16 +20,17 @@ EMU_CLUSTER="outbound|$EMU_PORT||emu.$MESH_NS.svc.cluster.local"
 tw_cli() { "$TW_CLI" --kubeconfig "$WORK/kubeconfig" "$@"; }
 # endpoints_rows: the rows of `tailweight endpoints`' table on stdin as "<pod> <share%> <weight> <latency ms>".
 endpoints_rows() { awk 'NR > 2 {sub(/%$/, "", $3); sub(/ms$/, "", $6); print $1, $3, $5, $6}'; }
-# cli_checks: from endpoints_rows on stdin, "ok" when each of the EMU_PODS emulator pods has a row with a
-# share, a weight and a latency, and the slow one (the last) has the smallest share; else what is wrong.
+# cli_checks: from endpoints_rows on stdin, "ok" when each of the emulator pods (EMU_NAMES) has a row
+# with a share, a weight and a latency, and the slow one (the last) has the smallest share; else what is
+# wrong.
 cli_checks() {
   python3 -c '
 import sys
-n = int(sys.argv[1]); rows = {}
+rows = {}
 for line in sys.stdin:
     pod, share, weight, latency = line.split()
     rows[pod] = (share, weight, latency)
-want = [f"emu-{i}" for i in range(n)]
+want = sys.argv[2:]
 missing = [p for p in want if p not in rows or "-" in rows[p]]
 if missing:
     sys.exit(f"no row with a share, a weight and a latency for {missing}: {rows}")
@@ -37,15 +38,15 @@ share = {p: float(rows[p][0]) for p in want}
 slow = want[-1]
 if min(share, key=share.get) != slow:
     sys.exit(f"the slow pod {slow} has not the smallest share: {rows}")
-print("ok")' "$EMU_PODS"
+print("ok")' "$EMU_PODS" "${EMU_NAMES[@]}"
 }
 
 # -- cli ----------------------------------------------------------------------------------------------------
 AGG_URLS=() AGG_PF_PIDS=()
-for ((i = 0; i < AGG_REPLICAS; i++)); do
-  read_only_port=$(kc -n "$TW_NS" get pod "tailweight-aggregator-node-$i" \
+for ((i = 0; i < ${#AGG_PODS[@]}; i++)); do   # the Deployment's pods (chart.sh's tw_aggregator_ready)
+  read_only_port=$(kc -n "$TW_NS" get pod "${AGG_PODS[i]}" \
     -o jsonpath='{.spec.containers[*].ports[?(@.name=="http-read-only")].containerPort}')
-  port_forward "pf-aggregator-$i" "$TW_NS" "tailweight-aggregator-node-$i" "$read_only_port" && AGG_URLS+=("http://$PF_ADDR")
+  port_forward "pf-aggregator-$i" "$TW_NS" "${AGG_PODS[i]}" "$read_only_port" && AGG_URLS+=("http://$PF_ADDR")
   AGG_PF_PIDS+=("$PF_PID")
 done
 both=$(IFS=,; echo "${AGG_URLS[*]}")
@@ -65,7 +66,7 @@ weights_status() {
 holders="" others="" statuses=""
 for ((i = 0; i < ${#AGG_URLS[@]}; i++)); do
   status=$(weights_status "${AGG_URLS[i]}")
-  statuses+="node-$i $status, "
+  statuses+="${AGG_PODS[i]} $status, "
   if [ "$status" = 200 ]; then holders+="${AGG_URLS[i]} "; elif [ "$status" = 404 ]; then others+="${AGG_URLS[i]} "; fi
 done
 non_owner_refused=no
@@ -82,7 +83,7 @@ for ((run = 0; run < CLI_RUNS; run++)); do
   if tw_cli endpoints --pod "$MESH_NS/emu-client" --cluster "$EMU_CLUSTER" --aggregator "$order" --window-s 0 \
        > "$WORK/replicas-$run.out" 2>> "$WORK/replicas.log"; then
     # every emulator pod's row carries a weight (the owner's view, whichever order the replicas came in)
-    [ "$(endpoints_rows < "$WORK/replicas-$run.out" | awk '$1 ~ /^emu-/ && $3 != "-"' | wc -l)" -ge "$EMU_PODS" ] &&
+    [ "$(endpoints_rows < "$WORK/replicas-$run.out" | awk '$1 ~ /^emu-(fast|slow)-/ && $3 != "-"' | wc -l)" -ge "$EMU_PODS" ] &&
       cli_weighted=$((cli_weighted + 1))
   else cli_errors=$((cli_errors + 1)); fi
 done

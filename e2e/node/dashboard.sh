@@ -23,9 +23,7 @@ dashboard_targets() {
   for p in emu-client emu-boot; do
     echo "sidecars $(mesh_pod_field "$p" 'p["status"]["podIP"]'):15090 $MESH_NS $p"
   done
-  for ((i = 0; i < AGG_REPLICAS; i++)); do
-    echo "aggregator $(kc -n "$TW_NS" get pod "tailweight-aggregator-node-$i" -o jsonpath='{.status.podIP}'):15020 $TW_NS tailweight-aggregator-node-$i"
-  done
+  ready_pods "$TW_NS" "$AGG_SELECTOR" | while read -r p ip; do echo "aggregator $ip:15020 $TW_NS $p"; done
 }
 # dashboard_config TARGETS: Prometheus' configuration for the lines of dashboard_targets in file TARGETS.
 dashboard_config() {

@@ -11,11 +11,12 @@
 #              without the filter, the new Fortio's requests all answered
 #   opt-in     `helm upgrade` with the first values again: emu-client and the new Fortio run the
 #              first module
-#   uninstall  `helm uninstall`, the aggregator pods deleted as their ReplicaSet would; the failed
-#              requests of the window around it; then new pods of the namespace start and reach
-#              Ready: an emulator, a Fortio, and the annotated pod again (helm kept its ConfigMap),
-#              while a pod naming a ConfigMap that does not exist cannot start (the trap the kept
-#              ConfigMap avoids)
+#   uninstall  `helm uninstall`: the failed requests of the window around it; the Deployment's
+#              ReplicaSets and pods go by garbage collection; then the pods of the namespace start
+#              again and reach Ready: the emu-fast Deployment restarted (`kubectl rollout restart`:
+#              new pods), a Fortio, and the annotated pod again (helm kept its ConfigMap), while a
+#              pod naming a ConfigMap that does not exist cannot start (the trap the kept ConfigMap
+#              avoids)
 # shellcheck shell=bash
 
 BOOTSTRAP_CONFIGMAP=tailweight-sidecar-bootstrap
@@ -36,10 +37,10 @@ fortio_pod() {
     "[\"load\", \"-qps\", \"$2\", \"-t\", \"0\", \"http://$EMU_SERVICE_IP:$EMU_PORT/\"]"
 }
 # has_bootstrap_override NAME: pod NAME's Envoy runs with the chart's bootstrap (its memory release,
-# in the bootstrap section of /config_dump).
+# in the bootstrap section of /config_dump; counted, not `grep -q`: see client_runs_module).
 has_bootstrap_override() {
-  nsenter -t "$(mesh_pod_pid "$1" istio-proxy)" -n curl -s --max-time 5 "http://127.0.0.1:15000/config_dump" |
-    grep -q '"memory_release_interval"'
+  [ "$(nsenter -t "$(mesh_pod_pid "$1" istio-proxy)" -n curl -s --max-time 5 "http://127.0.0.1:15000/config_dump" |
+    grep -c '"memory_release_interval"')" -gt 0 ]
 }
 # filter_stats NAME: how many of the filter's stats pod NAME's Envoy has (the module's are
 # wasmcustom.*; Envoy's own stats of the aggregator's cluster also name tailweight).
@@ -60,6 +61,17 @@ mount_failed() {
   kc -n "$MESH_NS" get events --field-selector "involvedObject.name=$1,reason=FailedMount" -o name | grep -q .
 }
 helm_() { "$HELM" --kubeconfig "$WORK/kubeconfig" "$@"; }
+# aggregator_collected: the uninstalled Deployment's ReplicaSets and pods are gone (garbage collector).
+aggregator_collected() {
+  [ -z "$(kc -n "$TW_NS" get replicasets,pods -l "$AGG_SELECTOR" -o name)" ]
+}
+# emu_fast_restarted: the restarted emu-fast rolled out, its Ready pods all new.
+emu_fast_restarted() {
+  rolled_out "$MESH_NS" emu-fast || return 1
+  EMU_FAST_NEW=$(ready_pods "$MESH_NS" app=emu,role=fast | awk '{print $1}' | paste -sd' ')
+  [ "$(echo "$EMU_FAST_NEW" | wc -w)" = "$EMU_FAST" ] &&
+    [ -z "$(comm -12 <(echo "$EMU_FAST_NEW" | tr ' ' '\n' | sort) <(printf '%s\n' "${EMU_NAMES[@]}" | sort))" ]
+}
 
 # -- bootstrap: an annotated pod while the namespace is opted in ---------------------------------------------
 if fortio_pod emu-boot 2 "$BOOTSTRAP_CONFIGMAP" 2> "$WORK/bootstrap.log" &&
@@ -101,23 +113,20 @@ if helm_ upgrade tailweight "$CHART_TGZ" --namespace "$TW_NS" --values "$WORK/tw
 else result opt-in "FAIL modules: emu-client '$(module_digests emu-client)', emu-client-3 '$(module_digests emu-client-3)', $(first_error "$WORK/opt-in.log")"; fi
 
 # -- uninstall ----------------------------------------------------------------------------------------------
-emu_window > "$WORK/uninstall.window" &
-window_pid=$!
+window_open
 helm_ uninstall tailweight --namespace "$TW_NS" > "$WORK/uninstall.log" 2>&1
 uninstalled=$?
-for ((i = 0; i < AGG_REPLICAS; i++)); do
-  api -X DELETE "$SERVER/api/v1/namespaces/$TW_NS/pods/tailweight-aggregator-node-$i" >/dev/null
-done
-wait "$window_pid"
+gc=no; wait_until 60 aggregator_collected && gc=yes
+window_close > "$WORK/uninstall.window"
 read -r slow_share requests failed shares < "$WORK/uninstall.window"
 # Pods of the namespace start again once the chart is gone, the annotated one too (helm kept its
 # ConfigMap); one naming a ConfigMap that is not there cannot (Istio mounts it as a required volume).
-if [ "$uninstalled" = 0 ] && configmap_kept && delete_pod emu-boot-2 &&
-   mesh_create_pod emu-3 "$EMU_IMAGE" "[\"--admin-port\", \"9000\", \"--backend\", \"port=$EMU_PORT,workers=4,base_ms=$EMU_BASE_MS\"]" emu 2>> "$WORK/uninstall.log" &&
+if [ "$uninstalled" = 0 ] && [ "$gc" = yes ] && configmap_kept && delete_pod emu-boot-2 &&
+   kc -n "$MESH_NS" rollout restart deployment/emu-fast >> "$WORK/uninstall.log" 2>&1 &&
    fortio_pod emu-client-2 5 2>> "$WORK/uninstall.log" && fortio_pod emu-boot-3 2 "$BOOTSTRAP_CONFIGMAP" 2>> "$WORK/uninstall.log" &&
    fortio_pod emu-boot-missing 2 tailweight-no-such-bootstrap 2>> "$WORK/uninstall.log" &&
-   wait_until 120 mesh_pod_ready emu-3 && wait_until 120 mesh_pod_ready emu-client-2 && wait_until 120 mesh_pod_ready emu-boot-3 &&
+   wait_until 180 emu_fast_restarted && wait_until 120 mesh_pod_ready emu-client-2 && wait_until 120 mesh_pod_ready emu-boot-3 &&
    wait_until 60 mount_failed emu-boot-missing && ! mesh_pod_ready emu-boot-missing; then
-  result uninstall "PASS helm uninstall under load: $failed failed of $requests requests in ${WINDOW_S} s (slow pod share $slow_share%); ConfigMap $BOOTSTRAP_CONFIGMAP kept; new pods emu-3, emu-client-2, emu-boot-3 (annotated) Ready afterwards; emu-boot-missing (naming no ConfigMap) not Ready, FailedMount"
-else result uninstall "FAIL helm uninstall exit $uninstalled, ConfigMap kept: $(configmap_kept && echo yes || echo no), emu-boot-3 Ready: $(mesh_pod_ready emu-boot-3 && echo yes || echo no), emu-boot-missing FailedMount: $(mount_failed emu-boot-missing && echo yes || echo no), $(first_error "$WORK/uninstall.log")"; fi
+  result uninstall "PASS helm uninstall under load: $failed failed of $requests requests in $WINDOW_LENGTH_S s (slow pod share $slow_share%); the aggregator's ReplicaSets and pods garbage-collected; ConfigMap $BOOTSTRAP_CONFIGMAP kept; Deployment emu-fast restarted (new pods $EMU_FAST_NEW), new pods emu-client-2, emu-boot-3 (annotated) Ready afterwards; emu-boot-missing (naming no ConfigMap) not Ready, FailedMount"
+else result uninstall "FAIL helm uninstall exit $uninstalled, aggregator garbage-collected: $gc, ConfigMap kept: $(configmap_kept && echo yes || echo no), emu-fast restarted: $(emu_fast_restarted && echo yes || echo no), emu-boot-3 Ready: $(mesh_pod_ready emu-boot-3 && echo yes || echo no), emu-boot-missing FailedMount: $(mount_failed emu-boot-missing && echo yes || echo no), $(first_error "$WORK/uninstall.log")"; fi
 delete_pod emu-boot-missing

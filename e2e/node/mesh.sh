@@ -14,6 +14,8 @@
 #                its iptables hand the requests to its Envoy, which sends them over mTLS to the
 #                server's Envoy (inbound 15006): both Envoys' counters show them
 # istiod listens on 127.0.0.1 and on the bridge's gateway address only.
+# Pods from here on are bound to the node by the scheduler; the Services' EndpointSlices are the
+# endpointslice controller's, but for istiod's Service (no selector: istiod is a process, not a pod).
 # shellcheck shell=bash
 
 ISTIOD="$BIN/pilot-discovery-$ISTIO_VERSION"
@@ -26,13 +28,13 @@ MESH_NS=tw-mesh
 # once its sidecar is ready (the client's first requests would otherwise find no Envoy).
 MESH_POD_ANNOTATIONS='{"proxy.istio.io/config": "{\"proxyStatsMatcher\": {\"inclusionRegexps\": [\".*\"]}, \"holdApplicationUntilProxyStarts\": true}"}'
 
-# mesh_pod_json NAME IMAGE ARGS_JSON [APP]: a pod of MESH_NS bound to the node, labelled app=APP
-# (default NAME).
+# mesh_pod_json NAME IMAGE ARGS_JSON [APP]: a pod of MESH_NS labelled app=APP (default NAME); the
+# scheduler binds it to the node.
 mesh_pod_json() {
   cat <<EOF
 {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "$1", "namespace": "$MESH_NS", "labels": {"app": "${4:-$1}"},
   "annotations": $MESH_POD_ANNOTATIONS},
- "spec": {"nodeName": "$NODE", "serviceAccountName": "default", "automountServiceAccountToken": false,
+ "spec": {"serviceAccountName": "default", "automountServiceAccountToken": false,
   "terminationGracePeriodSeconds": 2, "tolerations": [{"operator": "Exists"}],
   "containers": [{"name": "$1", "image": "$2", "imagePullPolicy": "Never", "args": $3}]}}
 EOF
@@ -146,9 +148,12 @@ if istiod_setup > "$WORK/istiod-setup.log" 2>&1; then
 else result istiod "FAIL $(first_error "$WORK/istiod-setup.log")"; return 0; fi
 
 # -- inject: a pod in an opted-in namespace -------------------------------------------------------------
+# The namespace's ServiceAccount default, made by the controller-manager's serviceaccount controller.
+mesh_service_account() { api -f "$SERVER/api/v1/namespaces/$MESH_NS/serviceaccounts/default"; }
 mesh_setup() {
-  kc create namespace "$MESH_NS" && kc label namespace "$MESH_NS" istio-injection=enabled &&
-  kc -n "$MESH_NS" create serviceaccount default   # no controller-manager makes it
+  kc create namespace "$MESH_NS" && NAMESPACES_CREATED+=("$MESH_NS") &&
+  kc label namespace "$MESH_NS" istio-injection=enabled &&
+  wait_until 30 mesh_service_account
 }
 if mesh_setup > "$WORK/inject.log" 2>&1 &&
    mesh_create_pod server "$AGG_IMAGE" '["--listen=0.0.0.0:8080", "--identity=report"]' 2>> "$WORK/inject.log"; then
@@ -176,23 +181,25 @@ fi
 
 # -- traffic: Fortio in a second injected pod sends to the server's Service --------------------------
 [ -n "$FORTIO_TAR" ] || { result traffic "SKIP no Fortio image given"; return 0; }
-# No controller-manager: the Service's EndpointSlice is written here, as its controller would.
+# slice_ready_ips NAMESPACE SERVICE: the ready addresses of the Service's EndpointSlices (the
+# controller's), sorted, one line.
+slice_ready_ips() {
+  kc -n "$1" get endpointslices -l "kubernetes.io/service-name=$2" -o json | python3 -c '
+import json, sys
+print(" ".join(sorted(a for s in json.load(sys.stdin)["items"] for e in s.get("endpoints") or []
+                      if (e.get("conditions") or {}).get("ready") for a in e["addresses"])))'
+}
+# The Service; its EndpointSlice is the endpointslice controller's, with the server pod's address.
 server_service() {
-  kc apply -f - <<EOF
+  kc apply -f - <<EOF &&
 apiVersion: v1
 kind: Service
 metadata: {name: server, namespace: $MESH_NS}
 spec: {selector: {app: server}, ports: [{name: http, port: 8080, targetPort: 8080}]}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: server-node, namespace: $MESH_NS, labels: {kubernetes.io/service-name: server}}
-addressType: IPv4
-endpoints: [{addresses: ["$SERVER_IP"], conditions: {ready: true}, nodeName: "$NODE",
-             targetRef: {kind: Pod, name: server, namespace: $MESH_NS}}]
-ports: [{name: http, port: 8080, protocol: TCP}]
 EOF
+  wait_until 30 server_sliced
 }
+server_sliced() { [ "$(slice_ready_ips "$MESH_NS" server)" = "$SERVER_IP" ]; }
 # Istio names its clusters' stat prefixes with a closing ';'.
 OUTBOUND="cluster.outbound|8080||server.$MESH_NS.svc.cluster.local;"
 INBOUND="cluster.inbound|8080||;"

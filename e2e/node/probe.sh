@@ -7,6 +7,8 @@
 #   ctr-run     the aggregator image run by runc (overlayfs, then native snapshotter, with seccomp)
 #   cni         Debian's bridge + host-local plugins give a netns an address on a private bridge
 #   apiserver   etcd + kube-apiserver built by e2e/istio/build/build.sh (as the Istio e2e runs them)
+#   controllers kube-controller-manager and kube-scheduler built from the same module (controllers.sh):
+#               Deployments, ReplicaSets, EndpointSlices, ServiceAccounts, garbage collection, binding
 #   kubelet     the kubelet built from the same k8s.io/kubernetes module (cgroupfs, containerd's CRI)
 #   node-ready  the kubelet registers its Node and it turns Ready
 #   pod         a pod bound to that node (spec.nodeName) reaches Running with the aggregator image,
@@ -54,6 +56,7 @@ NODE="tw-node-$TAG"
 CTR_SOCK="$WORK/state/containerd.sock"
 PIDS=()           # process-group leaders we started, stopped newest first
 PODS_CREATED=()   # NAMESPACE/NAME of the pods we created, deleted first at exit
+NAMESPACES_CREATED=()   # namespaces whose Deployments and pods are deleted first at exit
 RESULTS=()
 
 say() { printf '[node-probe] %s\n' "$*" >&2; }
@@ -105,16 +108,25 @@ iptables_restore_snapshot() {
 # and deleted it.
 pod_gone() { [ "$(api -o /dev/null -w '%{http_code}' "$SERVER/api/v1/namespaces/${1%/*}/pods/${1#*/}")" = 404 ]; }
 group_gone() { ! kill -0 -- "-$1"; }
+namespace_has_no_pods() { [ -z "$(kc -n "$1" get pods -o name)" ]; }
 
 cleanup() {
   set +e
   say "cleaning up"
-  local i c p d
+  local i c p d ns
+  for ns in "${NAMESPACES_CREATED[@]}"; do   # no controller makes a pod again: Deployments first
+    kc -n "$ns" scale deployment --all --replicas=0 >/dev/null 2>&1
+    kc -n "$ns" delete deployments,replicasets --all --wait=false >/dev/null 2>&1
+    kc -n "$ns" delete pods --all --wait=false >/dev/null 2>&1
+  done
   for p in "${PODS_CREATED[@]}"; do   # the kubelet tears each sandbox down (CNI DEL) before it goes
     api -X DELETE "$SERVER/api/v1/namespaces/${p%/*}/pods/${p#*/}" >/dev/null
   done
   for p in "${PODS_CREATED[@]}"; do
     wait_until 60 pod_gone "$p" || say "pod $p was not gone within 60 s; removing its containers with ctr"
+  done
+  for ns in "${NAMESPACES_CREATED[@]}"; do
+    wait_until 60 namespace_has_no_pods "$ns" || say "pods of $ns left after 60 s; removing their containers with ctr"
   done
   for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
     # The kubelet goes before containerd's leftovers are removed; containerd last but the control plane.
@@ -266,22 +278,8 @@ start etcd "$ETCD" --name tw --data-dir "$WORK/etcd" --listen-client-urls "http:
   --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" --initial-cluster "tw=http://127.0.0.1:$PEER_PORT" \
   --unsafe-no-fsync --log-level warn
 SERVER="https://127.0.0.1:$API_PORT"
-start kube-apiserver "$APISERVER" "--etcd-servers=http://127.0.0.1:$ETCD_PORT" \
-  --bind-address=127.0.0.1 --advertise-address=127.0.0.1 "--secure-port=$API_PORT" \
-  "--tls-cert-file=$WORK/pki/apiserver.crt" "--tls-private-key-file=$WORK/pki/apiserver.key" \
-  "--token-auth-file=$WORK/pki/tokens.csv" --authorization-mode=AlwaysAllow \
-  --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-  "--service-account-key-file=$WORK/pki/sa.pub" "--service-account-signing-key-file=$WORK/pki/sa.key" \
-  --api-audiences=https://kubernetes.default.svc.cluster.local,istio-ca --enable-aggregator-routing=true \
-  --disable-admission-plugins=ServiceAccount --service-cluster-ip-range=10.96.0.0/16 \
-  --endpoint-reconciler-type=none --enable-priority-and-fairness=false --profiling=false \
-  "--kubelet-client-certificate=$WORK/pki/kubelet-client.crt" "--kubelet-client-key=$WORK/pki/kubelet-client.key" \
-  "--kubelet-certificate-authority=$WORK/pki/ca.crt" --kubelet-preferred-address-types=InternalIP
-if wait_until 90 api -f "$SERVER/readyz"; then result apiserver "PASS $K8S_VERSION on $SERVER"
-else result apiserver "FAIL $(first_error "$WORK/kube-apiserver.log")"; exit 1; fi
-
-# -- kubelet ------------------------------------------------------------------------------------------
-[ -x "$KUBELET" ] || { result kubelet "SKIP $KUBELET not built (bash e2e/istio/build/build.sh kubelet)"; exit 0; }
+# The probe's kubeconfig (its CA, the admin token): kubectl, helm, the CLI, the kubelet, the
+# controller-manager and the scheduler use it.
 cat > "$WORK/kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
@@ -291,6 +289,26 @@ users: [{name: admin, user: {token: $TOKEN}}]
 contexts: [{name: tw, context: {cluster: tw, user: admin}}]
 EOF
 kc() { kubectl --kubeconfig "$WORK/kubeconfig" --request-timeout=30s "$@"; }
+start kube-apiserver "$APISERVER" "--etcd-servers=http://127.0.0.1:$ETCD_PORT" \
+  --bind-address=127.0.0.1 --advertise-address=127.0.0.1 "--secure-port=$API_PORT" \
+  "--tls-cert-file=$WORK/pki/apiserver.crt" "--tls-private-key-file=$WORK/pki/apiserver.key" \
+  "--token-auth-file=$WORK/pki/tokens.csv" --authorization-mode=AlwaysAllow \
+  --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+  "--service-account-key-file=$WORK/pki/sa.pub" "--service-account-signing-key-file=$WORK/pki/sa.key" \
+  --api-audiences=https://kubernetes.default.svc.cluster.local,istio-ca --enable-aggregator-routing=true \
+  --service-cluster-ip-range=10.96.0.0/16 \
+  --endpoint-reconciler-type=none --enable-priority-and-fairness=false --profiling=false \
+  "--kubelet-client-certificate=$WORK/pki/kubelet-client.crt" "--kubelet-client-key=$WORK/pki/kubelet-client.key" \
+  "--kubelet-certificate-authority=$WORK/pki/ca.crt" --kubelet-preferred-address-types=InternalIP
+if wait_until 90 api -f "$SERVER/readyz"; then result apiserver "PASS $K8S_VERSION on $SERVER"
+else result apiserver "FAIL $(first_error "$WORK/kube-apiserver.log")"; exit 1; fi
+
+# -- controllers: kube-controller-manager and kube-scheduler (controllers.sh) ---------------------------
+# shellcheck source=controllers.sh
+source "$HERE/controllers.sh"
+
+# -- kubelet ------------------------------------------------------------------------------------------
+[ -x "$KUBELET" ] || { result kubelet "SKIP $KUBELET not built (bash e2e/istio/build/build.sh kubelet)"; exit 0; }
 mkdir -p "$WORK/manifests" "$WORK/kubelet" "$WORK/pod-logs"
 cat > "$WORK/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1

@@ -81,6 +81,12 @@ for t in $targets; do
     kubelet)  # the real node (e2e/node, docs/real-node.md); opt-in, not in ALL: `build.sh kubelet`
       require_version kubelet k8s.io/kubernetes "$K8S_VERSION"
       build kubelet "$K8S_VERSION" kubelet k8s.io/kubernetes/cmd/kubelet ;;
+    kube-controller-manager)  # the real node's Deployments, EndpointSlices, ServiceAccounts; opt-in, not in ALL
+      require_version kube-controller-manager k8s.io/kubernetes "$K8S_VERSION"
+      build kube-controller-manager "$K8S_VERSION" kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager ;;
+    kube-scheduler)  # binds the real node's Deployment pods to it; opt-in, not in ALL
+      require_version kube-scheduler k8s.io/kubernetes "$K8S_VERSION"
+      build kube-scheduler "$K8S_VERSION" kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler ;;
     pilot-discovery)
       require_version istio istio.io/istio "$ISTIO_VERSION"
       build pilot-discovery "$ISTIO_VERSION" istio istio.io/istio/pilot/cmd/pilot-discovery ;;
@@ -119,7 +125,7 @@ for t in $targets; do
         "$PROMETHEUS_OPERATOR_VERSION" "$TW_CACHE/istio/monitoring-crds-$PROMETHEUS_OPERATOR_VERSION.yaml" \
         example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml \
         example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml ;;
-    *) log "unknown target $t ($ALL kubelet istiod-chart)"; exit 2 ;;
+    *) log "unknown target $t ($ALL kubelet kube-controller-manager kube-scheduler istiod-chart)"; exit 2 ;;
   esac
 done
 log "done in $((SECONDS - total)) s: $BIN"

@@ -4,14 +4,16 @@
 # staging modules (k8s.io/api, ...) with ./staging paths. We repeat each such replace as
 # `k8s.io/<m> => k8s.io/<m> v0.<minor>.<patch>` (the published staging tag).
 # Only needed when bumping the version; the result is committed.
-# Usage: gen-kubernetes.sh kube-apiserver|kubelet
+# Usage: gen-kubernetes.sh kube-apiserver|kubelet|kube-controller-manager|kube-scheduler
 set -euo pipefail
 cd "$(dirname "$0")"
 wrapper=$1
 case "$wrapper" in
   kube-apiserver) purpose="kube-apiserver for the Istio e2e tests" ;;
   kubelet) purpose="the kubelet for the real-node probe (e2e/node)" ;;
-  *) echo "gen-kubernetes.sh: unknown wrapper '$wrapper' (kube-apiserver or kubelet)" >&2; exit 2 ;;
+  kube-controller-manager) purpose="kube-controller-manager for the real-node probe (e2e/node)" ;;
+  kube-scheduler) purpose="kube-scheduler for the real-node probe (e2e/node)" ;;
+  *) echo "gen-kubernetes.sh: unknown wrapper '$wrapper' (kube-apiserver, kubelet, kube-controller-manager or kube-scheduler)" >&2; exit 2 ;;
 esac
 source versions.env
 staging=v0.${K8S_VERSION#v1.}
