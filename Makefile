@@ -50,7 +50,7 @@ wasm: deps
 native:
 	$(CARGO) build --locked --release $(NATIVE)
 
-test: deps lint test-unit test-e2e test-istio
+test: deps lint test-unit test-e2e test-istio test-node
 
 # Formatting and lints (mk/lint.mk, mk/lint-python.mk): the first thing `make test` checks.
 lint: lint-rust lint-python

@@ -2,8 +2,8 @@
 # kube-controller-manager and kube-scheduler built from the pinned k8s.io/kubernetes module
 # (e2e/istio/build/build.sh), the project's own images
 # imported with `ctr` (the aggregator's, a pause image from e2e/node/pause, the sidecar proxy image and
-# Fortio's), then istiod's injection and traffic through two sidecars (e2e/node/mesh.sh). Opt-in: not part of
-# `make test`; needs root. Prints which pieces run here and the exact error of those that do not; see
+# Fortio's), then istiod's injection and traffic through two sidecars (e2e/node/mesh.sh). `make test` runs it
+# last (test-node); needs root. Prints which pieces run here and the exact error of those that do not; see
 # docs/real-node.md. Stops everything it starts and removes its netns, bridge, cgroups and rules.
 .PHONY: node-probe node-bins mesh-bins test-node image-node-proxy emulator-static image-emulator
 
