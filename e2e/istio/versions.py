@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -25,15 +26,29 @@ def read_versions() -> dict[str, str]:
     return out
 
 
+def istio_under_test(versions: dict[str, str], line: str) -> tuple[str, str]:
+    """(istio.io/istio version, istio.io/api version) of the Istio line the tests run against:
+    `pinned` (ISTIO_VERSION) or `previous` (ISTIO_PREVIOUS_VERSION, the other end of the tested range)."""
+    if line == "pinned":
+        return versions["ISTIO_VERSION"], versions["ISTIO_API_VERSION"]
+    if line == "previous":
+        return versions["ISTIO_PREVIOUS_VERSION"], versions["ISTIO_PREVIOUS_API_VERSION"]
+    raise SystemExit(f"TW_ISTIO_LINE={line!r}: expected 'pinned' or 'previous'")
+
+
 VERSIONS = read_versions()
+# TW_ISTIO_LINE=previous: istiod, pilot-agent, the CRDs and the bootstrap of the previous Istio line
+# (`make test-istio` runs the chart's Istio tests once with each).
+ISTIO_LINE = os.environ.get("TW_ISTIO_LINE", "pinned")
+ISTIO_UNDER_TEST, ISTIO_API_UNDER_TEST = istio_under_test(VERSIONS, ISTIO_LINE)
 BINARIES = {
     "etcd": ISTIO_CACHE / "bin" / f"etcd-{VERSIONS['ETCD_VERSION']}",
     "kube-apiserver": ISTIO_CACHE / "bin" / f"kube-apiserver-{VERSIONS['K8S_VERSION']}",
-    "pilot-discovery": ISTIO_CACHE / "bin" / f"pilot-discovery-{VERSIONS['ISTIO_VERSION']}",
-    "pilot-agent": ISTIO_CACHE / "bin" / f"pilot-agent-{VERSIONS['ISTIO_VERSION']}",
+    "pilot-discovery": ISTIO_CACHE / "bin" / f"pilot-discovery-{ISTIO_UNDER_TEST}",
+    "pilot-agent": ISTIO_CACHE / "bin" / f"pilot-agent-{ISTIO_UNDER_TEST}",
 }
-CRDS = ISTIO_CACHE / f"crds-{VERSIONS['ISTIO_API_VERSION']}.yaml"
-BOOTSTRAP_TEMPLATE = ISTIO_CACHE / f"envoy_bootstrap-{VERSIONS['ISTIO_VERSION']}.json"
+CRDS = ISTIO_CACHE / f"crds-{ISTIO_API_UNDER_TEST}.yaml"
+BOOTSTRAP_TEMPLATE = ISTIO_CACHE / f"envoy_bootstrap-{ISTIO_UNDER_TEST}.json"
 # Tools of the tests beside the control plane (built by the same script).
 ISTIOCTL = ISTIO_CACHE / "bin" / f"istioctl-{VERSIONS['ISTIO_VERSION']}"
 HELM = ISTIO_CACHE / "bin" / f"helm-{VERSIONS['HELM_VERSION']}"

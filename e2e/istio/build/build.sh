@@ -67,7 +67,7 @@ helm_ldflags() {
     "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1" "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor"
 }
 
-ALL="etcd kube-apiserver pilot-discovery pilot-agent istioctl crds bootstrap registry helm monitoring-crds"
+ALL="etcd kube-apiserver pilot-discovery pilot-agent istioctl crds bootstrap previous registry helm monitoring-crds"
 targets=${*:-$ALL}
 total=$SECONDS
 for t in $targets; do
@@ -104,6 +104,15 @@ for t in $targets; do
       require_version istio istio.io/istio "$ISTIO_VERSION"
       extract "envoy bootstrap template" istio istio.io/istio "$ISTIO_VERSION" \
         "$TW_CACHE/istio/envoy_bootstrap-$ISTIO_VERSION.json" tools/packaging/common/envoy_bootstrap.json ;;
+    previous)  # the previous Istio line's istiod, pilot-agent, CRDs and bootstrap (the tested range)
+      require_version istio-previous istio.io/istio "$ISTIO_PREVIOUS_VERSION"
+      require_version istio-previous istio.io/api "$ISTIO_PREVIOUS_API_VERSION"
+      build pilot-discovery "$ISTIO_PREVIOUS_VERSION" istio-previous istio.io/istio/pilot/cmd/pilot-discovery
+      build pilot-agent "$ISTIO_PREVIOUS_VERSION" istio-previous istio.io/istio/pilot/cmd/pilot-agent
+      extract "istio CRDs" istio-previous istio.io/api "$ISTIO_PREVIOUS_API_VERSION" \
+        "$TW_CACHE/istio/crds-$ISTIO_PREVIOUS_API_VERSION.yaml" kubernetes/customresourcedefinitions.gen.yaml
+      extract "envoy bootstrap template" istio-previous istio.io/istio "$ISTIO_PREVIOUS_VERSION" \
+        "$TW_CACHE/istio/envoy_bootstrap-$ISTIO_PREVIOUS_VERSION.json" tools/packaging/common/envoy_bootstrap.json ;;
     istiod-chart)  # the real node's injector (e2e/node/mesh.sh): istiod's Helm chart, opt-in, not in ALL
       require_version istio istio.io/istio "$ISTIO_VERSION"
       out="$TW_CACHE/istio/istiod-chart-$ISTIO_VERSION"
