@@ -308,13 +308,16 @@ def test_a_lightly_loaded_envoy_reports_less_often_and_declares_its_period(group
     assert {r["interval_ms"] for r in window} == {1000}
     light.popen.wait(60)
     assert fortio.counts(fortio.read(tmp_path / "light.json"))[1] == 0
-    # 400 rps: 50 requests arrive in 125 ms, so a report goes out every 250 ms interval.
+    # Busy (Fortio asked for 400 rps; a loaded machine gives less): above 50 rps, 50 requests
+    # arrive within 1 s, so the period shortens to 250 or 500 ms (which, for which rate, is
+    # sidecar/src/tick.rs's, tested there with time as an argument); here Envoy must send at the
+    # period it declares: the declared periods of a 2 s window add up to about 2 s.
     busy_from = time.monotonic()
     total, errors = run_fortio(group, tmp_path, client.url, qps=400, connections=4, seconds=4, name="busy")
-    assert errors == 0 and total >= 1000
-    busy = [r for t, _, r in recorder.snapshot() if busy_from + 2.0 <= t < busy_from + 4.0]
-    assert {r["interval_ms"] for r in busy} == {250}, [r["interval_ms"] for r in busy]
-    assert 5 <= len(busy) <= 11, len(busy)
+    assert errors == 0 and total >= 4 * 100, total  # at least 100 rps on average
+    busy = [r["interval_ms"] for t, _, r in recorder.snapshot() if busy_from + 2.0 <= t < busy_from + 4.0]
+    assert busy and set(busy) <= {250, 500}, busy
+    assert 2000 - 2 * max(busy) <= sum(busy) <= 2000 + 2 * max(busy), busy
 
 
 def test_per_endpoint_pick_counters_count_each_endpoints_picks(group, tmp_path):
